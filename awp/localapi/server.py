@@ -1,0 +1,662 @@
+"""Server side of the daemon's local API: HTTP/1.1 + JSON on a Unix socket.
+
+The local API follows the convention of local daemons such as Docker's engine
+API: plain HTTP on a private Unix socket, so ``curl --unix-socket`` works for
+debugging and any language can talk to the daemon. It is small and fixed
+(JSON in, JSON or NDJSON out), so instead of a web framework this is h11 (a
+sans-I/O HTTP parser) driven by trio, which keeps the daemon a single trio
+process with no second event loop and no extra dependencies.
+
+Every connection runs in its own task, so a client that stalls (stops reading,
+sends half a request) only ever holds up itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import logging
+import os
+import socket
+import stat
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import h11
+import trio
+
+log = logging.getLogger("awp.localapi")
+
+#: Largest request body accepted; bigger ones get 413 (blobs travel by path,
+#: not through the API, so this is generous).
+MAX_BODY = 64 * 1024 * 1024
+
+#: How long a connection may sit idle (between or inside requests) before the
+#: server drops it, so abandoned keep-alive connections do not pile up.
+IDLE_TIMEOUT = 300.0
+
+#: How long closing a stream's iterator may take when the client goes away.
+_ACLOSE_GRACE = 5.0
+
+#: Pipelined bytes we buffer while a stream is running before we stop reading.
+_MAX_PIPELINED = 64 * 1024
+
+_RECV_SIZE = 64 * 1024
+
+Handler = Callable[["Request"], Awaitable[Any]]
+
+
+def _dumps(obj: Any) -> str:
+    """Compact JSON, UTF-8 as is: the form every response and stream line uses."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+class ApiError(Exception):
+    """An error a handler reports to the client as a status and a JSON body.
+
+    ``code`` is a stable machine-readable word (``not_found``, ``bad_peer``,
+    ...) so clients can branch on it without parsing the message.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message, "code": self.code}
+
+
+class Request:
+    """One parsed request as handlers see it.
+
+    ``path`` is the request target without its query, still percent-encoded
+    (route patterns are matched segment by segment and only the captured
+    ``params`` are decoded, so an encoded ``/`` inside a parameter stays one
+    segment).
+    """
+
+    def __init__(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes = b"",
+        *,
+        connection_id: int = 0,
+    ) -> None:
+        path, _, query_string = target.partition("?")
+        self.method = method.upper()
+        self.path = path
+        self.query_string = query_string
+        self._pairs = parse_qsl(query_string, keep_blank_values=True)
+        # Last value wins, as with most frameworks; query_list() gives all.
+        self.query: dict[str, str] = dict(self._pairs)
+        self.headers = headers
+        self.body = body
+        self.params: dict[str, str] = {}
+        # Lets handlers and logs tell requests on one keep-alive connection apart.
+        self.connection_id = connection_id
+
+    def query_list(self, name: str) -> list[str]:
+        """Every value of a repeated query parameter, in order."""
+        return [value for key, value in self._pairs if key == name]
+
+    def json(self) -> Any:
+        """The body parsed as JSON; ``None`` when there is no body."""
+        if not self.body.strip():
+            return None
+        try:
+            return json.loads(self.body)
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+            raise ApiError(400, f"bad JSON body: {exc}", "bad_json") from None
+
+    def __repr__(self) -> str:
+        return f"<Request {self.method} {self.path}>"
+
+
+class Stream:
+    """A streaming NDJSON response (``tail``, ``listen``, long ``wait``).
+
+    ``source`` is an async iterable of JSON-able objects, or a zero-argument
+    callable returning one (such as an async generator function), which is
+    then only called once the response starts. Each object goes out as its
+    own chunk the moment it is produced. If the client disconnects, the
+    iteration is cancelled and the iterator closed, so ``finally`` blocks in
+    a generator run promptly and subscriptions are released.
+
+    Headers are sent before the first object, so validate arguments in the
+    handler (raising ``ApiError``) before returning the ``Stream``: once the
+    stream has started, a failure can only be reported by cutting the
+    response short, which clients see as a truncated stream.
+    """
+
+    def __init__(
+        self,
+        source: AsyncIterable[Any] | Callable[[], AsyncIterable[Any]],
+        *,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.source = source
+        self.status = status
+        self.headers = headers or {}
+
+    def open(self) -> AsyncIterator[Any]:
+        source = self.source
+        if not hasattr(source, "__aiter__") and callable(source):
+            source = source()
+        return source.__aiter__()  # type: ignore[union-attr]
+
+
+class _Route:
+    __slots__ = ("method", "pattern", "segments", "handler")
+
+    def __init__(self, method: str, pattern: str, handler: Handler) -> None:
+        self.method = method
+        self.pattern = pattern
+        self.handler = handler
+        # None for a literal segment's param name slot; str for "{name}".
+        self.segments: list[tuple[str, bool]] = []
+        for seg in _split_path(pattern):
+            if seg.startswith("{") and seg.endswith("}") and len(seg) > 2:
+                self.segments.append((seg[1:-1], True))
+            else:
+                self.segments.append((seg, False))
+
+    def match(self, parts: list[str]) -> dict[str, str] | None:
+        if len(parts) != len(self.segments):
+            return None
+        params: dict[str, str] = {}
+        for part, (seg, is_param) in zip(parts, self.segments, strict=True):
+            if is_param:
+                if not part:
+                    return None
+                params[seg] = unquote(part)
+            elif part != seg:
+                return None
+        return params
+
+    def specificity(self) -> tuple[bool, ...]:
+        # Literal segments beat parameters: /v1/threads/search over /v1/threads/{id}.
+        return tuple(is_param for _, is_param in self.segments)
+
+
+def _split_path(path: str) -> list[str]:
+    # A trailing slash is tolerated (curl users type it), the root stays "/".
+    if len(path) > 1 and path.endswith("/"):
+        path = path[:-1]
+    return path.split("/")
+
+
+class Router:
+    """Maps ``(method, path pattern)`` to async handlers.
+
+    Handlers return a dict or list (200 JSON), ``(status, obj)``, a
+    ``Stream``, or ``None`` (204), and raise ``ApiError`` for client-visible
+    failures.
+    """
+
+    def __init__(self) -> None:
+        self._routes: list[_Route] = []
+
+    def route(self, method: str, path: str) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            self.add(method, path, handler)
+            return handler
+
+        return register
+
+    def add(self, method: str, path: str, handler: Handler) -> None:
+        method = method.upper()
+        for existing in self._routes:
+            if existing.method == method and existing.pattern == path:
+                raise ValueError(f"route registered twice: {method} {path}")
+        self._routes.append(_Route(method, path, handler))
+
+    def resolve(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
+        """Find the handler for a request, or raise the 404/405 ``ApiError``."""
+        parts = _split_path(path)
+        best: tuple[_Route, dict[str, str]] | None = None
+        allowed: set[str] = set()
+        for route in self._routes:
+            params = route.match(parts)
+            if params is None:
+                continue
+            if route.method != method:
+                allowed.add(route.method)
+                continue
+            if best is None or route.specificity() < best[0].specificity():
+                best = (route, params)
+        if best is not None:
+            return best[0].handler, best[1]
+        if allowed:
+            allow = ", ".join(sorted(allowed))
+            raise ApiError(
+                405,
+                f"method {method} not allowed for {path} (allowed: {allow})",
+                "method_not_allowed",
+                headers={"allow": allow},
+            )
+        raise ApiError(404, f"no such endpoint: {method} {path}", "no_endpoint")
+
+
+# ---------------------------------------------------------------- connection
+
+
+class _Drop(Exception):
+    """The connection is over (idle timeout, peer gone): close it quietly."""
+
+
+class _Reject(Exception):
+    """Answer the current request with an error and then close the connection."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def _header_list(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
+class _Connection:
+    """Drives one client connection through h11, request after request."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        router: Router,
+        *,
+        max_body: int,
+        idle_timeout: float,
+        connection_id: int,
+    ) -> None:
+        self.stream = stream
+        self.router = router
+        self.max_body = max_body
+        self.idle_timeout = idle_timeout
+        self.id = connection_id
+        self.h11 = h11.Connection(h11.SERVER)
+
+    async def run(self) -> None:
+        try:
+            while True:
+                try:
+                    req = await self._receive_request()
+                except _Reject as rej:
+                    await self._send_json(rej.error.status, rej.error.body(), close=True)
+                    return
+                except h11.RemoteProtocolError as exc:
+                    await self._answer_protocol_error(exc)
+                    return
+                if req is None:
+                    return
+                completed = await self._respond(req)
+                if not completed or self.h11.our_state is not h11.DONE:
+                    return
+                if self.h11.their_state is not h11.DONE:
+                    return
+                self.h11.start_next_cycle()
+        except (_Drop, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away or idled out; nothing to tell anyone
+        except Exception:
+            # A bug in the plumbing itself; never let it take the server down.
+            log.exception("local API connection %d failed", self.id)
+        finally:
+            await self.stream.aclose()
+
+    # -- reading
+
+    async def _next_event(self) -> Any:
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            with trio.move_on_after(self.idle_timeout):
+                data = await self.stream.receive_some(_RECV_SIZE)
+                self.h11.receive_data(data)
+                continue
+            raise _Drop()
+
+    async def _receive_request(self) -> Request | None:
+        event = await self._next_event()
+        if isinstance(event, h11.ConnectionClosed):
+            return None
+        if not isinstance(event, h11.Request):  # pragma: no cover - h11 guarantees it
+            raise _Drop()
+        headers: dict[str, str] = {}
+        for name, value in event.headers:
+            key = name.decode("latin-1")  # h11 lower-cases names already
+            text = value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        method = event.method.decode("ascii", "replace")
+        target = event.target.decode("utf-8", "replace")
+
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            # Refuse before reading (and without "100 Continue"), then close:
+            # the unread body makes the connection unusable.
+            raise _Reject(self._too_large())
+        if self.h11.they_are_waiting_for_100_continue:
+            # curl sends "Expect: 100-continue" for larger bodies and would
+            # otherwise pause a second before sending them.
+            response = h11.InformationalResponse(status_code=100, headers=[])
+            await self.stream.send_all(self.h11.send(response))
+
+        body = bytearray()
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > self.max_body:
+                    raise _Reject(self._too_large())
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            else:  # ConnectionClosed mid-body; h11 normally raises instead
+                raise _Drop()
+        return Request(method, target, headers, bytes(body), connection_id=self.id)
+
+    def _too_large(self) -> ApiError:
+        return ApiError(
+            413, f"request body larger than {self.max_body} bytes", "too_large"
+        )
+
+    async def _answer_protocol_error(self, exc: h11.RemoteProtocolError) -> None:
+        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        error = ApiError(exc.error_status_hint, f"bad HTTP request: {exc}", "bad_request")
+        try:
+            await self._send_json(error.status, error.body(), close=True)
+        except h11.LocalProtocolError:
+            pass  # h11 will not let us answer in this state; just close
+
+    # -- answering
+
+    async def _respond(self, req: Request) -> bool:
+        """Run the handler and send its answer; False if the connection must end."""
+        try:
+            handler, req.params = self.router.resolve(req.method, req.path)
+            result = await handler(req)
+        except ApiError as err:
+            await self._send_json(err.status, err.body(), extra=err.headers)
+            return True
+        except Exception as exc:
+            log.exception("local API handler for %s %s failed", req.method, req.path)
+            await self._send_internal_error(exc)
+            return True
+
+        if isinstance(result, Stream):
+            return await self._send_stream(req, result)
+        if result is None:
+            await self._send_json(204, None)
+            return True
+        status, payload = 200, result
+        if isinstance(result, tuple):
+            status, payload = result
+        try:
+            await self._send_json(status, payload)
+        except (TypeError, ValueError) as exc:
+            # Not JSON-able: a handler bug, reported like any other crash.
+            log.exception("local API handler for %s %s returned bad JSON", req.method, req.path)
+            await self._send_internal_error(exc)
+        return True
+
+    async def _send_internal_error(self, exc: BaseException) -> None:
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        await self._send_json(500, {"error": message, "code": "internal"})
+
+    async def _send_json(
+        self,
+        status: int,
+        obj: Any,
+        *,
+        extra: dict[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
+        # Encode first so a TypeError leaves the h11 state untouched.
+        body = b"" if status == 204 else _dumps(obj).encode()
+        headers = [(b"content-type", b"application/json")]
+        if status != 204:
+            headers.append((b"content-length", str(len(body)).encode()))
+        if extra:
+            headers += _header_list(extra)
+        if close:
+            headers.append((b"connection", b"close"))
+        response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
+        parts = [self.h11.send(response)]
+        if body:
+            parts.append(self.h11.send(h11.Data(data=body)))
+        parts.append(self.h11.send(h11.EndOfMessage()))
+        # One write per response: fewer syscalls on the hook's latency path.
+        await self.stream.send_all(b"".join(p for p in parts if p))
+
+    async def _send_stream(self, req: Request, resp: Stream) -> bool:
+        headers = {
+            "content-type": "application/x-ndjson",
+            "transfer-encoding": "chunked",
+            "cache-control": "no-store",
+        }
+        headers.update(resp.headers)
+        response = h11.Response(
+            status_code=resp.status, headers=_header_list(headers), reason=_reason(resp.status)
+        )
+        try:
+            # Opened before anything is sent so that an unusable source is a
+            # plain 500, and so that the iterator is closed in every case below.
+            iterator = resp.open()
+        except Exception as exc:
+            log.exception("local API stream for %s %s could not start", req.method, req.path)
+            await self._send_internal_error(exc)
+            return True
+
+        completed = False
+        try:
+            await self.stream.send_all(self.h11.send(response))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_for_hangup, nursery.cancel_scope)
+                completed = await self._pump(req, iterator)
+                nursery.cancel_scope.cancel()
+        finally:
+            await _aclose_iterator(iterator, req)
+        return completed
+
+    async def _pump(self, req: Request, iterator: AsyncIterator[Any]) -> bool:
+        """Copy objects from the iterator to the socket; True if it ended cleanly."""
+        try:
+            async for obj in iterator:
+                line = (_dumps(obj) + "\n").encode()
+                await self.stream.send_all(self.h11.send(h11.Data(data=line)))
+            await self.stream.send_all(self.h11.send(h11.EndOfMessage()))
+            return True
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False  # client gone while we were writing
+        except Exception:
+            # Headers are out, so the status cannot change any more; ending
+            # without the final chunk tells the client the stream is broken.
+            log.exception("local API stream for %s %s failed", req.method, req.path)
+            return False
+
+    async def _watch_for_hangup(self, scope: trio.CancelScope) -> None:
+        """Cancel the running stream as soon as the client closes its end.
+
+        Clients do not send anything while reading a stream, so the only
+        thing to wait for is EOF. Bytes that do arrive (a pipelined next
+        request) are handed to h11 for later, up to a bound.
+        """
+        buffered = 0
+        try:
+            while True:
+                data = await self.stream.receive_some(_RECV_SIZE)
+                if not data:
+                    break
+                self.h11.receive_data(data)
+                buffered += len(data)
+                if buffered > _MAX_PIPELINED:
+                    await trio.sleep_forever()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        scope.cancel()
+
+
+async def _aclose_iterator(iterator: AsyncIterator[Any], req: Request) -> None:
+    """Close a stream's iterator even when our task is being cancelled.
+
+    Shielded (with its own deadline) because the usual reason to get here is
+    a cancellation, and the generator's cleanup must still run.
+    """
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is None:
+        return
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + _ACLOSE_GRACE):
+        try:
+            await aclose()
+        except Exception:
+            log.exception("closing the stream for %s %s failed", req.method, req.path)
+
+
+# ------------------------------------------------------------------- serving
+
+
+async def serve_listener(
+    listener: trio.abc.Listener[Any],
+    router: Router,
+    *,
+    max_body: int = MAX_BODY,
+    idle_timeout: float = IDLE_TIMEOUT,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the API on an already listening listener until cancelled.
+
+    Separate from ``serve_unix`` so tests (and a future TCP debug port) can
+    bring their own listener.
+    """
+    ids = itertools.count(1)
+
+    async def handle(stream: trio.abc.Stream) -> None:
+        conn = _Connection(
+            stream, router, max_body=max_body, idle_timeout=idle_timeout, connection_id=next(ids)
+        )
+        await conn.run()
+
+    await trio.serve_listeners(handle, [listener], task_status=task_status)
+
+
+async def serve_unix(
+    path: str,
+    router: Router,
+    *,
+    max_body: int = MAX_BODY,
+    idle_timeout: float = IDLE_TIMEOUT,
+    task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Bind ``path`` (mode 0600), announce readiness, serve until cancelled.
+
+    A socket file left behind by a crashed daemon is replaced; one that a
+    live process answers on is not (``OSError``), since that is another
+    daemon. The socket file is removed on the way out if it is still ours.
+    """
+    if len(path.encode()) > 107:
+        raise OSError(
+            errno.ENAMETOOLONG,
+            f"socket path is {len(path.encode())} bytes, too long for AF_UNIX (max 107): {path}",
+        )
+    await _clear_stale_socket(path)
+    sock = _bind_private(path)
+    try:
+        st = os.stat(path)
+        identity = (st.st_dev, st.st_ino)
+        sock.listen(128)
+        listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    except BaseException:
+        sock.close()
+        _unlink_quietly(path)
+        raise
+    try:
+        task_status.started(path)
+        await serve_listener(listener, router, max_body=max_body, idle_timeout=idle_timeout)
+    finally:
+        _unlink_if_ours(path, identity)
+        listener.socket.close()
+
+
+def _bind_private(path: str) -> socket.socket:
+    """Create the socket file owner-only from the first instant.
+
+    bind() creates the file with the mode left by the umask, so the umask is
+    narrowed around it (no await in between, so no other task runs) and the
+    file is chmod-ed to exactly 0600 before listen(): nobody else can ever
+    connect. 0o077 rather than 0o177 so a thread creating a directory in that
+    instant still gets a usable (0700) one.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        old = os.umask(0o077)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise OSError(errno.EADDRINUSE, f"another daemon is serving {path}") from None
+        raise
+    return sock
+
+
+async def _clear_stale_socket(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise FileExistsError(
+            errno.EEXIST, f"{path} exists and is not a socket; refusing to replace it"
+        )
+    probe = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with trio.move_on_after(2):  # a full backlog: someone is there
+            await probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        # Nobody listening: left behind by a daemon that died.
+        _unlink_quietly(path)
+        return
+    finally:
+        probe.close()
+    raise OSError(errno.EADDRINUSE, f"another daemon is serving {path}")
+
+
+def _unlink_if_ours(path: str, identity: tuple[int, int]) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if (st.st_dev, st.st_ino) == identity:
+        _unlink_quietly(path)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,34 @@
+"""Settings the protocol engine runs with (the daemon fills them in)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_CAPS = ["chat", "blob", "grant", "introduce"]
+MiB = 1024 * 1024
+
+
+@dataclass
+class NodeConfig:
+    name: str
+    about: str = ""
+    caps: list[str] = field(default_factory=lambda: list(DEFAULT_CAPS))
+    # Address sent in hello for dial-back: None means "pick from our listeners",
+    # "" or "none" means send none.
+    advertise: str | None = None
+    accept: str = "any"  # or "allowlist"
+    allow: set[str] = field(default_factory=set)
+    trust: set[str] = field(default_factory=set)
+    ping_interval: float = 30.0
+    outbox_ttl: float = 7 * 24 * 3600.0
+    blob_limit: int = 50 * MiB
+    trace: bool = False
+    allow_plaintext: bool = False
+    handshake_timeout: float = 30.0
+    resume_wait: float = 15.0
+    dialback_grace: float = 15.0
+    dial_timeout: float = 30.0
+    simultaneous_window: float = 5.0
+    bye_linger: float = 5.0
+    backoff_start: float = 1.0
+    backoff_cap: float = 60.0

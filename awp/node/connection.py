@@ -1,0 +1,449 @@
+"""One live connection to a peer: the trio driver around the protocol rules.
+
+The handshake itself is decided by :mod:`awp.node.handshake`; this module moves
+bytes, keeps time (handshake deadline, pings, bye linger) and talks to the
+store through the group-commit writer.  Three things matter most here:
+
+* an inbound ``msg``/``state`` is acked only after the transaction storing it
+  has committed, and acks go out in the order the lines arrived;
+* what we send comes from the outbox in ``seq`` order, whether it was queued
+  while the peer was away (replay) or a moment ago (live), so nothing is
+  skipped or reordered when the two overlap;
+* a misbehaving peer costs us this connection at most, never the daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..store import ops
+from ..wire import errors
+from ..wire.errors import ProtocolError
+from ..wire.framing import LineReader, LineTooLarge
+from ..wire.messages import ACKED_TYPES, dump, parse_line
+from ..wire.timefmt import format_ts, now_ms
+from .handshake import Handshake
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("awp.node")
+trace_log = logging.getLogger("awp.trace")
+
+_SEND_BATCH = 256
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+class Connection:
+    """Drives one stream from hello to close."""
+
+    def __init__(
+        self, engine: Engine, stream: trio.abc.HalfCloseableStream, *, outbound: bool,
+        dialed: str = "", desc: str = "",
+    ) -> None:
+        self.engine = engine
+        self.stream = stream
+        self.outbound = outbound
+        self.dialed = dialed
+        self.desc = desc or ("out " + dialed if outbound else "in")
+        self.hs = Handshake(engine.identity, engine.local_hello(outbound), engine.ids)
+        self.peer_key = ""
+        self.peer_name = ""
+        self.peer_caps: list[str] = []
+        self.dialer_key = ""
+        self.attached_at = 0.0
+        self.established = trio.Event()  # handshake done, admitted, attached
+        self.peer_resumed = trio.Event()  # the peer's resume (or any non-err line) arrived
+        self.closed = trio.Event()
+        self.reader_done = trio.Event()
+        self.close_reason = ""
+        self.failure = ""  # why the handshake failed, for `connect` to report
+        self.rtt_ms: float | None = None
+        self._cancel = trio.CancelScope()
+        self._send_lock = trio.Lock()
+        self._wake_sender = trio.Event()
+        self._last_sent_seq = 0
+        self._rescan = True
+        self._ping_sent: dict[str, float] = {}
+        self._unanswered = 0
+        self._last_recv = trio.current_time()
+        self._last_ping = 0.0
+        self._bye_sent = False
+        self._bye_received = trio.Event()
+        self._post_send, self._post_recv = trio.open_memory_channel(2048)
+        self._drained = trio.Event()
+        self._resumed_by_peer = trio.Event()
+        self._pushed: list[tuple[int, str]] = []
+
+    # -- public -------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """New lines were queued for this peer."""
+        self._wake_sender.set()
+
+    def close(self, reason: str = "") -> None:
+        if not self.close_reason:
+            self.close_reason = reason
+        self._cancel.cancel()
+
+    async def run(self) -> None:
+        """Run until the connection ends; never raises for peer behaviour."""
+        try:
+            with self._cancel:
+                await self._run()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
+            self.close_reason = self.close_reason or f"connection lost: {e}"
+        except ConnectionClosed as e:
+            self.close_reason = self.close_reason or str(e)
+        except Exception as e:  # never let one connection take the daemon down
+            log.exception("connection %s failed", self.desc)
+            self.close_reason = self.close_reason or f"internal error: {e}"
+        finally:
+            self.reader_done.set()
+            self.closed.set()
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(1):
+                    try:
+                        await self.stream.aclose()
+                    except Exception:
+                        pass
+                await self.engine.on_connection_closed(self)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        reader = LineReader()
+        pending: list[bytes] = []
+        await self._send_raw(self.hs.start())
+        with trio.move_on_after(self.engine.config.handshake_timeout) as deadline:
+            while not self.hs.done:
+                if not pending:
+                    data = await self.stream.receive_some(65536)
+                    if not data:
+                        raise ConnectionClosed("peer closed during handshake")
+                    try:
+                        pending = reader.feed(data)
+                    except LineTooLarge:
+                        await self._refuse(errors.TOO_LARGE, "line over 1 MiB")
+                        return
+                    continue
+                raw = pending.pop(0)
+                self._trace("<", raw)
+                try:
+                    reply = self.hs.receive(raw)
+                except ProtocolError as e:
+                    self.failure = e.detail or e.code
+                    if e.code:
+                        await self._refuse(e.code, e.detail, re=e.re)
+                    else:
+                        raise ConnectionClosed(e.detail) from None
+                    return
+                if reply:
+                    await self._send_raw(reply)
+        if deadline.cancelled_caught:
+            self.failure = "handshake timed out"
+            raise ConnectionClosed("handshake timed out")
+
+        self.peer_key = self.hs.peer_key
+        self.peer_name = self.hs.peer.get("name") if isinstance(self.hs.peer.get("name"), str) else ""
+        caps = self.hs.peer.get("caps")
+        self.peer_caps = [c for c in caps if isinstance(c, str)] if isinstance(caps, list) else []
+        self.dialer_key = self.engine.identity.key if self.outbound else self.peer_key
+
+        refusal = await self.engine.admission(self)
+        if refusal:
+            self.failure = refusal
+            await self._refuse(errors.AUTH, refusal)
+            return
+        if not await self.engine.peers.attach(self):
+            raise ConnectionClosed("simultaneous open: keeping the other connection")
+        self.attached_at = trio.current_time()
+        await self.engine.on_connection_established(self)
+
+        seen = await self.engine.resume_seen(self.peer_key)
+        await self._send_line({"t": "resume", "seen": seen})
+        self.established.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._post_commit_loop)
+            nursery.start_soon(self._sender_loop)
+            nursery.start_soon(self._pinger)
+            try:
+                for raw in pending:
+                    await self._on_line(raw)
+                pending = []
+                while True:
+                    data = await self.stream.receive_some(65536)
+                    if not data:
+                        break
+                    try:
+                        lines = reader.feed(data)
+                    except LineTooLarge:
+                        await self._refuse(errors.TOO_LARGE, "line over 1 MiB")
+                        break
+                    for raw in lines:
+                        await self._on_line(raw)
+            finally:
+                self.reader_done.set()
+            # EOF or a refusal: let queued acks go out, then stop.
+            await self._post_send.send(None)
+            with trio.move_on_after(2):
+                await self._drained.wait()
+            nursery.cancel_scope.cancel()
+        self.close_reason = self.close_reason or "peer closed the connection"
+
+    async def _refuse(self, code: str, detail: str, re: str | None = None) -> None:
+        """Send a closing err, half-close, and drain so the peer reads it."""
+        line = {"t": "err", "code": code}
+        if detail:
+            line["detail"] = detail
+        if re:
+            line["re"] = re
+        self.close_reason = f"{code}: {detail}" if detail else code
+        try:
+            await self._send_line(line)
+            await self.stream.send_eof()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+        with trio.move_on_after(2):
+            try:
+                while await self.stream.receive_some(65536):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+    # -- inbound ------------------------------------------------------------------
+
+    async def _on_line(self, raw: bytes) -> None:
+        self._trace("<", raw)
+        self._last_recv = trio.current_time()
+        self._unanswered = 0
+        try:
+            line = parse_line(raw)
+        except ProtocolError as e:
+            await self._refuse(e.code, e.detail)
+            raise ConnectionClosed(f"{e.code}: {e.detail}") from None
+        t = line["t"]
+        if t != "err":
+            self.peer_resumed.set()
+        if t in ACKED_TYPES:
+            await self._on_content(line, raw)
+        elif t == "ack":
+            th, re = line.get("th"), line.get("re")
+            if isinstance(re, str) and re:
+                pending = self.engine.writer.submit_nowait(
+                    lambda c, k=self.peer_key, th=th or "", re=re: ops.apply_ack(c, k, th, re)
+                )
+                await self._post_send.send((pending, self._after_ack, re))
+        elif t == "resume":
+            await self._on_resume(line)
+        elif t == "ping":
+            await self._send_line({"t": "pong", "re": line["id"]} if line.get("id") else
+                                  {"t": "pong"})
+        elif t == "pong":
+            sent = self._ping_sent.pop(line.get("re") or "", None)
+            if sent is not None:
+                self.rtt_ms = (trio.current_time() - sent) * 1000
+                self.engine.on_rtt(self)
+        elif t == "bye":
+            await self._on_bye(line)
+        elif t == "err":
+            self._on_err(line)
+        else:
+            await self.engine.on_other_line(self, line, raw)
+
+    async def _on_content(self, line: dict, raw: bytes) -> None:
+        text = raw.decode("utf-8")
+        now = now_ms()
+        pending = self.engine.writer.submit_nowait(
+            lambda c: self.engine.store_inbound(c, self, line, text, now)
+        )
+        await self._post_send.send((pending, self._after_store, line))
+
+    async def _after_store(self, result: object, line: dict) -> None:
+        await self._send_line({"t": "ack", "th": line.get("th") or "", "re": line["id"]})
+        self.engine.on_inbound_committed(self, line, result)
+
+    async def _after_ack(self, result: object, re: str) -> None:
+        self.engine.on_acked(self.peer_key, [re])
+
+    async def _on_resume(self, line: dict) -> None:
+        seen = line.get("seen")
+        clean: dict[str, str] = {}
+        if isinstance(seen, dict):
+            clean = {k: v for k, v in seen.items() if isinstance(k, str) and isinstance(v, str)}
+        pending = self.engine.writer.submit_nowait(
+            lambda c: ops.apply_resume(c, self.peer_key, clean)
+        )
+        await self._post_send.send((pending, self._after_resume, None))
+
+    async def _after_resume(self, acked: object, _unused: object) -> None:
+        if acked:
+            self.engine.on_acked(self.peer_key, list(acked))  # type: ignore[arg-type]
+        self._last_sent_seq = 0
+        self._rescan = True
+        self._pushed = []
+        self._resumed_by_peer.set()
+        self.wake()
+        self.engine.on_peer_resumed(self)
+
+    async def _on_bye(self, line: dict) -> None:
+        reason = line.get("reason") if isinstance(line.get("reason"), str) else ""
+        self._bye_received.set()
+        if self._bye_sent:
+            raise ConnectionClosed("bye exchanged")
+        await self.engine.on_peer_bye(self, reason)
+        reply = {"t": "bye", "reason": reason}
+        if line.get("id"):
+            reply["re"] = line["id"]
+        self._bye_sent = True
+        await self._send_line(reply)
+        try:
+            await self.stream.send_eof()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        with trio.move_on_after(self.engine.config.bye_linger):
+            while await self.stream.receive_some(65536):
+                pass
+        raise ConnectionClosed(f"peer said bye: {reason}" if reason else "peer said bye")
+
+    def _on_err(self, line: dict) -> None:
+        code = line.get("code") if isinstance(line.get("code"), str) else ""
+        detail = line.get("detail") if isinstance(line.get("detail"), str) else ""
+        log.info("peer %s sent err %s %s", self.peer_name or self.peer_key[:18], code, detail)
+        self.engine.on_peer_err(self, line)
+        if code in errors.CLOSING:
+            self.close(f"peer sent err {code}: {detail}".strip())
+
+    # -- ordered post-commit work -------------------------------------------------
+
+    async def _post_commit_loop(self) -> None:
+        """Act on committed jobs strictly in arrival order (acks keep line order)."""
+        async for item in self._post_recv:
+            if item is None:
+                break
+            pending, then, arg = item
+            try:
+                result = await pending.wait()
+            except Exception as e:
+                log.error("storing a line from %s failed: %s", self.peer_key[:18], e)
+                re = arg.get("id") if isinstance(arg, dict) else None
+                await self._send_line({"t": "err", "code": errors.INTERNAL, "re": re,
+                                       "detail": "could not store the line"} if re else
+                                      {"t": "err", "code": errors.INTERNAL,
+                                       "detail": "could not store"})
+                self.close("store failure")
+                break
+            await then(result, arg)
+        self._drained.set()
+
+    # -- outbound -----------------------------------------------------------------
+
+    def push(self, seq: int, text: str) -> None:
+        """A line for this peer was just committed (called in commit order)."""
+        self._pushed.append((seq, text))
+        self._wake_sender.set()
+
+    async def _sender_loop(self) -> None:
+        """Send queued lines for this peer in outbox order.
+
+        After a resume the outbox is rescanned from the start; otherwise lines
+        committed while connected arrive through :meth:`push`, in commit order,
+        which saves a query per message.  Either way ``seq`` only moves forward.
+        """
+        with trio.move_on_after(self.engine.config.resume_wait):
+            await self._resumed_by_peer.wait()
+        while not self._bye_sent:
+            self._wake_sender = trio.Event()
+            while self._rescan and not self._bye_sent:
+                rows = await self.engine.fetch_outbox(self.peer_key, self._last_sent_seq)
+                if not rows:
+                    self._rescan = False
+                    break
+                await self._send_rows([(r[0], r[3]) for r in rows])
+            if self._pushed and not self._bye_sent:
+                rows, self._pushed = self._pushed, []
+                await self._send_rows([r for r in rows if r[0] > self._last_sent_seq])
+                continue
+            await self._wake_sender.wait()
+
+    async def _send_rows(self, rows: list[tuple[int, str]]) -> None:
+        for i in range(0, len(rows), _SEND_BATCH):
+            batch = rows[i:i + _SEND_BATCH]
+            if not batch:
+                return
+            self._last_sent_seq = batch[-1][0]
+            await self._send_raw("".join(t + "\n" for _, t in batch).encode("utf-8"))
+
+    async def _pinger(self) -> None:
+        interval = self.engine.config.ping_interval
+        idle = interval * 0.9
+        with trio.move_on_after(min(3.0, idle)):
+            await self.closed.wait()
+        if not self.closed.is_set():
+            await self._ping()
+        while True:
+            deadline = max(self._last_recv, self._last_ping) + idle
+            now = trio.current_time()
+            if now < deadline:
+                await trio.sleep_until(deadline)
+                continue
+            if self._unanswered >= 2:
+                self.close("peer stopped answering pings")
+                return
+            await self._ping()
+
+    async def _ping(self) -> None:
+        ident = self.engine.ids.next()
+        self._ping_sent = {ident: trio.current_time()}
+        self._last_ping = trio.current_time()
+        self._unanswered += 1
+        await self._send_line({"t": "ping"}, ident=ident)
+
+    async def send_bye(self, reason: str) -> None:
+        """Say bye, send nothing more, close after the peer's bye or a timeout."""
+        if self._bye_sent:
+            return
+        self._bye_sent = True
+        self.wake()
+        await self._send_line({"t": "bye", "reason": reason})
+        with trio.move_on_after(self.engine.config.bye_linger):
+            await self._bye_received.wait()
+        self.close("we said bye")
+
+    # -- writing ------------------------------------------------------------------
+
+    async def _send_line(self, line: dict, ident: str | None = None) -> None:
+        full = {"t": line["t"], "id": ident or self.engine.ids.next(),
+                "ts": format_ts(now_ms())}
+        full.update((k, v) for k, v in line.items() if k != "t")
+        await self._send_raw(dump(full))
+
+    async def _send_raw(self, data: bytes) -> None:
+        if self.engine.config.trace:
+            for ln in data.splitlines():
+                self._trace(">", ln)
+        async with self._send_lock:
+            await self.stream.send_all(data)
+
+    def _trace(self, arrow: str, raw: bytes) -> None:
+        if self.engine.config.trace:
+            who = self.peer_name or (self.peer_key[:18] if self.peer_key else self.desc)
+            shown = raw if len(raw) <= 2000 else raw[:2000] + b"...(%d bytes)" % len(raw)
+            trace_log.info("%s %s %s", who, arrow, shown.decode("utf-8", "replace"))
+
+
+def jittered(backoff: float, rnd: float) -> float:
+    """A wait drawn uniformly from ``[b/2, 3b/2)`` given ``rnd`` in ``[0, 1)``."""
+    return backoff / 2 + backoff * rnd
+
+
+def next_backoff(backoff: float, cap: float) -> float:
+    return min(backoff * 2, cap) if math.isfinite(backoff) else cap

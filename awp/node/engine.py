@@ -1,0 +1,419 @@
+"""The protocol engine: identity, store, connections and the agent's verbs.
+
+One :class:`Engine` runs per home inside the daemon's trio loop.  Writes go
+through the group-commit :class:`~awp.store.writer.Writer`; reads run in worker
+threads on their own connections (WAL lets them run beside the writer).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..store import ops
+from ..store.db import connect, open_store
+from ..store.writer import Writer
+from ..transport import streams
+from ..wire.address import Address, AddressError, parse_address
+from ..wire.ids import IdGenerator, new_thread_id
+from ..wire.keys import Identity
+from ..wire.messages import default_subject
+from ..wire.timefmt import now_ms
+from .config import NodeConfig
+from .connection import Connection
+from .events import Broadcaster
+from .handshake import LocalHello
+from .peers import PeerManager
+
+log = logging.getLogger("awp.node")
+
+
+class DialError(Exception):
+    """Could not reach or handshake with a peer."""
+
+
+class Engine:
+    def __init__(self, identity: Identity, db_path: str, config: NodeConfig) -> None:
+        self.identity = identity
+        self.db_path = db_path
+        self.config = config
+        self.ids = IdGenerator()
+        self.peers = PeerManager(self)
+        self.changes = Broadcaster()
+        self.listen_addrs: list[Address] = []
+        self.shares: list[str] | None = None
+        self.started_at = now_ms()
+        self._listeners: list[Any] = []
+        self._ack_waiters: dict[str, trio.Event] = {}
+        self._local = threading.local()
+        self._nursery: trio.Nursery | None = None
+        self.writer: Writer
+        self.extensions: list[Any] = []  # later features hook in here
+
+    # -- life -----------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        conn = await trio.to_thread.run_sync(open_store, self.db_path)
+        self.ids.seed(await trio.to_thread.run_sync(ops.last_issued_id, conn))
+        self.writer = Writer(conn, after_commit=self._persist_last_id)
+        self.writer.start()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self.peers.bind(nursery)
+                nursery.start_soon(self._sweeper)
+                for key in await self.read(self._peers_with_business):
+                    self.peers.ensure_loop(key)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                for lst in self._listeners:
+                    try:
+                        await lst.aclose()
+                    except Exception:
+                        pass
+                await self.writer.stop()
+
+    def _persist_last_id(self, conn: sqlite3.Connection) -> None:
+        last = self.ids.last
+        if last:
+            ops.set_meta(conn, "last_id", last)
+
+    def _peers_with_business(self, conn: sqlite3.Connection) -> list[str]:
+        since = now_ms() - int(self.config.outbox_ttl * 1000)
+        keys = [r[0] for r in conn.execute("SELECT key FROM peers WHERE parked = 0")]
+        return [k for k in keys if ops.has_business(conn, k, since)]
+
+    async def _sweeper(self) -> None:
+        while True:
+            cutoff = now_ms() - int(self.config.outbox_ttl * 1000)
+            try:
+                n = await self.writer.run(lambda c, cut=cutoff: ops.sweep_outbox(c, cut))
+                if n:
+                    log.info("dropped %d unacked lines older than the outbox retention", n)
+            except Exception as e:
+                log.error("outbox sweep failed: %s", e)
+            await trio.sleep(60)
+
+    # -- store access ----------------------------------------------------------------
+
+    def _reader(self) -> sqlite3.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None:
+            c = self._local.conn = connect(self.db_path)
+        return c
+
+    async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run a read-only query function on a worker thread's connection."""
+        return await trio.to_thread.run_sync(lambda: fn(self._reader()))
+
+    def read_sync(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        return fn(self._reader())
+
+    async def fetch_outbox(self, key: str, after: int) -> list:
+        return await self.read(lambda c: ops.fetch_outbox(c, key, after))
+
+    async def resume_seen(self, key: str) -> dict[str, str]:
+        since = now_ms() - int(self.config.outbox_ttl * 1000)
+        return await self.read(lambda c: ops.resume_seen(c, key, since))
+
+    async def wants_connection(self, key: str) -> bool:
+        since = now_ms() - int(self.config.outbox_ttl * 1000)
+
+        def q(c: sqlite3.Connection) -> bool:
+            row = c.execute("SELECT parked FROM peers WHERE key = ?", (key,)).fetchone()
+            if row is None or row[0]:
+                return False
+            return ops.has_business(c, key, since)
+
+        return await self.read(q)
+
+    async def dial_addresses(self, key: str) -> list[tuple[str, str]]:
+        rows = await self.read(lambda c: ops.ranked_addresses(c, key))
+        return [(r["addr"], r["source"]) for r in rows]
+
+    # -- listening and dialing -------------------------------------------------------
+
+    async def listen(self, addr: Address) -> Address:
+        lst = await streams.listen(addr, allow_plaintext=self.config.allow_plaintext)
+        self._listeners.append(lst)
+        assert self._nursery is not None
+        await self._nursery.start(lst.serve, self.handle_inbound)
+        self.listen_addrs.append(lst.bound)
+        return lst.bound
+
+    async def handle_inbound(self, stream: trio.abc.HalfCloseableStream) -> None:
+        conn = Connection(self, stream, outbound=False, desc=streams.peer_description(stream))
+        await conn.run()
+
+    def advertised(self) -> str | None:
+        adv = self.config.advertise
+        if adv is not None:
+            return None if adv.strip().lower() in ("", "none") else adv
+        for a in sorted(self.listen_addrs, key=lambda a: a.kind != "tailcat"):
+            if a.kind == "tcp" and a.host in ("0.0.0.0", "::", ""):
+                continue
+            return str(a)
+        return None
+
+    def local_hello(self, outbound: bool) -> LocalHello:
+        return LocalHello(
+            name=self.config.name, caps=list(self.config.caps), about=self.config.about,
+            addr=self.advertised(), shares=self.shares,
+        )
+
+    async def dial_and_run(self, addr: str, *, expect_key: str | None = None,
+                           background: bool = True) -> Connection:
+        """Dial ``addr``, run the connection in the background, and return it
+        once the peer has resumed (the dialer's definition of established)."""
+        try:
+            target = parse_address(addr)
+            stream = await streams.dial(
+                target, timeout=self.config.dial_timeout,
+                allow_plaintext=self.config.allow_plaintext,
+            )
+        except (AddressError, Exception) as e:
+            if expect_key:
+                await self._address_error(expect_key, addr, str(e))
+            raise DialError(str(e)) from None
+        conn = Connection(self, stream, outbound=True, dialed=addr)
+        assert self._nursery is not None
+        self._nursery.start_soon(conn.run)
+        with trio.move_on_after(self.config.handshake_timeout + 1):
+            async with trio.open_nursery() as n:
+                async def until(ev: trio.Event) -> None:
+                    await ev.wait()
+                    n.cancel_scope.cancel()
+                n.start_soon(until, conn.peer_resumed)
+                n.start_soon(until, conn.closed)
+        if not conn.peer_resumed.is_set() or conn.closed.is_set() and not conn.peer_key:
+            conn.close("no resume from peer")
+            reason = conn.failure or conn.close_reason or "handshake did not complete"
+            if expect_key:
+                await self._address_error(expect_key, addr, reason)
+            raise DialError(reason)
+        return conn
+
+    async def _address_error(self, key: str, addr: str, error: str) -> None:
+        now = now_ms()
+        try:
+            await self.writer.run(lambda c: ops.address_result(c, key, addr, now, error))
+        except Exception:
+            pass
+
+    async def connect(self, addr: str) -> tuple[Connection | None, str]:
+        """Connect to an address, remembering it as the peer's best source.
+
+        Returns ``(connection, peer_key)``; the connection is ``None`` when the
+        peer was already connected through this address.
+        """
+        known = await self.read(
+            lambda c: c.execute("SELECT peer FROM addresses WHERE addr = ?", (addr,)).fetchall()
+        )
+        for (key,) in known:
+            if self.peers.active(key):
+                return None, key
+        conn = await self.dial_and_run(addr)
+        now = now_ms()
+        await self.writer.run(lambda c: ops.add_address(c, conn.peer_key, addr, "connect", now))
+        return conn, conn.peer_key
+
+    # -- connection callbacks ---------------------------------------------------------
+
+    async def admission(self, conn: Connection) -> str:
+        """Empty string to admit; otherwise the reason for ``err auth``."""
+        cfg = self.config
+        if cfg.accept != "allowlist":
+            log.info("admitted %s (%s) under policy any", conn.peer_name, conn.peer_key)
+            return ""
+        key = conn.peer_key
+        if conn.outbound or key in cfg.allow or key in cfg.trust:
+            return ""
+        for ext in self.extensions:
+            check = getattr(ext, "admits", None)
+            if check is not None and await check(conn):
+                return ""
+        name = conn.peer_name or "a peer"
+        now = now_ms()
+        try:
+            await self.writer.run(lambda c: (
+                ops.ensure_peer(c, key, now),
+                ops.add_notice(c, self.ids, key, "refused",
+                               f"refused a connection from {name} ({key}): not on the allowlist",
+                               now),
+            ))
+        except Exception:
+            pass
+        self.changes.publish({"kind": "notice", "peer": key})
+        return "not on the allowlist"
+
+    async def on_connection_established(self, conn: Connection) -> None:
+        now = now_ms()
+        hello = conn.hs.peer
+        addr = hello.get("addr")
+        try:
+            dialback = str(parse_address(addr)) if isinstance(addr, str) and addr else ""
+        except AddressError:
+            dialback = ""
+
+        def job(c: sqlite3.Connection) -> dict:
+            prev = ops.record_hello(c, conn.peer_key, hello, now)
+            if dialback and not conn.outbound:
+                ops.add_address(c, conn.peer_key, dialback, "hello", now)
+            if conn.outbound and conn.dialed:
+                ops.add_address(c, conn.peer_key, conn.dialed, "hello", now)
+                ops.address_result(c, conn.peer_key, conn.dialed, now)
+            return prev
+
+        prev = await self.writer.run(job)
+        for ext in self.extensions:
+            hook = getattr(ext, "on_established", None)
+            if hook is not None:
+                await hook(conn, prev)
+        log.info("connected %s %s (%s)", "to" if conn.outbound else "from",
+                 conn.peer_name, conn.peer_key)
+        self.changes.publish({"kind": "peer", "peer": conn.peer_key, "up": True})
+
+    async def on_connection_closed(self, conn: Connection) -> None:
+        if conn.peer_key:
+            self.peers.detach(conn)
+            if conn.established.is_set():
+                log.info("disconnected %s: %s", conn.peer_name or conn.peer_key,
+                         conn.close_reason)
+                self.changes.publish({"kind": "peer", "peer": conn.peer_key, "up": False})
+
+    def store_inbound(self, c: sqlite3.Connection, conn: Connection, line: dict, text: str,
+                      now: int) -> int:
+        """Runs on the writer thread: store a content line, return its log seq."""
+        seq = ops.store_inbound(c, conn.peer_key, line, text, now)
+        for ext in self.extensions:
+            hook = getattr(ext, "stored_inbound", None)
+            if hook is not None:
+                hook(c, conn, line, seq, now)
+        return seq
+
+    def on_inbound_committed(self, conn: Connection, line: dict, seq: object) -> None:
+        if seq:
+            self.changes.publish({"kind": line["t"], "peer": conn.peer_key,
+                                  "th": line.get("th") or "", "seq": seq})
+
+    def on_acked(self, key: str, ids: list[str]) -> None:
+        for i in ids:
+            ev = self._ack_waiters.pop(i, None)
+            if ev is not None:
+                ev.set()
+        self.changes.publish({"kind": "ack", "peer": key, "ids": ids[:50]})
+
+    def on_peer_resumed(self, conn: Connection) -> None:
+        pass
+
+    async def on_peer_bye(self, conn: Connection, reason: str) -> None:
+        key, name, now = conn.peer_key, conn.peer_name or conn.peer_key, now_ms()
+        text = f"{name} said bye" + (f": {reason}" if reason else "")
+        await self.writer.run(lambda c: (
+            ops.set_parked(c, key, True, reason),
+            ops.add_notice(c, self.ids, key, "bye", text, now),
+        ))
+        self.changes.publish({"kind": "notice", "peer": key})
+
+    def on_peer_err(self, conn: Connection, line: dict) -> None:
+        for ext in self.extensions:
+            hook = getattr(ext, "on_err", None)
+            if hook is not None:
+                hook(conn, line)
+
+    async def on_other_line(self, conn: Connection, line: dict, raw: bytes) -> None:
+        for ext in self.extensions:
+            hook = getattr(ext, "on_line", None)
+            if hook is not None and await hook(conn, line, raw):
+                return
+        # Anything else is an unknown type: ignored, the connection stays up.
+
+    def on_rtt(self, conn: Connection) -> None:
+        pass
+
+    # -- the agent's verbs ------------------------------------------------------------
+
+    def _queued(self, key: str, result: tuple) -> None:
+        """Post-commit, in commit order: hand the line to a live connection."""
+        conn = self.peers.active(key)
+        if conn is not None:
+            conn.push(result[0], result[2])
+        else:
+            self.peers.kick(key)
+
+    async def send_msg(
+        self, key: str, parts: list[dict], *, th: str | None = None,
+        subject: str | None = None, re: str | None = None,
+    ) -> dict:
+        new_thread = not th
+        th = th or new_thread_id()
+        now = now_ms()
+        subj = subject or (default_subject(parts) if new_thread else "")
+
+        def build(ident: str, ts: str) -> dict:
+            line: dict = {"t": "msg", "id": ident, "ts": ts, "th": th}
+            if re:
+                line["re"] = re
+            if subj and (new_thread or subject):
+                line["subject"] = subj
+            line["parts"] = parts
+            return line
+
+        def job(c: sqlite3.Connection) -> tuple:
+            ops.ensure_peer(c, key, now)
+            res = ops.queue_line(c, self.ids, key, build, now=now)
+            ops.touch_thread_out(c, key, th, now, subject=subj)
+            return res
+
+        res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
+        self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
+        return {"id": res[1]["id"], "th": th, "line": res[1]}
+
+    async def send_state(self, key: str, th: str, state: str, note: str = "") -> dict:
+        now = now_ms()
+
+        def build(ident: str, ts: str) -> dict:
+            line = {"t": "state", "id": ident, "ts": ts, "th": th, "state": state}
+            if note:
+                line["note"] = note
+            return line
+
+        def job(c: sqlite3.Connection) -> tuple:
+            ops.ensure_peer(c, key, now)
+            res = ops.queue_line(c, self.ids, key, build, now=now)
+            ops.touch_thread_out(c, key, th, now, state=state, note=note)
+            return res
+
+        res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
+        self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
+        return {"id": res[1]["id"], "th": th, "line": res[1]}
+
+    async def wait_ack(self, ident: str, timeout: float) -> bool:
+        """True once the peer acked our line ``ident`` (or had already)."""
+        ev = self._ack_waiters.setdefault(ident, trio.Event())
+        acked = await self.read(lambda c: c.execute(
+            "SELECT acked FROM log WHERE dir = 'out' AND id = ?", (ident,)).fetchone())
+        if acked and acked[0]:
+            self._ack_waiters.pop(ident, None)
+            return True
+        with trio.move_on_after(max(0.0, timeout)):
+            await ev.wait()
+            return True
+        self._ack_waiters.pop(ident, None)
+        return False
+
+    async def bye(self, key: str, reason: str = "") -> bool:
+        """Park the peer and say bye if connected; returns whether it was."""
+        await self.writer.run(lambda c: ops.set_parked(c, key, True, reason))
+        conn = self.peers.active(key)
+        if conn is None:
+            return False
+        await conn.send_bye(reason)
+        return True

@@ -1,0 +1,125 @@
+"""The handshake as a sans-I/O state machine.
+
+Both sides send ``hello`` at once, then ``auth`` (a signature over both hello
+lines, so it cannot be replayed), then ``resume``.  This module decides what
+to send and when to fail; it never touches a socket, a clock or the store, so
+every rule here is tested with plain byte strings.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..wire import errors
+from ..wire.b64 import b64url
+from ..wire.errors import ProtocolError
+from ..wire.ids import IdGenerator
+from ..wire.keys import Identity, KeyError_, auth_transcript, decode_key, normalize_key, verify
+from ..wire.messages import dump, hello, parse_line
+from ..wire.timefmt import format_ts, now_ms
+
+SUPPORTED_VERSIONS = frozenset({0})
+
+
+@dataclass
+class LocalHello:
+    """What we announce about ourselves."""
+
+    name: str
+    caps: list[str]
+    about: str = ""
+    addr: str | None = None
+    shares: list[str] | None = None
+    version: int = 0
+
+
+@dataclass
+class Handshake:
+    """One connection's handshake; feed it lines until ``done``."""
+
+    identity: Identity
+    local: LocalHello
+    ids: IdGenerator
+    my_hello: bytes = b""
+    peer_hello: bytes = b""
+    peer: dict = field(default_factory=dict)
+    peer_key: str = ""
+    stage: str = "hello"  # hello -> auth -> done
+
+    def start(self) -> bytes:
+        """Our hello line (with newline), sent at once on connect."""
+        nonce = b64url(os.urandom(32))
+        line = hello(
+            id=self.ids.next(), ts=format_ts(now_ms()), key=self.identity.key,
+            name=self.local.name, nonce=nonce, caps=list(self.local.caps),
+            about=self.local.about, addr=self.local.addr, shares=self.local.shares,
+            v=self.local.version,
+        )
+        data = dump(line)
+        self.my_hello = data[:-1]
+        return data
+
+    @property
+    def done(self) -> bool:
+        return self.stage == "done"
+
+    def receive(self, raw: bytes) -> bytes | None:
+        """Handle one handshake line; returns a line to send, if any.
+
+        Raises :class:`ProtocolError` with the code to answer (the caller sends
+        the err and closes).  A peer ``err`` raises with code ``""``: close
+        without answering, since an err is never answered with an err.
+        """
+        obj = parse_line(raw)
+        t = obj["t"]
+        if t == "err":
+            code = obj.get("code") if isinstance(obj.get("code"), str) else "?"
+            raise ProtocolError("", f"peer refused: {code} {obj.get('detail') or ''}".strip())
+        if self.stage == "hello":
+            if t != "hello":
+                raise ProtocolError(errors.BAD_FRAME, f"expected hello, got {t}")
+            return self._on_hello(obj, raw)
+        if self.stage == "auth":
+            if t != "auth":
+                raise ProtocolError(errors.AUTH, f"expected auth, got {t}")
+            self._on_auth(obj)
+            return None
+        raise ProtocolError(errors.BAD_FRAME, "handshake already complete")
+
+    def _on_hello(self, obj: dict, raw: bytes) -> bytes:
+        v = obj.get("v", 0)
+        if not isinstance(v, int) or isinstance(v, bool) or v not in SUPPORTED_VERSIONS:
+            raise ProtocolError(errors.VERSION, f"version {v!r} not spoken (we speak 0)",
+                                re=obj.get("id"))
+        try:
+            decode_key(obj.get("key"))
+            key = normalize_key(obj["key"])
+        except KeyError_ as e:
+            raise ProtocolError(errors.AUTH, f"hello key: {e}") from None
+        if key == self.identity.key:
+            raise ProtocolError(errors.AUTH, "hello carries our own key")
+        nonce = obj.get("nonce")
+        if not isinstance(nonce, str) or not nonce:
+            raise ProtocolError(errors.AUTH, "hello without nonce")
+        self.peer = obj
+        self.peer_key = key
+        self.peer_hello = raw
+        self.stage = "auth"
+        sig = self.identity.sign(auth_transcript(self.my_hello, self.peer_hello))
+        auth = {"t": "auth", "id": self.ids.next(), "ts": format_ts(now_ms()), "sig": sig}
+        return dump(auth)
+
+    def _on_auth(self, obj: dict) -> None:
+        sig = obj.get("sig")
+        if not isinstance(sig, str) or not verify(
+            self.peer_key, auth_transcript(self.peer_hello, self.my_hello), sig
+        ):
+            raise ProtocolError(errors.AUTH, "auth signature does not verify")
+        self.peer_auth = obj
+        self.stage = "done"
+
+    @property
+    def peer_grants(self) -> list[dict]:
+        grants = getattr(self, "peer_auth", {}).get("grants")
+        return [g for g in grants if isinstance(g, dict)] if isinstance(grants, list) else []

@@ -1,0 +1,158 @@
+"""The peer manager: one connection per peer, and who redials whom.
+
+Keys are identity, addresses are hints.  For every peer with unfinished
+business (queued lines, or an open thread active within the retention) a
+redial loop runs while no connection is up: it tries the peer's addresses in
+rank order, backing off from 1 s to 60 s with jitter, and new outbound
+traffic wakes it at once with the backoff reset.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING
+
+import trio
+
+from .connection import Connection, jittered, next_backoff
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("awp.node")
+
+
+class PeerSlot:
+    """What the manager tracks per peer key."""
+
+    __slots__ = ("key", "conn", "loop_running", "kick", "backoff", "last_error",
+                 "dialing", "grace_pending")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.conn: Connection | None = None
+        self.loop_running = False
+        self.kick = trio.Event()
+        self.backoff = 1.0
+        self.last_error = ""
+        self.dialing = False
+        self.grace_pending = False
+
+
+class PeerManager:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.slots: dict[str, PeerSlot] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def bind(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    def slot(self, key: str) -> PeerSlot:
+        s = self.slots.get(key)
+        if s is None:
+            s = self.slots[key] = PeerSlot(key)
+        return s
+
+    def active(self, key: str) -> Connection | None:
+        s = self.slots.get(key)
+        if s and s.conn and not s.conn.closed.is_set():
+            return s.conn
+        return None
+
+    # -- attaching connections ----------------------------------------------------
+
+    async def attach(self, conn: Connection) -> bool:
+        """Make ``conn`` the peer's connection, or refuse it (tie-break).
+
+        A newer connection replaces an older one, which is most likely half
+        dead, and the old reader is drained first so everything it received is
+        stored before the new resume is computed.  When both sides dialed at
+        once (the other connection is younger than the window), both keep the
+        one dialed by the smaller key, so they agree without talking.
+        """
+        s = self.slot(conn.peer_key)
+        old = s.conn
+        if old is not None and old is not conn and not old.closed.is_set():
+            young = trio.current_time() - old.attached_at < self.engine.config.simultaneous_window
+            if young and old.dialer_key != conn.dialer_key and old.dialer_key < conn.dialer_key:
+                return False
+            old.close("replaced by a newer connection")
+            with trio.move_on_after(5):
+                await old.closed.wait()
+        s.conn = conn
+        s.backoff = self.engine.config.backoff_start
+        s.last_error = ""
+        return True
+
+    def detach(self, conn: Connection) -> None:
+        s = self.slots.get(conn.peer_key)
+        if s is not None and s.conn is conn:
+            s.conn = None
+            self.ensure_loop(conn.peer_key, after_drop=True)
+
+    # -- redialing ----------------------------------------------------------------
+
+    def kick(self, key: str) -> None:
+        """New outbound traffic: redial now, with the backoff reset."""
+        s = self.slot(key)
+        s.backoff = self.engine.config.backoff_start
+        s.grace_pending = False
+        s.kick.set()
+        self.ensure_loop(key)
+
+    def ensure_loop(self, key: str, *, after_drop: bool = False) -> None:
+        s = self.slot(key)
+        if after_drop:
+            s.grace_pending = True
+        if not s.loop_running and self._nursery is not None:
+            s.loop_running = True
+            self._nursery.start_soon(self._redial_loop, s)
+
+    async def _redial_loop(self, s: PeerSlot) -> None:
+        eng = self.engine
+        cfg = eng.config
+        try:
+            while True:
+                if self.active(s.key):
+                    return
+                if not await eng.wants_connection(s.key):
+                    return
+                addrs = await eng.dial_addresses(s.key)
+                if not addrs:
+                    return
+                if s.grace_pending:
+                    s.grace_pending = False
+                    if all(src == "hello" for _, src in addrs):
+                        # Let the original dialer come back first.
+                        s.kick = trio.Event()
+                        with trio.move_on_after(cfg.dialback_grace):
+                            await s.kick.wait()
+                        if self.active(s.key):
+                            return
+                        continue
+                s.kick = trio.Event()
+                ok = False
+                for addr, _src in addrs:
+                    if self.active(s.key):
+                        return
+                    try:
+                        s.dialing = True
+                        await eng.dial_and_run(addr, expect_key=s.key, background=True)
+                        ok = True
+                        break
+                    except Exception as e:  # a failed dial is routine; try the next
+                        s.last_error = str(e)
+                        log.info("redial %s via %s failed: %s", s.key[:18], addr, e)
+                    finally:
+                        s.dialing = False
+                if ok:
+                    continue  # connected: the top of the loop returns
+                wait = jittered(s.backoff, random.random())
+                s.backoff = next_backoff(s.backoff, cfg.backoff_cap)
+                with trio.move_on_after(wait):
+                    await s.kick.wait()
+        finally:
+            s.loop_running = False
+            s.dialing = False

@@ -1,0 +1,369 @@
+"""Every write the protocol engine makes, as functions of a connection.
+
+Each function runs inside a transaction the caller (usually the group-commit
+writer) owns, so a sequence of them is atomic: a line is queued, logged and
+its thread touched together, or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable
+
+from ..wire.canonical import compact_json
+from ..wire.ids import IdGenerator
+from ..wire.timefmt import format_ts, now_ms, parse_ts
+
+SOURCE_RANK = {"connect": 0, "introduce": 1, "hello": 2}
+# Lines that are never acked themselves and are dropped when a later msg of
+# the same thread is acked (cumulative ack).
+CUMULATIVE_TYPES = ("chunk", "introduce")
+FINAL_STATES = frozenset({"done", "failed", "closed"})
+
+
+# --- meta ---------------------------------------------------------------------------
+
+
+def get_meta(conn: sqlite3.Connection, k: str, default: str | None = None) -> str | None:
+    row = conn.execute("SELECT v FROM meta WHERE k = ?", (k,)).fetchone()
+    return row[0] if row else default
+
+
+def set_meta(conn: sqlite3.Connection, k: str, v: str) -> None:
+    conn.execute(
+        "INSERT INTO meta (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+        (k, v),
+    )
+
+
+def del_meta(conn: sqlite3.Connection, k: str) -> None:
+    conn.execute("DELETE FROM meta WHERE k = ?", (k,))
+
+
+def last_issued_id(conn: sqlite3.Connection) -> str | None:
+    """The largest id this node ever issued, to seed the id generator."""
+    best = get_meta(conn, "last_id")
+    for sql in (
+        "SELECT max(id) FROM outbox",
+        "SELECT max(id) FROM log WHERE dir = 'out'",
+    ):
+        v = conn.execute(sql).fetchone()[0]
+        if v and (best is None or v > best):
+            best = v
+    return best
+
+
+# --- peers and addresses ------------------------------------------------------------
+
+
+def ensure_peer(conn: sqlite3.Connection, key: str, now: int) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO peers (key, first_seen, last_seen) VALUES (?, ?, 0)", (key, now)
+    )
+
+
+def record_hello(
+    conn: sqlite3.Connection, key: str, hello: dict, now: int
+) -> dict:
+    """Store what a peer says about itself; returns the previous row as a dict."""
+    ensure_peer(conn, key, now)
+    prev = dict(conn.execute("SELECT * FROM peers WHERE key = ?", (key,)).fetchone())
+    name = hello.get("name") if isinstance(hello.get("name"), str) else ""
+    about = hello.get("about") if isinstance(hello.get("about"), str) else ""
+    caps = [c for c in hello.get("caps") or [] if isinstance(c, str)] if isinstance(
+        hello.get("caps"), list) else []
+    shares = hello.get("shares")
+    shares_json = (
+        json.dumps([s for s in shares if isinstance(s, str)]) if isinstance(shares, list) else "[]"
+    )
+    conn.execute(
+        "UPDATE peers SET name = ?, about = ?, caps = ?, shares = ?, last_seen = ? WHERE key = ?",
+        (name[:200], about[:1000], json.dumps(caps[:64]), shares_json, now, key),
+    )
+    return prev
+
+
+def add_address(conn: sqlite3.Connection, peer: str, addr: str, source: str, now: int) -> None:
+    """Remember an address for a peer; a better source upgrades an existing one."""
+    row = conn.execute(
+        "SELECT source FROM addresses WHERE peer = ? AND addr = ?", (peer, addr)
+    ).fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO addresses (peer, addr, source, added_at) VALUES (?, ?, ?, ?)",
+            (peer, addr, source, now),
+        )
+    elif SOURCE_RANK.get(source, 9) < SOURCE_RANK.get(row[0], 9):
+        conn.execute(
+            "UPDATE addresses SET source = ?, added_at = ? WHERE peer = ? AND addr = ?",
+            (source, now, peer, addr),
+        )
+
+
+def address_result(
+    conn: sqlite3.Connection, peer: str, addr: str, now: int, error: str = ""
+) -> None:
+    if error:
+        conn.execute(
+            "UPDATE addresses SET last_error = ? WHERE peer = ? AND addr = ?",
+            (error[:500], peer, addr),
+        )
+        conn.execute(
+            "UPDATE peers SET last_error = ?, last_error_at = ? WHERE key = ?",
+            (error[:500], now, peer),
+        )
+    else:
+        conn.execute(
+            "UPDATE addresses SET last_success = ?, last_error = '' WHERE peer = ? AND addr = ?",
+            (now, peer, addr),
+        )
+        conn.execute("UPDATE peers SET last_error = '' WHERE key = ?", (peer,))
+
+
+def ranked_addresses(conn: sqlite3.Connection, peer: str) -> list[sqlite3.Row]:
+    """Most recent success first, then by source, then newest."""
+    rows = conn.execute("SELECT * FROM addresses WHERE peer = ?", (peer,)).fetchall()
+    return sorted(
+        rows,
+        key=lambda r: (-r["last_success"], SOURCE_RANK.get(r["source"], 9), -r["added_at"]),
+    )
+
+
+def set_parked(conn: sqlite3.Connection, peer: str, parked: bool, reason: str = "") -> None:
+    conn.execute(
+        "UPDATE peers SET parked = ?, bye_reason = ? WHERE key = ?",
+        (1 if parked else 0, reason[:500] if parked else "", peer),
+    )
+
+
+# --- queuing what we send -----------------------------------------------------------
+
+
+def queue_line(
+    conn: sqlite3.Connection,
+    gen: IdGenerator,
+    peer: str,
+    build: Callable[[str, str], dict],
+    *,
+    log: bool = True,
+    ref: str = "",
+    now: int | None = None,
+) -> tuple[int, dict, str]:
+    """Allocate an id, queue the line for ``peer`` and (optionally) log it.
+
+    The id is taken inside the transaction, so outbox order equals id order.
+    Queuing anything un-parks the peer.  Returns ``(seq, line, text)``.
+    """
+    now = now_ms() if now is None else now
+    ident = gen.next()
+    line = build(ident, format_ts(now))
+    text = compact_json(line)
+    th = line.get("th") or ""
+    cur = conn.execute(
+        "INSERT INTO outbox (peer, id, t, th, ref, line, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (peer, ident, line["t"], th, ref, text, now),
+    )
+    if log:
+        conn.execute(
+            "INSERT INTO log (peer, dir, t, id, th, re, ts, at, line, read, acked)"
+            " VALUES (?, 'out', ?, ?, ?, ?, ?, ?, ?, 1, 0)",
+            (peer, line["t"], ident, th, line.get("re") or "", now, now, text),
+        )
+    conn.execute("UPDATE peers SET parked = 0, bye_reason = '' WHERE key = ? AND parked = 1",
+                 (peer,))
+    set_meta(conn, "last_id", ident)
+    return cur.lastrowid, line, text
+
+
+def touch_thread_out(
+    conn: sqlite3.Connection, peer: str, th: str, now: int, *, subject: str = "",
+    state: str | None = None, note: str = "",
+) -> None:
+    """Create or update a thread from our side (a msg or a state we send)."""
+    _ensure_thread(conn, peer, th, subject, now)
+    if state is not None:
+        conn.execute(
+            "UPDATE threads SET mine = ?, my_note = ?, my_since = ?, updated = ?"
+            " WHERE peer = ? AND th = ?",
+            (state, note, now, now, peer, th),
+        )
+    else:
+        conn.execute("UPDATE threads SET updated = ? WHERE peer = ? AND th = ?", (now, peer, th))
+
+
+def _ensure_thread(conn: sqlite3.Connection, peer: str, th: str, subject: str, now: int) -> None:
+    conn.execute(
+        "INSERT INTO threads (peer, th, subject, created, updated, my_since, their_since)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (peer, th) DO UPDATE SET"
+        " subject = CASE WHEN threads.subject = '' THEN excluded.subject ELSE threads.subject END",
+        (peer, th, subject[:500], now, now, now, now),
+    )
+
+
+def fetch_outbox(
+    conn: sqlite3.Connection, peer: str, after_seq: int, limit: int = 500
+) -> list[tuple[int, str, str, str]]:
+    """``(seq, id, t, line)`` for queued lines after ``after_seq``, in order."""
+    return conn.execute(
+        "SELECT seq, id, t, line FROM outbox WHERE peer = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (peer, after_seq, limit),
+    ).fetchall()
+
+
+def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
+    """The peer stored our line ``re``: drop it, and the never-acked lines before it.
+
+    Returns whether the id was still queued.
+    """
+    row = conn.execute(
+        "SELECT seq, th FROM outbox WHERE peer = ? AND id = ?", (peer, re)
+    ).fetchone()
+    conn.execute(
+        "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ? AND acked = 0",
+        (peer, re),
+    )
+    if row is None:
+        return False
+    seq, qth = row
+    conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+    if qth:
+        conn.execute(
+            "DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND t IN (?, ?)",
+            (peer, qth, seq, *CUMULATIVE_TYPES),
+        )
+    return True
+
+
+def apply_resume(conn: sqlite3.Connection, peer: str, seen: dict[str, str]) -> list[str]:
+    """Drop what the peer says it has; returns the ids that count as acked."""
+    acked: list[str] = []
+    for th, last in seen.items():
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM outbox WHERE peer = ? AND th = ? AND id <= ?", (peer, th, last)
+            )
+        ]
+        if not ids:
+            continue
+        conn.execute(
+            "DELETE FROM outbox WHERE peer = ? AND th = ? AND id <= ?", (peer, th, last)
+        )
+        conn.executemany(
+            "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ?",
+            [(peer, i) for i in ids],
+        )
+        acked.extend(ids)
+    return acked
+
+
+def sweep_outbox(conn: sqlite3.Connection, cutoff_ms: int) -> int:
+    """Drop unacked lines older than the retention; returns how many."""
+    return conn.execute("DELETE FROM outbox WHERE created < ?", (cutoff_ms,)).rowcount
+
+
+def has_business(conn: sqlite3.Connection, peer: str, since_ms: int) -> bool:
+    """Queued lines, or an open thread active since ``since_ms``."""
+    if conn.execute("SELECT 1 FROM outbox WHERE peer = ? LIMIT 1", (peer,)).fetchone():
+        return True
+    return (
+        conn.execute(
+            "SELECT 1 FROM threads WHERE peer = ? AND updated >= ?"
+            " AND mine NOT IN ('done', 'failed', 'closed')"
+            " AND theirs NOT IN ('done', 'failed', 'closed') LIMIT 1",
+            (peer, since_ms),
+        ).fetchone()
+        is not None
+    )
+
+
+def resume_seen(conn: sqlite3.Connection, peer: str, since_ms: int) -> dict[str, str]:
+    return {
+        r[0]: r[1]
+        for r in conn.execute(
+            "SELECT th, last_id FROM seen WHERE peer = ? AND updated >= ?", (peer, since_ms)
+        )
+    }
+
+
+# --- what we receive ----------------------------------------------------------------
+
+
+def store_inbound(
+    conn: sqlite3.Connection, peer: str, line: dict, text: str, now: int
+) -> int:
+    """Store a content line from ``peer``; returns its log seq, 0 for a duplicate.
+
+    A duplicate (same sender, same id) changes nothing; the caller acks it
+    again all the same.
+    """
+    ident = line["id"]
+    th = line.get("th") or ""
+    try:
+        ts = parse_ts(line.get("ts", ""))
+    except ValueError:
+        ts = now
+    cur = conn.execute(
+        "INSERT OR IGNORE INTO log (peer, dir, t, id, th, re, ts, at, line, read, acked)"
+        " VALUES (?, 'in', ?, ?, ?, ?, ?, ?, ?, 0, 1)",
+        (peer, line["t"], ident, th, line.get("re") or "", ts, now, text),
+    )
+    if cur.rowcount == 0:
+        return 0
+    seq = cur.lastrowid
+    if th:
+        note_seen(conn, peer, th, ident, now)
+    t = line["t"]
+    if t == "msg" and th:
+        subject = line.get("subject") if isinstance(line.get("subject"), str) else ""
+        if not subject:
+            from ..wire.messages import default_subject
+
+            parts = line.get("parts") if isinstance(line.get("parts"), list) else []
+            subject = default_subject(parts)
+        _ensure_thread(conn, peer, th, subject, now)
+        conn.execute("UPDATE threads SET updated = ? WHERE peer = ? AND th = ?", (now, peer, th))
+    elif t == "state" and th:
+        _ensure_thread(conn, peer, th, "", now)
+        note = line.get("note") if isinstance(line.get("note"), str) else ""
+        conn.execute(
+            "UPDATE threads SET theirs = ?, their_note = ?, their_since = ?, updated = ?"
+            " WHERE peer = ? AND th = ?",
+            (line["state"][:100], note[:2000], now, now, peer, th),
+        )
+    return seq
+
+
+def note_seen(conn: sqlite3.Connection, peer: str, th: str, ident: str, now: int) -> None:
+    """Advance the per-thread resume point (ids only grow)."""
+    conn.execute(
+        "INSERT INTO seen (peer, th, last_id, updated) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (peer, th) DO UPDATE SET"
+        " last_id = max(seen.last_id, excluded.last_id), updated = excluded.updated",
+        (peer, th, ident, now),
+    )
+
+
+def add_notice(
+    conn: sqlite3.Connection, gen: IdGenerator, peer: str, kind: str, text: str,
+    now: int | None = None, th: str = "", data: dict | None = None,
+) -> int:
+    """A local event for the agent (bye, refusal, received file, ...)."""
+    now = now_ms() if now is None else now
+    ident = gen.next()
+    body = {"t": "notice", "id": ident, "ts": format_ts(now), "kind": kind, "text": text}
+    if th:
+        body["th"] = th
+    if data:
+        body["data"] = data
+    cur = conn.execute(
+        "INSERT INTO log (peer, dir, t, id, th, re, ts, at, line, read, acked)"
+        " VALUES (?, 'notice', 'notice', ?, ?, '', ?, ?, ?, 0, 1)",
+        (peer, ident, th, now, now, compact_json(body)),
+    )
+    return cur.lastrowid
+
+
+def mark_read(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
+    conn.executemany("UPDATE log SET read = 1 WHERE seq = ? AND read = 0", [(s,) for s in seqs])

@@ -1,0 +1,98 @@
+"""The SQLite schema, as an ordered list of migrations.
+
+``PRAGMA user_version`` records how many migrations a file has had.  A
+migration is appended, never edited, once it has shipped: later issues add
+tables (blobs, grants, presence, mirrors) as new entries.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 1: the core protocol engine.
+    """
+    CREATE TABLE meta (
+        k TEXT PRIMARY KEY,
+        v TEXT NOT NULL
+    );
+    CREATE TABLE peers (
+        key TEXT PRIMARY KEY,
+        name TEXT NOT NULL DEFAULT '',
+        about TEXT NOT NULL DEFAULT '',
+        caps TEXT NOT NULL DEFAULT '[]',
+        shares TEXT,
+        first_seen INTEGER NOT NULL,
+        last_seen INTEGER NOT NULL DEFAULT 0,
+        parked INTEGER NOT NULL DEFAULT 0,
+        bye_reason TEXT NOT NULL DEFAULT '',
+        last_error TEXT NOT NULL DEFAULT '',
+        last_error_at INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE aliases (
+        alias TEXT PRIMARY KEY,
+        key TEXT NOT NULL
+    );
+    CREATE TABLE addresses (
+        peer TEXT NOT NULL,
+        addr TEXT NOT NULL,
+        source TEXT NOT NULL,
+        added_at INTEGER NOT NULL,
+        last_success INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (peer, addr)
+    );
+    CREATE TABLE outbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        peer TEXT NOT NULL,
+        id TEXT NOT NULL,
+        t TEXT NOT NULL,
+        th TEXT NOT NULL DEFAULT '',
+        ref TEXT NOT NULL DEFAULT '',
+        line TEXT NOT NULL,
+        created INTEGER NOT NULL
+    );
+    CREATE INDEX outbox_peer ON outbox (peer, seq);
+    CREATE INDEX outbox_peer_th ON outbox (peer, th, id);
+    CREATE INDEX outbox_created ON outbox (created);
+    CREATE TABLE log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        peer TEXT NOT NULL,
+        dir TEXT NOT NULL,
+        t TEXT NOT NULL,
+        id TEXT NOT NULL,
+        th TEXT NOT NULL DEFAULT '',
+        re TEXT NOT NULL DEFAULT '',
+        ts INTEGER NOT NULL,
+        at INTEGER NOT NULL,
+        line TEXT NOT NULL,
+        read INTEGER NOT NULL DEFAULT 0,
+        acked INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE UNIQUE INDEX log_dedup ON log (peer, dir, id);
+    CREATE INDEX log_thread ON log (peer, th, seq);
+    CREATE INDEX log_unread ON log (read, dir) WHERE read = 0;
+    CREATE TABLE seen (
+        peer TEXT NOT NULL,
+        th TEXT NOT NULL,
+        last_id TEXT NOT NULL,
+        updated INTEGER NOT NULL,
+        PRIMARY KEY (peer, th)
+    );
+    CREATE TABLE threads (
+        peer TEXT NOT NULL,
+        th TEXT NOT NULL,
+        subject TEXT NOT NULL DEFAULT '',
+        created INTEGER NOT NULL,
+        updated INTEGER NOT NULL,
+        mine TEXT NOT NULL DEFAULT 'open',
+        my_note TEXT NOT NULL DEFAULT '',
+        my_since INTEGER NOT NULL,
+        theirs TEXT NOT NULL DEFAULT 'open',
+        their_note TEXT NOT NULL DEFAULT '',
+        their_since INTEGER NOT NULL,
+        private INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (peer, th)
+    );
+    CREATE INDEX threads_updated ON threads (updated);
+    CREATE INDEX threads_th ON threads (th);
+    """,
+]

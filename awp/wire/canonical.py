@@ -1,0 +1,24 @@
+"""Canonical JSON: what grants and presence documents are signed over.
+
+Keys sorted by code point, no whitespace, UTF-8, and only ``"``, ``\\`` and
+control characters below U+0020 escaped.  Python's json module with
+``ensure_ascii=False`` produces exactly that form, which is also what every
+other implementation checks against.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def canonical_json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_bytes(value: object) -> bytes:
+    return canonical_json(value).encode("utf-8")
+
+
+def compact_json(value: object) -> str:
+    """How we write wire lines: no whitespace, no HTML or non-ASCII escaping."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,130 @@
+"""Envelope parsing and the shapes of the lines we send.
+
+Lines are kept as plain dicts: unknown fields must survive untouched (grants
+and mirrored lines travel verbatim), and the hot path should not pay for model
+objects.  :func:`parse_line` enforces exactly the checks that make a line a
+``bad_frame``; everything else about a line is the engine's business.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .canonical import compact_json
+from .errors import BAD_FRAME, ProtocolError
+
+# Types whose receipt is acknowledged with an ack once stored.
+ACKED_TYPES = frozenset({"msg", "state", "mirror", "private"})
+# Types that count towards ``resume.seen`` (acks never do).
+CONTENT_TYPES = frozenset({"msg", "state", "chunk", "introduce", "mirror", "private"})
+
+_STR_FIELDS = ("t", "id", "ts", "th", "re")
+_REQUIRED = {
+    "msg": ("id", "th"),
+    "state": ("id", "th", "state"),
+    "chunk": ("id", "ref"),
+}
+
+
+def parse_line(line: bytes) -> dict:
+    """Decode one wire line into its envelope dict.
+
+    Raises ``ProtocolError(bad_frame)`` when the line is not a JSON object,
+    misses ``t``, has wrongly-typed envelope fields, or is a ``msg``/``state``/
+    ``chunk``/``grant`` without the fields the type cannot do without.
+    """
+    stripped = line.lstrip(b" \t\r")
+    if not stripped.startswith(b"{"):
+        raise ProtocolError(BAD_FRAME, "line is not a JSON object")
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ProtocolError(BAD_FRAME, f"invalid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(BAD_FRAME, "line is not a JSON object")
+    t = obj.get("t")
+    if not isinstance(t, str) or not t:
+        raise ProtocolError(BAD_FRAME, "missing message type 't'")
+    for f in _STR_FIELDS:
+        v = obj.get(f)
+        if v is not None and not isinstance(v, str):
+            raise ProtocolError(BAD_FRAME, f"field {f!r} must be a string")
+    for f in _REQUIRED.get(t, ()):
+        v = obj.get(f)
+        if not isinstance(v, str) or not v:
+            raise ProtocolError(BAD_FRAME, f"{t} without {f!r}")
+    if t == "msg":
+        parts = obj.get("parts")
+        if parts is not None and (
+            not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts)
+        ):
+            raise ProtocolError(BAD_FRAME, "msg parts must be a list of objects")
+    elif t == "grant" and not isinstance(obj.get("grant"), dict):
+        raise ProtocolError(BAD_FRAME, "grant message without 'grant'")
+    return obj
+
+
+def dump(obj: dict) -> bytes:
+    """Serialise an envelope as one framed line."""
+    return (compact_json(obj) + "\n").encode("utf-8")
+
+
+# --- constructors for what we send --------------------------------------------------
+
+
+def hello(
+    *,
+    id: str,
+    ts: str,
+    key: str,
+    name: str,
+    nonce: str,
+    caps: list[str],
+    about: str = "",
+    addr: str | None = None,
+    shares: list[str] | None = None,
+    v: int = 0,
+) -> dict:
+    line: dict = {
+        "t": "hello", "id": id, "ts": ts, "v": v, "key": key, "name": name,
+        "nonce": nonce, "caps": caps, "about": about,
+    }
+    if addr:
+        line["addr"] = addr
+    if shares:
+        line["shares"] = shares
+    return line
+
+
+def ack(th: str, re: str, *, id: str, ts: str) -> dict:
+    return {"t": "ack", "id": id, "ts": ts, "th": th, "re": re}
+
+
+def err(code: str, *, id: str, ts: str, re: str | None = None, detail: str = "",
+        ref: str | None = None) -> dict:
+    line: dict = {"t": "err", "id": id, "ts": ts, "code": code}
+    if re:
+        line["re"] = re
+    if detail:
+        line["detail"] = detail
+    if ref:
+        line["ref"] = ref
+    return line
+
+
+def text_part(text: str) -> dict:
+    return {"k": "text", "text": text}
+
+
+def default_subject(parts: list[dict]) -> str:
+    """First non-empty text line, trimmed, at most 80 chars; else a file name."""
+    for p in parts:
+        if p.get("k") == "text" and isinstance(p.get("text"), str):
+            for ln in p["text"].splitlines():
+                ln = ln.strip()
+                if ln:
+                    return ln if len(ln) <= 80 else ln[:77] + "..."
+    for p in parts:
+        if p.get("k") == "blob" and isinstance(p.get("name"), str):
+            return p["name"]
+    return ""

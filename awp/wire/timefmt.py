@@ -1,0 +1,60 @@
+"""Wire timestamps: RFC 3339 UTC with milliseconds out, any RFC 3339 in."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def format_ts(ms: int) -> str:
+    """``2026-09-25T17:03:11.123Z`` for a Unix time in milliseconds."""
+    secs, frac = divmod(ms, 1000)
+    t = time.gmtime(secs)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{frac:03d}Z"
+    )
+
+
+def format_ts_seconds(ms: int) -> str:
+    """RFC 3339 with whole seconds, the form grant ``exp`` uses."""
+    t = time.gmtime(ms // 1000)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}Z"
+    )
+
+
+def parse_ts(text: str) -> int:
+    """Parse any RFC 3339 timestamp into Unix milliseconds.
+
+    Raises ``ValueError`` for anything else.  Fractions beyond milliseconds
+    (nanoseconds, as Go writes them) are truncated.
+    """
+    if not isinstance(text, str):
+        raise ValueError("timestamp is not a string")
+    m = _RFC3339.match(text)
+    if not m:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
+    year, mon, day, hh, mm, ss = (int(m.group(i)) for i in range(1, 7))
+    frac = m.group(7)
+    ms = int((frac[1:] + "000")[:3]) if frac else 0
+    zone = m.group(8)
+    if ss == 60:  # leap second: clamp, as most implementations do
+        ss = 59
+    dt = datetime(year, mon, day, hh, mm, ss, tzinfo=UTC)
+    epoch_ms = int(dt.timestamp()) * 1000 + ms
+    if zone not in ("Z", "z"):
+        sign = 1 if zone[0] == "+" else -1
+        offset = (int(zone[1:3]) * 60 + int(zone[4:6])) * 60_000
+        epoch_ms -= sign * offset
+    return epoch_ms
