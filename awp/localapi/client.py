@@ -136,11 +136,12 @@ class _Conn:
         """
         try:
             self.sock.settimeout(0.0)
-            return not self.sock.recv(1, socket.MSG_PEEK)
+            self.sock.recv(1, socket.MSG_PEEK)
         except BlockingIOError:
-            return True
+            return True  # nothing to read: still open and quiet, as it should be
         except OSError:
-            return False
+            pass
+        return False
 
     def send(self, data: bytes, deadline: float | None) -> None:
         _set_deadline(self.sock, deadline)
@@ -482,13 +483,19 @@ class LocalClient:
     ) -> bytes:
         if not method.isalpha():
             raise ValueError(f"bad HTTP method: {method!r}")
+        # A query written into the path ("/v1/x?a=1") is kept as given (only
+        # characters that may not appear raw are escaped); ``query`` adds to it.
+        path, _, inline_query = path.partition("?")
         target = quote(path, path=True)
         if not target.startswith("/"):
             target = "/" + target
+        params = [quote(inline_query, path=True)] if inline_query else []
         if query:
             encoded = encode_query(query)
             if encoded:
-                target += "?" + encoded
+                params.append(encoded)
+        if params:
+            target += "?" + "&".join(params)
         if body is None:
             payload = None
         elif isinstance(body, bytes | bytearray | memoryview):
@@ -581,7 +588,9 @@ class NdjsonStream:
         try:
             return json.loads(line)
         except ValueError as exc:
-            raise ProtocolError(f"the awp daemon sent a stream line that is not JSON: {exc}") from None
+            raise ProtocolError(
+                f"the awp daemon sent a stream line that is not JSON: {exc}"
+            ) from None
 
     def __iter__(self) -> NdjsonStream:
         return self

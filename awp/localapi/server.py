@@ -242,6 +242,10 @@ class Router:
                 best = (route, params)
         if best is not None:
             return best[0].handler, best[1]
+        if method == "HEAD" and "GET" in allowed:
+            # HEAD means GET without the body (curl -I); the body is dropped
+            # when the answer is sent.
+            return self.resolve("GET", path)
         if allowed:
             allow = ", ".join(sorted(allowed))
             raise ApiError(
@@ -254,6 +258,18 @@ class Router:
 
 
 # ---------------------------------------------------------------- connection
+
+
+def _encode_result(result: Any) -> tuple[int, bytes]:
+    """Turn a handler's plain return value into a status and a JSON body."""
+    if result is None:
+        return 204, b""
+    if isinstance(result, tuple):
+        if len(result) != 2 or not isinstance(result[0], int):
+            raise TypeError(f"handler returned a tuple that is not (status, obj): {result!r:.200}")
+        status, payload = result
+        return status, _dumps(payload).encode()
+    return 200, _dumps(result).encode()
 
 
 class _Drop(Exception):
@@ -297,6 +313,7 @@ class _Connection:
         self.idle_timeout = idle_timeout
         self.id = connection_id
         self.h11 = h11.Connection(h11.SERVER)
+        self._head = False  # answering a HEAD request: headers only
 
     async def run(self) -> None:
         try:
@@ -339,6 +356,7 @@ class _Connection:
             raise _Drop()
 
     async def _receive_request(self) -> Request | None:
+        self._head = False
         event = await self._next_event()
         if isinstance(event, h11.ConnectionClosed):
             return None
@@ -349,8 +367,9 @@ class _Connection:
             key = name.decode("latin-1")  # h11 lower-cases names already
             text = value.decode("latin-1")
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        method = event.method.decode("ascii", "replace")
+        method = event.method.decode("ascii", "replace").upper()
         target = event.target.decode("utf-8", "replace")
+        self._head = method == "HEAD"
 
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
@@ -377,9 +396,7 @@ class _Connection:
         return Request(method, target, headers, bytes(body), connection_id=self.id)
 
     def _too_large(self) -> ApiError:
-        return ApiError(
-            413, f"request body larger than {self.max_body} bytes", "too_large"
-        )
+        return ApiError(413, f"request body larger than {self.max_body} bytes", "too_large")
 
     async def _answer_protocol_error(self, exc: h11.RemoteProtocolError) -> None:
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
@@ -407,18 +424,15 @@ class _Connection:
 
         if isinstance(result, Stream):
             return await self._send_stream(req, result)
-        if result is None:
-            await self._send_json(204, None)
-            return True
-        status, payload = 200, result
-        if isinstance(result, tuple):
-            status, payload = result
         try:
-            await self._send_json(status, payload)
-        except (TypeError, ValueError) as exc:
-            # Not JSON-able: a handler bug, reported like any other crash.
-            log.exception("local API handler for %s %s returned bad JSON", req.method, req.path)
+            status, body = _encode_result(result)
+        except Exception as exc:
+            # Not JSON-able, or a malformed (status, obj): a handler bug,
+            # reported like any other crash.
+            log.exception("local API handler for %s %s returned a bad result", req.method, req.path)
             await self._send_internal_error(exc)
+            return True
+        await self._send_body(status, body)
         return True
 
     async def _send_internal_error(self, exc: BaseException) -> None:
@@ -433,8 +447,16 @@ class _Connection:
         extra: dict[str, str] | None = None,
         close: bool = False,
     ) -> None:
-        # Encode first so a TypeError leaves the h11 state untouched.
-        body = b"" if status == 204 else _dumps(obj).encode()
+        await self._send_body(status, _dumps(obj).encode(), extra=extra, close=close)
+
+    async def _send_body(
+        self,
+        status: int,
+        body: bytes,
+        *,
+        extra: dict[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
         headers = [(b"content-type", b"application/json")]
         if status != 204:
             headers.append((b"content-length", str(len(body)).encode()))
@@ -444,7 +466,7 @@ class _Connection:
             headers.append((b"connection", b"close"))
         response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
         parts = [self.h11.send(response)]
-        if body:
+        if body and status != 204 and not self._head:
             parts.append(self.h11.send(h11.Data(data=body)))
         parts.append(self.h11.send(h11.EndOfMessage()))
         # One write per response: fewer syscalls on the hook's latency path.
@@ -472,6 +494,9 @@ class _Connection:
         completed = False
         try:
             await self.stream.send_all(self.h11.send(response))
+            if self._head:  # headers only; the source is never started
+                await self.stream.send_all(self.h11.send(h11.EndOfMessage()))
+                return True
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_for_hangup, nursery.cancel_scope)
                 completed = await self._pump(req, iterator)

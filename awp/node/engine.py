@@ -54,6 +54,7 @@ class Engine:
         self._nursery: trio.Nursery | None = None
         self.writer: Writer
         self.extensions: list[Any] = []  # later features hook in here
+        self.waiting = 0  # local API calls blocked in wait (activity reporting)
 
     # -- life -----------------------------------------------------------------------
 

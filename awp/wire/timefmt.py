@@ -6,8 +6,11 @@ import re
 import time
 from datetime import UTC, datetime
 
+# re.ASCII: \d must not match other scripts' digits; \Z: "$" would let a trailing
+# newline through.
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z",
+    re.ASCII,
 )
 
 

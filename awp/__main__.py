@@ -1,0 +1,3 @@
+from awp.cli.entry import main
+
+raise SystemExit(main())

@@ -1,0 +1,406 @@
+"""The local API on ``awp.sock``: every CLI verb as an HTTP endpoint.
+
+Handlers translate between JSON and the engine; protocol rules stay in the
+engine, and rendering for humans stays in the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any
+
+import trio
+
+from .. import PROTOCOL_VERSION, __version__
+from ..localapi.server import ApiError, Request, Router, Stream
+from ..node.engine import DialError, Engine
+from ..store import ops, queries
+from ..store.queries import LookupFailed
+from ..wire.address import AddressError, looks_like_address, parse_address
+from ..wire.keys import short_key
+from ..wire.timefmt import now_ms
+from .app import DaemonState
+
+
+def _lookup(fn):
+    """Run a lookup, turning LookupFailed into a 404/409 API error."""
+    try:
+        return fn()
+    except LookupFailed as e:
+        status = 409 if e.code.startswith("ambiguous") else 404
+        raise ApiError(status, str(e), e.code) from None
+
+
+def _body(req: Request) -> dict:
+    if not req.body:
+        return {}
+    data = req.json()
+    if not isinstance(data, dict):
+        raise ApiError(400, "request body must be a JSON object", "bad_request")
+    return data
+
+
+def _str(body: dict, key: str, default: str | None = None) -> str | None:
+    v = body.get(key, default)
+    if v is not None and not isinstance(v, str):
+        raise ApiError(400, f"{key} must be a string", "bad_request")
+    return v
+
+
+def _num(body: dict, key: str, default: float) -> float:
+    v = body.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+        raise ApiError(400, f"{key} must be a non-negative number of seconds", "bad_request")
+    return float(v)
+
+
+def peer_state(engine: Engine, key: str, parked: bool) -> str:
+    conn = engine.peers.active(key)
+    if conn is not None and conn.established.is_set():
+        return "connected (out)" if conn.outbound else "connected (in)"
+    if parked:
+        return "said bye"
+    slot = engine.peers.slots.get(key)
+    if slot is not None and slot.loop_running:
+        return "reconnecting"
+    return "offline"
+
+
+def build_router(engine: Engine, state: DaemonState) -> Router:
+    r = Router()
+
+    async def resolve(ref: str, *, connect_timeout: float = 30.0) -> str:
+        """A peer reference to a key; an address is connected to first."""
+        if looks_like_address(ref):
+            try:
+                addr = str(parse_address(ref))
+            except AddressError as e:
+                raise ApiError(400, str(e), "bad_address") from None
+            try:
+                with trio.fail_after(connect_timeout):
+                    _, key = await engine.connect(addr)
+            except (DialError, trio.TooSlowError) as e:
+                raise ApiError(502, f"cannot connect to {addr}: {e or 'timed out'}",
+                               "unreachable") from None
+            return key
+        return await engine.read(lambda c: _lookup(lambda: queries.resolve_peer(c, ref)))
+
+    @r.route("GET", "/v1/status")
+    async def status(req: Request) -> dict:
+        def q(c: sqlite3.Connection) -> tuple[dict, list[dict]]:
+            return queries.counts(c), queries.peer_rows(c)
+
+        counts, peers = await engine.read(q)
+        s = state.settings
+        peer_list = []
+        for p in peers:
+            conn = engine.peers.active(p["key"])
+            peer_list.append({
+                "key": p["key"], "name": p["name"], "aliases": p["aliases"],
+                "state": peer_state(engine, p["key"], p["parked"]),
+                "rtt_ms": round(conn.rtt_ms, 2) if conn and conn.rtt_ms is not None else None,
+                "queued": p["queued"], "unread": p["unread"],
+            })
+        tailcat_error = next((v for k, v in state.listen_errors.items()
+                              if k.strip().lower() == "tailcat"), "")
+        return {
+            "version": __version__, "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
+            "home": state.home, "socket": state.socket_path, "key": engine.identity.key,
+            "name": engine.config.name, "about": engine.config.about, "harness": s.harness,
+            "model": s.model, "addresses": [str(a) for a in engine.listen_addrs],
+            "address": _share_address(engine), "advertise": engine.advertised(),
+            "listen_errors": state.listen_errors, "tailcat_error": tailcat_error,
+            "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
+            **counts, "peers": peer_list,
+        }
+
+    @r.route("POST", "/v1/shutdown")
+    async def shutdown(req: Request) -> dict:
+        state.stop.set()
+        return {"stopping": True, "pid": os.getpid()}
+
+    @r.route("POST", "/v1/resolve")
+    async def resolve_ep(req: Request) -> dict:
+        body = _body(req)
+        key = await resolve(_str(body, "peer") or "")
+        name = await engine.read(lambda c: queries.peer_label(c, key))
+        return {"key": key, "name": name}
+
+    @r.route("POST", "/v1/connect")
+    async def connect(req: Request) -> dict:
+        body = _body(req)
+        target = (_str(body, "target") or "").strip()
+        timeout = _num(body, "timeout", 60.0)
+        if not target:
+            raise ApiError(400, "connect needs an address or a peer name", "bad_request")
+        if looks_like_address(target):
+            try:
+                addr = str(parse_address(target))
+            except AddressError as e:
+                raise ApiError(400, str(e), "bad_address") from None
+            try:
+                with trio.fail_after(timeout):
+                    conn, key = await engine.connect(addr)
+            except trio.TooSlowError:
+                raise ApiError(504, f"timed out connecting to {addr}", "timeout") from None
+            except DialError as e:
+                raise ApiError(502, f"cannot connect to {addr}: {e}", "unreachable") from None
+            already = conn is None
+        else:
+            key = await resolve(target)
+            already = engine.peers.active(key) is not None
+            if not already:
+                addrs = await engine.dial_addresses(key)
+                if not addrs:
+                    raise ApiError(404, f"no known address for {target}; connect to its address",
+                                   "no_address")
+                errors = []
+                ok = False
+                with trio.move_on_after(timeout):
+                    for addr, _src in addrs:
+                        try:
+                            await engine.dial_and_run(addr, expect_key=key)
+                            ok = True
+                            break
+                        except DialError as e:
+                            errors.append(f"{addr}: {e}")
+                if not ok:
+                    raise ApiError(502, f"cannot reach {target}: " + ("; ".join(errors)
+                                   or "timed out"), "unreachable")
+        name = await engine.read(lambda c: queries.peer_label(c, key))
+        conn = engine.peers.active(key)
+        return {"key": key, "name": name, "already": already,
+                "state": peer_state(engine, key, False),
+                "about": conn.hs.peer.get("about", "") if conn else ""}
+
+    @r.route("GET", "/v1/peers")
+    async def peers(req: Request) -> list:
+        rows = await engine.read(queries.peer_rows)
+        for p in rows:
+            conn = engine.peers.active(p["key"])
+            p["state"] = peer_state(engine, p["key"], p["parked"])
+            p["rtt_ms"] = round(conn.rtt_ms, 2) if conn and conn.rtt_ms is not None else None
+            slot = engine.peers.slots.get(p["key"])
+            if slot and slot.last_error and not conn:
+                p["last_error"] = slot.last_error
+        return rows
+
+    @r.route("POST", "/v1/alias")
+    async def alias(req: Request) -> dict:
+        body = _body(req)
+        name = (_str(body, "alias") or "").strip()
+        if not name or name.startswith("ed25519:") or looks_like_address(name) or " " in name:
+            raise ApiError(400, "an alias is one word that is not a key or an address",
+                           "bad_request")
+        key = await resolve(_str(body, "peer") or "")
+        await engine.writer.run(lambda c: c.execute(
+            "INSERT INTO aliases (alias, key) VALUES (?, ?) ON CONFLICT (alias)"
+            " DO UPDATE SET key = excluded.key", (name, key)))
+        return {"alias": name, "key": key}
+
+    async def _target(body: dict) -> tuple[str, str | None]:
+        th = _str(body, "th")
+        if th is not None and not th.strip():
+            raise ApiError(400, "the thread id is empty", "bad_request")
+        ref = _str(body, "peer")
+        key = await resolve(ref) if ref else None
+        if th and key is None:
+            key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(c, th)))
+        if key is None:
+            raise ApiError(400, "name a peer (or a --thread to reply in)", "bad_request")
+        return key, th
+
+    async def _unread_note(key: str, th: str | None) -> str:
+        if not th:
+            return ""
+
+        def q(c: sqlite3.Connection) -> tuple[int, int, str]:
+            n, newest = queries.unread_in_thread(c, key, th)
+            return n, newest, queries.peer_label(c, key)
+
+        n, newest, label = await engine.read(q)
+        if not n:
+            return ""
+        from ..durations import format_duration
+
+        ago = format_duration((now_ms() - newest) / 1000)
+        return f"note: {n} unread from {label} in this thread ({ago} ago): awp read {th}"
+
+    @r.route("POST", "/v1/send")
+    async def send(req: Request) -> dict:
+        body = _body(req)
+        key, th = await _target(body)
+        parts = body.get("parts")
+        if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
+            raise ApiError(400, "a message needs at least one part", "bad_request")
+        note = await _unread_note(key, th)
+        res = await engine.send_msg(key, parts, th=th, subject=_str(body, "subject"),
+                                    re=_str(body, "re"))
+        return await _delivery(key, res, body, note)
+
+    @r.route("POST", "/v1/state")
+    async def set_state(req: Request) -> dict:
+        body = _body(req)
+        key, th = await _target(body)
+        word = (_str(body, "state") or "").strip()
+        if not th or not word:
+            raise ApiError(400, "state needs a thread and a state word", "bad_request")
+        note = await _unread_note(key, th)
+        res = await engine.send_state(key, th, word, _str(body, "note") or "")
+        return await _delivery(key, res, body, note)
+
+    async def _delivery(key: str, res: dict, body: dict, note: str) -> dict:
+        conn = engine.peers.active(key)
+        connected = conn is not None and conn.established.is_set()
+        wait = body.get("wait_ack")
+        wait_s = _num(body, "wait_ack", 1.0) if wait is not None else (1.0 if connected else 0.0)
+        acked = False
+        if wait_s > 0 and (connected or wait is not None):
+            acked = await engine.wait_ack(res["id"], wait_s)
+        status = "delivered" if acked else ("delivering" if connected or engine.peers.active(key)
+                                            else "queued until the peer is reachable")
+        name = await engine.read(lambda c: queries.peer_label(c, key))
+        return {"id": res["id"], "th": res["th"], "thread": res["th"], "peer": key,
+                "peer_name": name, "status": status, "acked": acked, "note": note}
+
+    @r.route("POST", "/v1/wait_ack")
+    async def wait_ack(req: Request) -> dict:
+        body = _body(req)
+        ident = _str(body, "id") or ""
+        return {"id": ident, "acked": await engine.wait_ack(ident, _num(body, "timeout", 30))}
+
+    async def _scope(body: dict) -> tuple[str | None, str | None]:
+        ref = _str(body, "peer")
+        key = await resolve(ref) if ref else None
+        th = _str(body, "th")
+        if th is not None and not th.strip():
+            raise ApiError(400, "the thread id is empty", "bad_request")
+        return key, th
+
+    async def _mark(records: list[dict]) -> None:
+        seqs = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
+        if seqs:
+            await engine.writer.run(lambda c: ops.mark_read(c, seqs))
+            for x in records:
+                if x["seq"] in seqs:
+                    x["read"] = True
+
+    @r.route("POST", "/v1/read")
+    async def read(req: Request) -> dict:
+        body = _body(req)
+        key, th = await _scope(body)
+        n = int(_num(body, "n", 50))
+        records = await engine.read(lambda c: queries.read_log(c, peer=key, th=th, last=n))
+        was_unread = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
+        if body.get("mark", True):
+            await _mark(records)
+        return {"records": records, "marked": len(was_unread) if body.get("mark", True) else 0}
+
+    @r.route("POST", "/v1/inbox")
+    async def inbox(req: Request) -> dict:
+        body = _body(req)
+        key, th = await _scope(body)
+        records = await engine.read(lambda c: queries.unread(c, peer=key, th=th))
+        if body.get("mark", True):
+            await _mark(records)
+        return {"records": records}
+
+    @r.route("POST", "/v1/wait")
+    async def wait(req: Request) -> dict:
+        body = _body(req)
+        key, th = await _scope(body)
+        timeout = _num(body, "timeout", 300.0)
+        states = body.get("states") or []
+        if not isinstance(states, list) or not all(isinstance(s, str) for s in states):
+            raise ApiError(400, "states must be a list of words", "bad_request")
+        if states and not th:
+            raise ApiError(400, "--state needs --thread", "bad_request")
+        if states and key is None:
+            key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(c, th)))
+
+        def their_state(c: sqlite3.Connection) -> str | None:
+            row = c.execute("SELECT theirs FROM threads WHERE peer = ? AND th = ?",
+                            (key, th)).fetchone()
+            return row[0] if row else None
+
+        engine.waiting += 1
+        try:
+            with engine.changes.subscribe() as events, trio.move_on_after(timeout):
+                while True:
+                    records = await engine.read(lambda c: queries.unread(c, peer=key, th=th))
+                    theirs = await engine.read(their_state) if states else None
+                    matched = bool(states) and theirs in states
+                    content = [x for x in records if x["dir"] == "in"]
+                    if matched or content:
+                        await _mark(records)
+                        return {"records": records, "matched": matched, "state": theirs,
+                                "timed_out": False}
+                    await events.receive()
+        finally:
+            engine.waiting -= 1
+        records = await engine.read(lambda c: queries.unread(c, peer=key, th=th))
+        notices = [x for x in records if x["dir"] == "notice"]
+        await _mark(notices)
+        theirs = await engine.read(their_state) if states else None
+        return {"records": notices, "matched": False, "state": theirs, "timed_out": True}
+
+    @r.route("GET", "/v1/threads")
+    async def threads(req: Request) -> list:
+        key = await resolve(req.query["peer"]) if req.query.get("peer") else None
+        open_only = req.query.get("open") in ("1", "true")
+        return await engine.read(lambda c: queries.thread_rows(c, peer=key, open_only=open_only))
+
+    @r.route("POST", "/v1/bye")
+    async def bye(req: Request) -> dict:
+        body = _body(req)
+        key = await resolve(_str(body, "peer") or "")
+        was = await engine.bye(key, _str(body, "reason") or "")
+        return {"key": key, "connected": was}
+
+    @r.route("GET", "/v1/events")
+    async def events(req: Request) -> Stream:
+        q = req.query
+        key = await resolve(q["peer"]) if q.get("peer") else None
+        th = q.get("th") or None
+        mark = q.get("mark") in ("1", "true")
+        all_dirs = q.get("all") in ("1", "true")
+        start = q.get("from", "now")
+
+        async def gen() -> Any:
+            with engine.changes.subscribe() as changes:
+                if start == "unread":
+                    first = await engine.read(lambda c: queries.unread(c, peer=key, th=th))
+                    after = await engine.read(queries.max_seq)
+                    if mark:
+                        await _mark(first)
+                    for x in first:
+                        yield x
+                else:
+                    after = await engine.read(queries.max_seq)
+                while True:
+                    await changes.receive()
+                    batch = await engine.read(lambda c, a=after: queries.since(
+                        c, a, peer=key, th=th, all_dirs=all_dirs))
+                    if not batch:
+                        continue
+                    after = batch[-1]["seq"]
+                    if mark:
+                        await _mark(batch)
+                    for x in batch:
+                        yield x
+
+        return Stream(gen())
+
+    return r
+
+
+def _share_address(engine: Engine) -> str:
+    for a in sorted(engine.listen_addrs, key=lambda a: a.kind != "tailcat"):
+        if a.kind == "tcp" and a.host in ("0.0.0.0", "::"):
+            continue
+        return str(a)
+    return ""
+
+
+__all__ = ["build_router", "peer_state", "short_key"]

@@ -1,0 +1,172 @@
+"""``awp daemon``: one process per home running the engine and the local API."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+
+import trio
+
+from .. import __version__
+from ..localapi.server import serve_unix
+from ..localapi.sockpath import remove_socket_pointer, socket_path_for_home, write_socket_pointer
+from ..node.config import NodeConfig
+from ..node.engine import Engine
+from ..store import ops
+from ..store.db import StoreError, open_store
+from ..wire.address import AddressError, parse_listen
+from ..wire.keys import Identity
+from . import home as homes
+from .settings import Flags, Settings, resolve
+
+log = logging.getLogger("awp.daemon")
+
+
+@dataclass
+class DaemonState:
+    """What the local API reports about the process itself."""
+
+    home: str
+    settings: Settings
+    socket_path: str = ""
+    listen_errors: dict[str, str] = field(default_factory=dict)
+    started_ms: int = 0
+    stop: trio.Event = field(default_factory=trio.Event)
+
+
+def setup_logging(trace: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logging.getLogger("awp.trace").setLevel(logging.INFO if trace else logging.WARNING)
+
+
+def sd_notify(state: str) -> None:
+    """Tell systemd (Type=notify) about readiness and stopping; no-op elsewhere."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            s.sendall(state.encode())
+    except OSError as e:
+        log.warning("sd_notify failed: %s", e)
+
+
+def remembered_values(db_path: str) -> dict[str, str]:
+    conn = open_store(db_path)
+    try:
+        out = {}
+        for k in ("name", "about", "harness", "model", "share_with"):
+            v = ops.get_meta(conn, "remember." + k)
+            if v is not None:
+                out[k] = v
+        return out
+    finally:
+        conn.close()
+
+
+def node_config(s: Settings) -> NodeConfig:
+    return NodeConfig(
+        name=s.name, about=s.about, advertise=s.advertise, accept=s.accept,
+        allow=set(s.allow), trust=set(s.trust), ping_interval=s.ping_interval,
+        outbox_ttl=s.outbox_ttl, blob_limit=s.blob_limit, trace=s.trace,
+        allow_plaintext=s.allow_plaintext,
+    )
+
+
+def run(home: str, flags: Flags) -> int:
+    """Run the daemon in the foreground until SIGTERM/SIGINT or ``awp down``."""
+    try:
+        homes.ensure_home(home)
+        lock = homes.HomeLock(home)
+        lock.acquire()
+    except (homes.HomeError, OSError) as e:
+        print(f"awp daemon: {e}", file=sys.stderr)
+        return 1
+    try:
+        db_path = homes.path(home, "awp.db")
+        seed = homes.load_identity_seed(home)
+        settings = resolve(home, flags, remembered_values(db_path))
+        setup_logging(settings.trace)
+        homes.write_private(homes.path(home, "daemon.pid"), f"{os.getpid()}\n")
+        return trio.run(_main, home, Identity(seed), db_path, settings)
+    except (homes.HomeError, StoreError, OSError) as e:
+        print(f"awp daemon: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for name in ("daemon.pid",):
+            try:
+                os.unlink(homes.path(home, name))
+            except OSError:
+                pass
+        lock.release()
+
+
+async def _main(home: str, identity: Identity, db_path: str, settings: Settings) -> int:
+    engine = Engine(identity, db_path, node_config(settings))
+    state = DaemonState(home=home, settings=settings, started_ms=engine.started_at)
+    log.info("awp %s starting as %s (%s) in %s", __version__, settings.name, identity.key, home)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(engine.run)
+        await _remember(engine, settings)
+        for item in settings.listen:
+            try:
+                addr = parse_listen(item)
+                bound = await engine.listen(addr)
+                log.info("listening on %s", bound)
+            except (AddressError, Exception) as e:
+                state.listen_errors[item] = str(e)
+                log.error("cannot listen on %s: %s", item, e)
+        from .api import build_router
+
+        router = build_router(engine, state)
+        sock = socket_path_for_home(home, create=True)
+        state.socket_path = sock
+        if sock != homes.path(home, "awp.sock"):
+            write_socket_pointer(home, sock)
+        await nursery.start(serve_unix, sock, router)
+        sd_notify("READY=1")
+        log.info("local API on %s", sock)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as waiters:
+                async def on_signal() -> None:
+                    async for sig in signals:
+                        log.info("received %s, stopping", signal.Signals(sig).name)
+                        break
+                    waiters.cancel_scope.cancel()
+
+                async def on_stop() -> None:
+                    await state.stop.wait()
+                    waiters.cancel_scope.cancel()
+
+                waiters.start_soon(on_signal)
+                waiters.start_soon(on_stop)
+        sd_notify("STOPPING=1")
+        nursery.cancel_scope.cancel()
+    remove_socket_pointer(home)
+    log.info("stopped; queued messages stay on disk")
+    return 0
+
+
+async def _remember(engine: Engine, settings: Settings) -> None:
+    if not settings.remember:
+        return
+
+    def job(c) -> None:
+        for k, v in settings.remember.items():
+            ops.set_meta(c, "remember." + k, v)
+
+    await engine.writer.run(job)
+    if "share_with" in settings.remember:
+        engine.shares = json.loads(settings.remember["share_with"]) or None

@@ -1,0 +1,155 @@
+"""The awp home: where one identity lives, and the files around it.
+
+Everything here is stdlib-only and cheap to import: the CLI and the hooks
+need the home's paths without loading the daemon.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+
+DEFAULT_HOME = "~/.awp"
+
+
+class HomeError(Exception):
+    """The home cannot be used (permissions, read-only disk, corrupt files)."""
+
+
+def resolve_home(flag: str | None = None) -> str:
+    """``--home`` beats ``$AWP_HOME`` beats ``~/.awp``; always absolute."""
+    raw = flag or os.environ.get("AWP_HOME") or DEFAULT_HOME
+    return os.path.abspath(os.path.expanduser(raw))
+
+
+def ensure_home(home: str) -> None:
+    """Create the home (0700) if needed; refuse one we cannot write."""
+    try:
+        os.makedirs(home, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise HomeError(f"cannot create home {home}: {e.strerror}") from None
+    if not os.path.isdir(home):
+        raise HomeError(f"home {home} is not a directory")
+    try:
+        st = os.stat(home)
+        if st.st_mode & 0o077 and st.st_uid == os.getuid():
+            os.chmod(home, 0o700)
+    except OSError:
+        pass
+    if not os.access(home, os.W_OK):
+        raise HomeError(f"home {home} is not writable")
+
+
+def path(home: str, name: str) -> str:
+    return os.path.join(home, name)
+
+
+def write_private(file: str, data: str) -> None:
+    """Write a file atomically with mode 0600 (temp file, fsync, rename)."""
+    tmp = f"{file}.tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, file)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def load_identity_seed(home: str) -> bytes:
+    """The Ed25519 seed from ``identity.json``, creating one on first start."""
+    from ..wire.b64 import b64decode_any, b64url
+
+    file = path(home, "identity.json")
+    try:
+        with open(file) as f:
+            data = json.load(f)
+        seed = b64decode_any(data["seed"])
+        if len(seed) != 32:
+            raise ValueError("seed is not 32 bytes")
+        try:
+            if os.stat(file).st_mode & 0o077:
+                os.chmod(file, 0o600)
+        except OSError:
+            pass
+        return seed
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise HomeError(f"{file} is unreadable ({e}); move it away to start with a new identity"
+                        ) from None
+    from ..wire.keys import Identity
+
+    ident = Identity.generate()
+    try:
+        write_private(file, json.dumps({"key": ident.key, "seed": b64url(ident.seed)}) + "\n")
+    except OSError as e:
+        raise HomeError(f"cannot write {file}: {e.strerror}") from None
+    return ident.seed
+
+
+class HomeLock:
+    """``daemon.lock``: an flock held for the daemon's lifetime."""
+
+    def __init__(self, home: str) -> None:
+        self.file = path(home, "daemon.lock")
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                pid = read_pid(os.path.dirname(self.file))
+                who = f" (pid {pid})" if pid else ""
+                raise HomeError(f"another awp daemon is running for this home{who}") from None
+            raise
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+                self.fd = None
+
+
+def is_locked(home: str) -> bool:
+    """Whether a daemon holds this home's lock right now."""
+    try:
+        fd = os.open(path(home, "daemon.lock"), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def read_pid(home: str) -> int | None:
+    try:
+        with open(path(home, "daemon.pid")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def default_name() -> str:
+    return f"awp@{socket.gethostname().split('.')[0] or 'localhost'}"

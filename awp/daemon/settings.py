@@ -1,0 +1,192 @@
+"""Settings: ``config.json`` < environment < flags, plus remembered values.
+
+The name, about line, harness, model and share list are remembered in the
+store whenever any of the three sources sets them, so an agent sets them once.
+A harness detected from the environment is never remembered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from ..durations import parse_duration
+from .home import HomeError, default_name, path
+
+REMEMBERED = ("name", "about", "harness", "model", "share_with")
+SERVABLE = ("exec", "fs:read", "fs:write")
+MiB = 1024 * 1024
+
+
+@dataclass
+class Flags:
+    """What ``awp daemon`` (or ``awp up``) was given on its command line."""
+
+    name: str | None = None
+    about: str | None = None
+    harness: str | None = None
+    listen: list[str] = field(default_factory=list)
+    no_tailcat: bool = False
+    advertise: str | None = None
+    accept: str | None = None
+    allow: list[str] = field(default_factory=list)
+    trust: list[str] = field(default_factory=list)
+    serve: list[str] = field(default_factory=list)
+    root: str | None = None
+    presence: bool | None = None
+    share_with: list[str] | None = None
+    trace: bool | None = None
+    verbose: bool | None = None
+
+
+@dataclass
+class Settings:
+    name: str
+    about: str
+    harness: str
+    model: str
+    listen: list[str]
+    advertise: str | None
+    accept: str
+    allow: list[str]
+    trust: list[str]
+    serve: list[str]
+    root: str
+    presence: bool
+    share_with: list[str] | None
+    blob_limit: int
+    ping_interval: float
+    outbox_ttl: float
+    trace: bool
+    verbose: bool
+    allow_plaintext: bool
+    remember: dict[str, str] = field(default_factory=dict)
+
+
+def _csv(v: str | None) -> list[str]:
+    return [x.strip() for x in (v or "").split(",") if x.strip()]
+
+
+def _truthy(v: str | None) -> bool:
+    return (v or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def load_config_file(home: str) -> dict:
+    file = path(home, "config.json")
+    try:
+        with open(file) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise HomeError(f"{file}: {e}") from None
+    if not isinstance(data, dict):
+        raise HomeError(f"{file}: must hold a JSON object")
+    return data
+
+
+def resolve(home: str, flags: Flags, remembered: dict[str, str],
+            env: dict[str, str] | None = None) -> Settings:
+    """Merge the three sources and the remembered values; raise HomeError on bad values."""
+    env = dict(os.environ) if env is None else env
+    cfg = load_config_file(home)
+    pol = cfg.get("policy") if isinstance(cfg.get("policy"), dict) else {}
+    remember: dict[str, str] = {}
+
+    def pick(key: str, flag_val, env_name: str, cfg_val):
+        for v in (flag_val, env.get(env_name), cfg_val):
+            if v is not None and v != "":
+                return v, True
+        return None, False
+
+    def remembered_value(key: str, flag_val, env_name: str, default: str) -> str:
+        v, explicit = pick(key, flag_val, env_name, cfg.get(key))
+        if explicit:
+            remember[key] = str(v)
+            return str(v)
+        return remembered.get(key, default)
+
+    name = remembered_value("name", flags.name, "AWP_NAME", "") or default_name()
+    about = remembered_value("about", flags.about, "AWP_ABOUT", "")
+    model = remembered_value("model", None, "AWP_MODEL", "")
+    harness_explicit, explicit = pick("harness", flags.harness, "AWP_HARNESS", cfg.get("harness"))
+    if explicit:
+        harness = str(harness_explicit)
+        remember["harness"] = harness
+    else:
+        harness = remembered.get("harness", "")
+
+    if flags.listen:
+        listen = list(flags.listen)
+    elif env.get("AWP_LISTEN"):
+        listen = _csv(env["AWP_LISTEN"])
+    elif isinstance(cfg.get("listen"), list):
+        listen = [str(x) for x in cfg["listen"]]
+    else:
+        listen = ["tailcat"]
+    if flags.no_tailcat:
+        listen = [x for x in listen if x.strip().lower() != "tailcat"]
+
+    advertise, _ = pick("advertise", flags.advertise, "AWP_ADVERTISE", cfg.get("advertise"))
+    accept, _ = pick("accept", flags.accept, "AWP_ACCEPT", pol.get("accept"))
+    accept = str(accept or "any")
+    if accept not in ("any", "allowlist"):
+        raise HomeError(f"admission policy must be 'any' or 'allowlist', not {accept!r}")
+
+    def keylist(cfg_list, env_name: str, flag_list: list[str]) -> list[str]:
+        out = [str(x) for x in cfg_list] if isinstance(cfg_list, list) else []
+        return out + _csv(env.get(env_name)) + list(flag_list)
+
+    allow = keylist(pol.get("allow"), "AWP_ALLOW", flags.allow)
+    trust = keylist(pol.get("trust"), "AWP_TRUST", flags.trust)
+    serve_src = flags.serve or _csv(env.get("AWP_SERVE")) or (
+        [str(x) for x in pol["serve"]] if isinstance(pol.get("serve"), list) else [])
+    serve = [c for s in serve_src for c in _csv(s)]
+    for c in serve:
+        if c not in SERVABLE:
+            raise HomeError(f"cannot serve {c!r}: choose from {', '.join(SERVABLE)}")
+    root, _ = pick("root", flags.root, "AWP_ROOT", pol.get("root"))
+    root = os.path.abspath(os.path.expanduser(str(root))) if root else os.getcwd()
+
+    if flags.presence is not None:
+        presence = flags.presence
+    elif "AWP_PRESENCE" in env:
+        presence = _truthy(env["AWP_PRESENCE"])
+    else:
+        presence = bool(cfg.get("presence", False))
+
+    share_with: list[str] | None
+    if flags.share_with is not None:
+        share_with = flags.share_with
+    elif env.get("AWP_SHARE_WITH"):
+        share_with = _csv(env["AWP_SHARE_WITH"])
+    elif isinstance(cfg.get("share_with"), list):
+        share_with = [str(x) for x in cfg["share_with"]]
+    else:
+        share_with = None
+    if share_with is not None:
+        remember["share_with"] = json.dumps(share_with)
+
+    try:
+        blob_limit = int(env.get("AWP_BLOB_LIMIT") or cfg.get("blob_limit") or 50 * MiB)
+        ping = parse_duration(env.get("AWP_PING_INTERVAL") or cfg.get("ping_interval") or "30s")
+        ttl = parse_duration(cfg.get("outbox_ttl") or "168h")
+    except (TypeError, ValueError) as e:
+        raise HomeError(f"bad setting: {e}") from None
+    if ping <= 0:
+        raise HomeError("ping_interval must be positive")
+
+    trace = flags.trace if flags.trace else (
+        _truthy(env.get("AWP_TRACE")) or bool(cfg.get("trace", False)))
+    verbose = bool(flags.verbose) or bool(cfg.get("verbose", False))
+    allow_plaintext = _truthy(env.get("AWP_ALLOW_PLAINTEXT")) or bool(
+        cfg.get("allow_plaintext", False))
+
+    return Settings(
+        name=name, about=about, harness=harness, model=model, listen=listen,
+        advertise=None if advertise is None else str(advertise), accept=accept,
+        allow=allow, trust=trust, serve=serve, root=root, presence=presence,
+        share_with=share_with, blob_limit=blob_limit, ping_interval=ping, outbox_ttl=ttl,
+        trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, remember=remember,
+    )

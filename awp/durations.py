@@ -1,0 +1,57 @@
+"""Go-style durations (``30s``, ``1h30m``, ``500ms``, ``168h``) as seconds.
+
+Every duration the docs show (flags, config keys, environment variables)
+uses this form, so the CLI and the daemon parse it the same way.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
+          "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds for a duration; a bare number means seconds.  ``ValueError`` otherwise."""
+    if isinstance(text, bool):
+        raise ValueError("not a duration")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValueError("duration must not be negative")
+        return float(text)
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration")
+    if s == "0":
+        return 0.0
+    try:
+        v = float(s)
+    except ValueError:
+        pass
+    else:
+        if v < 0:
+            raise ValueError("duration must not be negative")
+        return v
+    pos, total = 0, 0.0
+    for m in _PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(s):
+        raise ValueError(f"invalid duration {text!r} (use forms like 30s, 5m, 1h30m)")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form: ``47s``, ``12m``, ``2h``, ``3d``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"

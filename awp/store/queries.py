@@ -1,0 +1,219 @@
+"""Read-side queries behind the local API (status, read, threads, peers)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from ..wire.keys import KEY_PREFIX, KeyError_, normalize_key, short_key
+
+FINAL = ("done", "failed", "closed")
+
+
+class LookupFailed(Exception):
+    """A peer or thread reference that names nothing, or more than one thing."""
+
+    def __init__(self, message: str, code: str = "unknown_peer") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def peer_label(c: sqlite3.Connection, key: str) -> str:
+    row = c.execute("SELECT name FROM peers WHERE key = ?", (key,)).fetchone()
+    alias = c.execute("SELECT alias FROM aliases WHERE key = ? ORDER BY alias LIMIT 1",
+                      (key,)).fetchone()
+    if alias:
+        return alias[0]
+    if row and row[0]:
+        return row[0]
+    return short_key(key)
+
+
+def resolve_peer(c: sqlite3.Connection, text: str) -> str:
+    """A peer's key from a key, alias, announced name, or key prefix (>= 4 chars)."""
+    ref = text.strip()
+    if not ref:
+        raise LookupFailed("empty peer name")
+    if ref.startswith(KEY_PREFIX):
+        try:
+            return normalize_key(ref)
+        except KeyError_ as e:
+            raise LookupFailed(f"bad key {ref!r}: {e}") from None
+    row = c.execute("SELECT key FROM aliases WHERE alias = ?", (ref,)).fetchone()
+    if row:
+        return row[0]
+    rows = c.execute("SELECT key FROM peers WHERE name = ?", (ref,)).fetchall()
+    if len(rows) == 1:
+        return rows[0][0]
+    if len(rows) > 1:
+        keys = ", ".join(short_key(r[0]) for r in rows)
+        raise LookupFailed(
+            f"{len(rows)} peers are called {ref!r} ({keys}); use a key prefix or an alias",
+            "ambiguous_peer")
+    if len(ref) >= 4:
+        like = KEY_PREFIX + ref.replace("%", "").replace("_", "\\_") + "%"
+        rows = c.execute("SELECT key FROM peers WHERE key LIKE ? ESCAPE '\\'",
+                         (like,)).fetchall()
+        if len(rows) == 1:
+            return rows[0][0]
+        if len(rows) > 1:
+            names = ", ".join(f"{peer_label(c, r[0])} ({short_key(r[0])})" for r in rows[:8])
+            raise LookupFailed(f"key prefix {ref!r} matches {len(rows)} peers: {names}",
+                               "ambiguous_peer")
+    raise LookupFailed(f"unknown peer {ref!r}: not a name, alias or key prefix of a known peer"
+                       " (see awp peers)")
+
+
+def thread_peer(c: sqlite3.Connection, th: str, peer: str | None = None) -> str:
+    """The peer of thread ``th``; errors when unknown or shared by several peers."""
+    if peer:
+        return peer
+    rows = c.execute("SELECT peer FROM threads WHERE th = ?", (th,)).fetchall()
+    if len(rows) == 1:
+        return rows[0][0]
+    if not rows:
+        raise LookupFailed(f"unknown thread {th!r} (see awp threads); name the peer to start it",
+                           "unknown_thread")
+    names = ", ".join(peer_label(c, r[0]) for r in rows)
+    raise LookupFailed(f"thread {th!r} exists with several peers ({names}); name the peer",
+                       "ambiguous_thread")
+
+
+def record(c: sqlite3.Connection, row: sqlite3.Row, labels: dict | None = None) -> dict:
+    """A log row as the API shows it."""
+    labels = labels if labels is not None else {}
+    key = row["peer"]
+    if key not in labels:
+        labels[key] = peer_label(c, key)
+    try:
+        line = json.loads(row["line"])
+    except ValueError:
+        line = {}
+    return {
+        "seq": row["seq"], "dir": row["dir"], "t": row["t"], "id": row["id"], "th": row["th"],
+        "re": row["re"], "peer": key, "peer_name": labels[key], "ts": row["ts"],
+        "at": row["at"], "read": bool(row["read"]), "acked": bool(row["acked"]), "line": line,
+    }
+
+
+def _filters(peer: str | None, th: str | None) -> tuple[str, list]:
+    where, args = [], []
+    if peer:
+        where.append("peer = ?")
+        args.append(peer)
+    if th:
+        where.append("th = ?")
+        args.append(th)
+    return (" AND ".join(where) or "1"), args
+
+
+def read_log(c: sqlite3.Connection, *, peer: str | None = None, th: str | None = None,
+             last: int = 50) -> list[dict]:
+    """The last ``last`` records (both directions and notices), oldest first."""
+    where, args = _filters(peer, th)
+    rows = c.execute(
+        f"SELECT * FROM log WHERE {where} ORDER BY seq DESC LIMIT ?", (*args, last)
+    ).fetchall()
+    labels: dict = {}
+    return [record(c, r, labels) for r in reversed(rows)]
+
+
+def unread(c: sqlite3.Connection, *, peer: str | None = None, th: str | None = None,
+           include_notices: bool = True, after: int = 0, limit: int = 10_000) -> list[dict]:
+    where, args = _filters(peer, th)
+    dirs = "('in', 'notice')" if include_notices else "('in')"
+    rows = c.execute(
+        f"SELECT * FROM log WHERE read = 0 AND dir IN {dirs} AND seq > ? AND {where}"
+        " ORDER BY seq LIMIT ?", (after, *args, limit)
+    ).fetchall()
+    labels: dict = {}
+    return [record(c, r, labels) for r in rows]
+
+
+def since(c: sqlite3.Connection, after: int, *, peer: str | None = None, th: str | None = None,
+          all_dirs: bool = False, limit: int = 1000) -> list[dict]:
+    """Records after ``after`` (for following streams)."""
+    where, args = _filters(peer, th)
+    dirs = "" if all_dirs else "AND dir IN ('in', 'notice')"
+    rows = c.execute(
+        f"SELECT * FROM log WHERE seq > ? {dirs} AND {where} ORDER BY seq LIMIT ?",
+        (after, *args, limit),
+    ).fetchall()
+    labels: dict = {}
+    return [record(c, r, labels) for r in rows]
+
+
+def max_seq(c: sqlite3.Connection) -> int:
+    return c.execute("SELECT coalesce(max(seq), 0) FROM log").fetchone()[0]
+
+
+def counts(c: sqlite3.Connection) -> dict:
+    unread_n = c.execute("SELECT count(*) FROM log WHERE read = 0 AND dir = 'in'").fetchone()[0]
+    notices = c.execute("SELECT count(*) FROM log WHERE read = 0 AND dir = 'notice'").fetchone()[0]
+    queued = c.execute("SELECT count(*) FROM outbox WHERE t IN ('msg', 'state')").fetchone()[0]
+    return {"unread": unread_n, "notices": notices, "queued": queued}
+
+
+def unread_in_thread(c: sqlite3.Connection, peer: str, th: str) -> tuple[int, int]:
+    """(count, newest arrival ms) of unread inbound lines in a thread."""
+    row = c.execute(
+        "SELECT count(*), coalesce(max(at), 0) FROM log WHERE read = 0 AND dir = 'in'"
+        " AND peer = ? AND th = ?", (peer, th)).fetchone()
+    return row[0], row[1]
+
+
+def thread_rows(c: sqlite3.Connection, *, peer: str | None = None, open_only: bool = False,
+                limit: int = 10_000) -> list[dict]:
+    where, args = ["1"], []
+    if peer:
+        where.append("t.peer = ?")
+        args.append(peer)
+    if open_only:
+        where.append("t.mine NOT IN ('done','failed','closed')"
+                     " AND t.theirs NOT IN ('done','failed','closed')")
+    rows = c.execute(
+        "SELECT t.*, (SELECT count(*) FROM log l WHERE l.peer = t.peer AND l.th = t.th"
+        " AND l.dir = 'in' AND l.read = 0) AS unread FROM threads t"
+        f" WHERE {' AND '.join(where)} ORDER BY t.updated DESC LIMIT ?", (*args, limit)
+    ).fetchall()
+    labels: dict = {}
+    out = []
+    for r in rows:
+        key = r["peer"]
+        if key not in labels:
+            labels[key] = peer_label(c, key)
+        out.append({
+            "th": r["th"], "thread": r["th"], "peer": key, "peer_name": labels[key],
+            "subject": r["subject"], "mine": r["mine"], "my_note": r["my_note"],
+            "my_since": r["my_since"], "theirs": r["theirs"], "their_note": r["their_note"],
+            "their_since": r["their_since"], "created": r["created"], "updated": r["updated"],
+            "unread": r["unread"], "private": bool(r["private"]),
+            "open": r["mine"] not in FINAL and r["theirs"] not in FINAL,
+        })
+    return out
+
+
+def peer_rows(c: sqlite3.Connection) -> list[dict]:
+    out = []
+    for r in c.execute("SELECT * FROM peers ORDER BY last_seen DESC, key").fetchall():
+        key = r["key"]
+        queued = c.execute("SELECT count(*) FROM outbox WHERE peer = ? AND t IN ('msg','state')",
+                           (key,)).fetchone()[0]
+        open_threads = c.execute(
+            "SELECT count(*) FROM threads WHERE peer = ? AND mine NOT IN ('done','failed','closed')"
+            " AND theirs NOT IN ('done','failed','closed')", (key,)).fetchone()[0]
+        unread_n = c.execute("SELECT count(*) FROM log WHERE peer = ? AND dir = 'in' AND read = 0",
+                             (key,)).fetchone()[0]
+        aliases = [a[0] for a in c.execute("SELECT alias FROM aliases WHERE key = ?", (key,))]
+        addrs = [dict(a) for a in c.execute(
+            "SELECT addr, source, last_success, last_error FROM addresses WHERE peer = ?", (key,))]
+        out.append({
+            "key": key, "short": short_key(key), "name": r["name"], "about": r["about"],
+            "aliases": aliases, "caps": json.loads(r["caps"] or "[]"),
+            "shares": json.loads(r["shares"]) if r["shares"] else [],
+            "first_seen": r["first_seen"], "last_seen": r["last_seen"],
+            "parked": bool(r["parked"]), "bye_reason": r["bye_reason"],
+            "last_error": r["last_error"], "queued": queued, "open_threads": open_threads,
+            "unread": unread_n, "addresses": addrs,
+        })
+    return out

@@ -1,0 +1,132 @@
+"""Running real awp daemons as subprocesses for tests and benches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from awp.localapi.client import DaemonNotRunning, LocalClient
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(cond, timeout: float = 10.0, what: str = "condition", interval: float = 0.02):
+    """Poll ``cond`` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Node:
+    """One daemon in its own home, listening on loopback TCP (or a Unix socket)."""
+
+    def __init__(self, home: str, name: str = "node", *, unix: bool = False,
+                 extra: list[str] | None = None, env: dict | None = None) -> None:
+        self.home = home
+        self.name = name
+        self.port = free_port()
+        self.unix_path = os.path.join(os.path.dirname(home), f"{name}.l.sock")
+        self.listen = f"unix:{self.unix_path}" if unix else f"tcp:127.0.0.1:{self.port}"
+        self.extra = extra or []
+        self.env = env or {}
+        self.proc: subprocess.Popen | None = None
+        self.log_path = home + ".log"
+
+    @property
+    def address(self) -> str:
+        return self.listen
+
+    @property
+    def client(self) -> LocalClient:
+        return LocalClient(os.path.join(self.home, "awp.sock"), timeout=60)
+
+    def start(self, *more: str, wait: bool = True) -> Node:
+        env = dict(os.environ)
+        env.pop("AWP_HOME", None)
+        env.update(self.env)
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        args = [sys.executable, "-m", "awp", "daemon", "--home", self.home, "--no-tailcat",
+                "--listen", self.listen, "--name", self.name, *self.extra, *more]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        log.close()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        def ready():
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"daemon {self.name} exited: {self.tail_log()}")
+            try:
+                return self.client.get("/v1/status")
+            except (DaemonNotRunning, ConnectionError, OSError):
+                return None
+
+        self.status = wait_for(ready, timeout, f"daemon {self.name} ready")
+        self.key = self.status["key"]
+
+    def tail_log(self, n: int = 30) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    # -- API shortcuts ---------------------------------------------------------------
+
+    def api(self, method: str, path: str, body=None, **query):
+        return self.client.request(method, path, body, query=query or None)
+
+    def connect(self, other: Node, timeout: float = 20) -> dict:
+        return self.api("POST", "/v1/connect", {"target": other.address, "timeout": timeout})
+
+    def send(self, peer: str | None, text: str, **kw) -> dict:
+        body = {"parts": [{"k": "text", "text": text}], **kw}
+        if peer:
+            body["peer"] = peer
+        return self.api("POST", "/v1/send", body)
+
+    def peer_state(self, key: str) -> str:
+        for p in self.api("GET", "/v1/peers"):
+            if p["key"] == key:
+                return p["state"]
+        return "unknown"
+
+    def inbound(self, th: str | None = None, peer: str | None = None) -> list[dict]:
+        body = {"n": 1_000_000, "mark": False}
+        if th:
+            body["th"] = th
+        if peer:
+            body["peer"] = peer
+        recs = self.api("POST", "/v1/read", body)["records"]
+        return [r for r in recs if r["dir"] == "in"]
