@@ -62,10 +62,9 @@ class Node:
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
         args = [sys.executable, "-m", "awp", "daemon", "--home", self.home, "--no-tailcat",
                 "--listen", self.listen, "--name", self.name, *self.extra, *more]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
         if wait:
             self.wait_ready()
         return self
