@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from typing import Any
 
 import trio
@@ -235,9 +236,10 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
             raise ApiError(400, "a message needs at least one part", "bad_request")
         note = await _unread_note(key, th)
+        t0 = time.perf_counter()
         res = await engine.send_msg(key, parts, th=th, subject=_str(body, "subject"),
                                     re=_str(body, "re"))
-        return await _delivery(key, res, body, note)
+        return await _delivery(key, res, body, note, t0)
 
     @r.route("POST", "/v1/state")
     async def set_state(req: Request) -> dict:
@@ -247,22 +249,28 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         if not th or not word:
             raise ApiError(400, "state needs a thread and a state word", "bad_request")
         note = await _unread_note(key, th)
+        t0 = time.perf_counter()
         res = await engine.send_state(key, th, word, _str(body, "note") or "")
-        return await _delivery(key, res, body, note)
+        return await _delivery(key, res, body, note, t0)
 
-    async def _delivery(key: str, res: dict, body: dict, note: str) -> dict:
+    async def _delivery(key: str, res: dict, body: dict, note: str, t0: float) -> dict:
+        """Wait for the ack as asked; ``ack_ms`` is queue-to-ack time inside the daemon."""
         conn = engine.peers.active(key)
         connected = conn is not None and conn.established.is_set()
         wait = body.get("wait_ack")
         wait_s = _num(body, "wait_ack", 1.0) if wait is not None else (1.0 if connected else 0.0)
         acked = False
+        ack_ms = None
         if wait_s > 0 and (connected or wait is not None):
             acked = await engine.wait_ack(res["id"], wait_s)
+            if acked:
+                ack_ms = round((time.perf_counter() - t0) * 1000, 3)
         status = "delivered" if acked else ("delivering" if connected or engine.peers.active(key)
                                             else "queued until the peer is reachable")
         name = await engine.read(lambda c: queries.peer_label(c, key))
         return {"id": res["id"], "th": res["th"], "thread": res["th"], "peer": key,
-                "peer_name": name, "status": status, "acked": acked, "note": note}
+                "peer_name": name, "status": status, "acked": acked, "ack_ms": ack_ms,
+                "note": note}
 
     @r.route("POST", "/v1/wait_ack")
     async def wait_ack(req: Request) -> dict:

@@ -100,6 +100,9 @@ def run(home: str, flags: Flags) -> int:
         settings = resolve(home, flags, remembered_values(db_path))
         setup_logging(settings.trace)
         homes.write_private(homes.path(home, "daemon.pid"), f"{os.getpid()}\n")
+        # Short GIL slices: the store writer thread and the event loop hand work
+        # back and forth constantly, and the default 5 ms slice shows up as latency.
+        sys.setswitchinterval(0.0005)
         return trio.run(_main, home, Identity(seed), db_path, settings)
     except (homes.HomeError, StoreError, OSError) as e:
         print(f"awp daemon: {e}", file=sys.stderr)

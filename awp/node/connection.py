@@ -238,6 +238,9 @@ class Connection:
         elif t == "ack":
             th, re = line.get("th"), line.get("re")
             if isinstance(re, str) and re:
+                # The peer has it committed: wake `send --wait-ack` now, and
+                # drop the line from our outbox in the background.
+                self.engine.ack_received(re)
                 pending = self.engine.writer.submit_nowait(
                     lambda c, k=self.peer_key, th=th or "", re=re: ops.apply_ack(c, k, th, re)
                 )

@@ -304,11 +304,14 @@ class Engine:
             self.changes.publish({"kind": line["t"], "peer": conn.peer_key,
                                   "th": line.get("th") or "", "seq": seq})
 
+    def ack_received(self, ident: str) -> None:
+        ev = self._ack_waiters.pop(ident, None)
+        if ev is not None:
+            ev.set()
+
     def on_acked(self, key: str, ids: list[str]) -> None:
         for i in ids:
-            ev = self._ack_waiters.pop(i, None)
-            if ev is not None:
-                ev.set()
+            self.ack_received(i)
         self.changes.publish({"kind": "ack", "peer": key, "ids": ids[:50]})
 
     def on_peer_resumed(self, conn: Connection) -> None:

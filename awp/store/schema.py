@@ -52,6 +52,8 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX outbox_peer ON outbox (peer, seq);
     CREATE INDEX outbox_peer_th ON outbox (peer, th, id);
+    CREATE INDEX outbox_peer_th_t ON outbox (peer, th, t, seq);
+    CREATE UNIQUE INDEX outbox_id ON outbox (peer, id);
     CREATE INDEX outbox_created ON outbox (created);
     CREATE TABLE log (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,

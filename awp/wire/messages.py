@@ -9,6 +9,7 @@ objects.  :func:`parse_line` enforces exactly the checks that make a line a
 from __future__ import annotations
 
 import json
+import re
 
 from .canonical import compact_json
 from .errors import BAD_FRAME, ProtocolError
@@ -25,6 +26,26 @@ _REQUIRED = {
     "chunk": ("id", "ref"),
 }
 
+# A ``\uD800``-style escape in the raw line: may decode to a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _replace_surrogates(v: object) -> object:
+    """Lone surrogates become U+FFFD, as Go's decoder does; they cannot be
+    encoded as UTF-8, so keeping them would break storing or relaying the line."""
+    if isinstance(v, str):
+        return _LONE_SURROGATE.sub("\ufffd", v)
+    if isinstance(v, list):
+        return [_replace_surrogates(x) for x in v]
+    if isinstance(v, dict):
+        return {_replace_surrogates(k): _replace_surrogates(x) for k, x in v.items()}
+    return v
+
 
 def parse_line(line: bytes) -> dict:
     """Decode one wire line into its envelope dict.
@@ -37,7 +58,9 @@ def parse_line(line: bytes) -> dict:
     if not stripped.startswith(b"{"):
         raise ProtocolError(BAD_FRAME, "line is not a JSON object")
     try:
-        obj = json.loads(line.decode("utf-8"))
+        obj = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
+        if _SURROGATE_ESCAPE.search(line):
+            obj = _replace_surrogates(obj)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ProtocolError(BAD_FRAME, f"invalid JSON: {e}") from None
     if not isinstance(obj, dict):
