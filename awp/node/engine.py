@@ -50,6 +50,7 @@ class Engine:
         self.started_at = now_ms()
         self._listeners: list[Any] = []
         self._ack_waiters: dict[str, trio.Event] = {}
+        self._recent_acks: dict[str, None] = {}
         self._local = threading.local()
         self._nursery: trio.Nursery | None = None
         self.writer: Writer
@@ -308,6 +309,12 @@ class Engine:
         ev = self._ack_waiters.pop(ident, None)
         if ev is not None:
             ev.set()
+        # Remember recent acks: a waiter may ask after the ack arrived but
+        # before our own bookkeeping of it has committed.
+        self._recent_acks[ident] = None
+        if len(self._recent_acks) > 10_000:
+            for old in list(self._recent_acks)[:5_000]:
+                del self._recent_acks[old]
 
     def on_acked(self, key: str, ids: list[str]) -> None:
         for i in ids:
@@ -346,6 +353,10 @@ class Engine:
 
     def _queued(self, key: str, result: tuple) -> None:
         """Post-commit, in commit order: hand the line to a live connection."""
+        if len(self._ack_waiters) > 10_000:  # lines whose ack nobody awaits
+            for stale in list(self._ack_waiters)[:5_000]:
+                del self._ack_waiters[stale]
+        self._ack_waiters[result[1]["id"]] = trio.Event()
         conn = self.peers.active(key)
         if conn is not None:
             conn.push(result[0], result[2])
@@ -400,17 +411,23 @@ class Engine:
         return {"id": res[1]["id"], "th": th, "line": res[1]}
 
     async def wait_ack(self, ident: str, timeout: float) -> bool:
-        """True once the peer acked our line ``ident`` (or had already)."""
-        ev = self._ack_waiters.setdefault(ident, trio.Event())
-        acked = await self.read(lambda c: c.execute(
-            "SELECT acked FROM log WHERE dir = 'out' AND id = ?", (ident,)).fetchone())
-        if acked and acked[0]:
-            self._ack_waiters.pop(ident, None)
+        """True once the peer acked our line ``ident`` (or had already).
+
+        Lines queued by this process have an event from the moment they were
+        committed, so the common case needs no query.
+        """
+        if ident in self._recent_acks:
             return True
+        ev = self._ack_waiters.get(ident)
+        if ev is None:
+            acked = await self.read(lambda c: c.execute(
+                "SELECT acked FROM log WHERE dir = 'out' AND id = ?", (ident,)).fetchone())
+            if acked is None or acked[0]:
+                return bool(acked)
+            ev = self._ack_waiters.setdefault(ident, trio.Event())
         with trio.move_on_after(max(0.0, timeout)):
             await ev.wait()
             return True
-        self._ack_waiters.pop(ident, None)
         return False
 
     async def bye(self, key: str, reason: str = "") -> bool:
