@@ -1,0 +1,183 @@
+"""Human-readable rendering of records and tables for ``tail``, ``read``, ``wait``.
+
+One block per record; the first line says when, who to whom, which thread::
+
+    [2m ago] bob → you · thr_x4ii96t4 · "Run the suite"
+      Run make integration and send me the failures.
+      ```diff
+      ...
+      ```
+      data application/json: {"repo":"acme/api"}
+    [1m ago] bob is now working in thr_x4ii96t4: running the suite
+    [5s ago] you → bob · thr_x4ii96t4
+      thanks
+    [just now] · bob said bye: done
+
+Pure functions of the API's record dicts (see ``awp.store.queries.record``),
+so they are stable and unit-tested.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ..durations import format_duration
+
+INDENT = "  "
+
+_LANGS = {
+    "py": "python", "go": "go", "js": "javascript", "mjs": "javascript", "cjs": "javascript",
+    "ts": "typescript", "tsx": "typescript", "jsx": "javascript", "rs": "rust",
+    "diff": "diff", "patch": "diff", "sh": "sh", "bash": "sh", "md": "markdown",
+    "json": "json", "yaml": "yaml", "yml": "yaml", "toml": "toml", "c": "c", "h": "c",
+    "cpp": "cpp", "cc": "cpp", "cxx": "cpp", "hpp": "cpp", "java": "java", "rb": "ruby",
+    "sql": "sql", "html": "html", "css": "css",
+}
+
+
+def lang_for(path: str) -> str:
+    """The code-part language for a file name, from its extension."""
+    base = path.rsplit("/", 1)[-1]
+    if "." not in base.lstrip("."):
+        return ""
+    ext = base.rsplit(".", 1)[-1].lower()
+    return _LANGS.get(ext, ext)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def ago(ms: int | None, now: int | None = None) -> str:
+    """``2m ago`` for a Unix-ms time (``just now`` under a second)."""
+    if not ms:
+        return "?"
+    now = now_ms() if now is None else now
+    secs = (now - int(ms)) / 1000
+    if secs < 1:
+        return "just now"
+    return f"{format_duration(secs)} ago"
+
+
+def clip(text: str, width: int) -> str:
+    """One line of at most ``width`` characters (``…`` marks a cut)."""
+    line = " ".join(str(text or "").split())
+    if width > 0 and len(line) > width:
+        return line[: max(1, width - 1)] + "…"
+    return line
+
+
+def _compact(obj: object) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def _indent(text: str, prefix: str = INDENT) -> list[str]:
+    return [prefix + ln if ln else prefix.rstrip() for ln in str(text).split("\n")]
+
+
+def _fence(body: str) -> str:
+    """A backtick fence longer than any run of backticks inside ``body``."""
+    longest = run = 0
+    for ch in body:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def render_part(part: object) -> list[str]:
+    """The indented lines for one part of a msg."""
+    if not isinstance(part, dict):
+        return [INDENT + _compact(part)]
+    k = part.get("k")
+    if k == "text":
+        return _indent(str(part.get("text", "")).rstrip("\n"))
+    if k == "code":
+        lang = part.get("lang") or ""
+        body = str(part.get("text", "")).rstrip("\n")
+        fence = _fence(body)
+        lines = [INDENT + fence + str(lang)]
+        if body:
+            lines += _indent(body)
+        lines.append(INDENT + fence)
+        return lines
+    if k == "data":
+        mime = part.get("mime") or "application/json"
+        return [f"{INDENT}data {mime}: {_compact(part.get('data'))}"]
+    if k == "blob":
+        name = part.get("name") or part.get("ref") or "file"
+        size = part.get("size")
+        extra = f" ({size} bytes)" if isinstance(size, int) else ""
+        return [f"{INDENT}file {name}{extra}"]
+    rest = {key: v for key, v in part.items() if key != "k"}
+    return [f"{INDENT}[{k}] {_compact(rest)}"]
+
+
+def render_record(rec: dict, now: int | None = None) -> str:
+    """One record (msg, state, notice, anything else) as a block of lines."""
+    line = rec.get("line") if isinstance(rec.get("line"), dict) else {}
+    when = f"[{ago(rec.get('at') or rec.get('ts'), now)}]"
+    who = rec.get("peer_name") or rec.get("peer") or "?"
+    direction = rec.get("dir")
+    t = rec.get("t") or line.get("t") or ""
+    th = rec.get("th") or line.get("th") or ""
+
+    if direction == "notice" or t == "notice":
+        text = line.get("text") or line.get("kind") or "notice"
+        return f"{when} · {text}"
+
+    if t == "state":
+        word = line.get("state", "?")
+        note = line.get("note") or ""
+        where = f" in {th}" if th else ""
+        tail = f": {note}" if note else ""
+        if direction == "out":
+            return f"{when} you are now {word}{where} (told {who}){tail}"
+        return f"{when} {who} is now {word}{where}{tail}"
+
+    arrow = f"you → {who}" if direction == "out" else f"{who} → you"
+    head = [when, arrow]
+    if th:
+        head.append(f"· {th}")
+    subject = line.get("subject")
+    if isinstance(subject, str) and subject:
+        head.append(f'· "{clip(subject, 80)}"')
+    re_id = rec.get("re") or line.get("re")
+    if re_id:
+        head.append(f"· re {re_id}")
+    if t and t != "msg":
+        head.append(f"· {t}")
+    lines = [" ".join(head)]
+    if t == "msg":
+        parts = line.get("parts")
+        for p in parts if isinstance(parts, list) else []:
+            lines += render_part(p)
+    else:
+        body = {key: v for key, v in line.items() if key not in ("t", "id", "ts", "th", "re")}
+        if body:
+            lines.append(INDENT + _compact(body))
+    return "\n".join(lines)
+
+
+def render_records(records: list[dict], now: int | None = None) -> str:
+    now = now_ms() if now is None else now
+    return "\n".join(render_record(r, now) for r in records)
+
+
+def since(state: str, since_ms: int | None, now: int | None = None) -> str:
+    """``working 2h``: a state with how long it has held."""
+    if not since_ms:
+        return state
+    now = now_ms() if now is None else now
+    return f"{state} {format_duration((now - int(since_ms)) / 1000)}"
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    """Left-aligned columns separated by two spaces; the last column is not padded."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    out = []
+    for r in cells:
+        padded = [c.ljust(widths[i]) if i < len(r) - 1 else c for i, c in enumerate(r)]
+        out.append("  ".join(padded).rstrip())
+    return "\n".join(out)

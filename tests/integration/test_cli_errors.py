@@ -1,0 +1,214 @@
+"""Error paths, exit codes and argument handling of the real ``awp`` executable.
+
+Usage errors exit 2; other errors print one line ``awp <cmd>: <reason>`` on
+stderr and exit 1; ``status`` without a daemon exits 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+from nodes import wait_for
+from test_cli_support import ROOT, cli_root_fixture, homes_fixture  # noqa: F401
+
+from awp.wire.b64 import b64url
+from awp.wire.keys import KEY_PREFIX, Identity
+
+
+def one_error_line(r: subprocess.CompletedProcess, cmd: str, code: int = 1) -> str:
+    assert r.returncode == code, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"awp {cmd}: "), r.stderr
+    return lines[0]
+
+
+def test_usage_errors_exit_2(homes):
+    h = homes("h")
+    r = h.run("send", "--bogus", "x")
+    assert r.returncode == 2 and "No such option: --bogus" in r.stderr
+    r = h.run("alias", "onlyone")
+    assert r.returncode == 2 and "Missing argument" in r.stderr
+    r = h.run("state", "a", "b", "c", "d")
+    assert r.returncode == 2
+    r = h.run("read", "-n", "many")
+    assert r.returncode == 2
+    r = h.run("nosuchcommand", home=False)
+    assert r.returncode == 2
+    assert not os.path.exists(h.path), "usage errors must not start a daemon"
+
+
+def test_errors_before_the_daemon_is_needed(homes, cli_root):
+    h = homes("h")
+    assert one_error_line(h.run("send", "--thread", "", "x"), "send") == \
+        "awp send: the thread id is empty"
+    assert "name a peer" in one_error_line(h.run("send"), "send")
+    assert "nothing to send" in one_error_line(h.run("send", "hello"), "send")
+    r = h.run("send", "peer", "--code", "missing.py", "x", cwd=cli_root)
+    assert one_error_line(r, "send") == "awp send: --code missing.py: no such file"
+    assert "--data is not valid JSON" in one_error_line(
+        h.run("send", "peer", "--data", "{nope"), "send")
+    assert "--wait-ack" in one_error_line(h.run("send", "p", "x", "--wait-ack", "soon"), "send")
+    assert one_error_line(h.run("wait", "--state", "done"), "wait") == \
+        "awp wait: --state needs --thread"
+    assert not os.path.exists(h.path)
+
+
+def test_status_without_daemon_exits_3(homes):
+    h = homes("h")
+    r = h.run("status")
+    assert r.returncode == 3
+    assert r.stderr == "awp status: daemon not running (start it with awp up)\n"
+    assert not os.path.exists(h.path), "status never starts the daemon"
+    r = h.run("down")
+    assert r.returncode == 0 and r.stdout == "awp is not running\n"
+
+
+def test_stale_socket_and_pid_do_not_confuse_status_or_start(homes):
+    h = homes("h")
+    os.makedirs(h.path, mode=0o700)
+    # A socket file nobody listens on (a daemon killed with -9) ...
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(os.path.join(h.path, "awp.sock"))
+    s.close()
+    # ... and the pid of a process that is gone.
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    with open(os.path.join(h.path, "daemon.pid"), "w") as f:
+        f.write(f"{p.pid}\n")
+    r = h.run("status")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stderr == "awp status: daemon not running (start it with awp up)\n"
+    assert h.run("down").stdout == "awp is not running\n"
+    # The on-demand starter copes with both.
+    assert h.ok("peers").stdout == "no peers yet: awp connect ADDRESS\n"
+    st = json.loads(h.ok("status", "--json").stdout)
+    assert st["pid"] != p.pid
+    assert h.ok("down").stdout == "awp stopped\n"
+
+
+def test_start_failure_shows_the_log(homes):
+    h = homes("h")
+    os.makedirs(h.path, mode=0o700)
+    with open(os.path.join(h.path, "config.json"), "w") as f:
+        f.write("{not json")
+    r = h.run("peers")
+    assert r.returncode == 1
+    first, *rest = r.stderr.splitlines()
+    assert first.startswith("awp peers: the awp daemon exited with status 1")
+    assert any("config.json" in x for x in rest), r.stderr
+
+
+def test_unknown_peer_points_at_awp_peers(homes):
+    h = homes("h")
+    line = one_error_line(h.run("send", "nobody", "hi"), "send")
+    assert "unknown peer 'nobody'" in line and "awp peers" in line
+    line = one_error_line(h.run("read", "nobody"), "read")
+    assert "awp peers" in line
+    line = one_error_line(h.run("state", "thr_nothere1", "done"), "state")
+    assert "unknown thread" in line
+    h.ok("down")
+
+
+def identity_with_dash_key() -> dict:
+    while True:
+        ident = Identity.generate()
+        if ident.key[len(KEY_PREFIX)] == "-":
+            return {"key": ident.key, "seed": b64url(ident.seed)}
+
+
+def test_key_prefix_starting_with_dash_is_a_peer(homes):
+    a, b = homes("a"), homes("b")
+    os.makedirs(b.path, mode=0o700)
+    ident = identity_with_dash_key()
+    with open(os.path.join(b.path, "identity.json"), "w") as f:
+        json.dump(ident, f)
+    os.chmod(os.path.join(b.path, "identity.json"), 0o600)
+    b.ok("up", "--name", "dashy")
+    a.ok("connect", b.address)
+    prefix = ident["key"][len(KEY_PREFIX):][:6]
+    assert prefix.startswith("-")
+
+    r = a.ok("send", prefix, "hello", "--subject", "dash test")
+    m = re.fullmatch(r"sent \S+ to dashy in (thr_\w+) \(delivered\)\n", r.stdout)
+    assert m, r.stdout
+    th = m.group(1)
+    # Flags around the prefix still count, before and after it.
+    r = a.ok("send", "--json", prefix, "-t", th, "second")
+    assert json.loads(r.stdout)["th"] == th
+    r = a.ok("state", prefix, th, "waiting", "-n", "need input")
+    assert r.stdout == f"state waiting sent to dashy in {th} (delivered)\n"
+    assert "second" in a.ok("read", prefix).stdout
+    assert th in a.ok("threads", "-p", prefix).stdout
+    assert "dashy" in a.ok("alias", prefix, "d").stdout
+    r = a.run("wait", "-p", prefix, "--timeout", "1s")
+    assert r.returncode == 2 and r.stderr == "nothing new after 1s\n"
+    r = a.ok("send", "--to", prefix, "third")
+    assert "to d in" in r.stdout
+    assert a.ok("bye", prefix).stdout == "said bye to d\n"
+
+
+def test_relative_code_path_is_read_from_cwd(homes, cli_root):
+    a, b = homes("a"), homes("b")
+    b.ok("up", "--name", "coder")
+    a.ok("connect", b.address)
+    with open(os.path.join(cli_root, "fix.diff"), "w") as f:
+        f.write("-old\n+new\n")
+    a.ok("send", "--to", "coder", "--code", "fix.diff", "patch attached", cwd=cli_root)
+    wait_for(lambda: "+new" in b.ok("read", "--no-mark").stdout, 10, "the patch")
+    rec = json.loads(b.ok("read", "--json").stdout)["records"][-1]
+    assert rec["line"]["parts"] == [
+        {"k": "text", "text": "patch attached"},
+        {"k": "code", "lang": "diff", "text": "-old\n+new\n"},
+    ]
+    r = b.ok("read")
+    assert "  ```diff\n  -old\n  +new\n  ```" in r.stdout
+
+
+def test_stdin_text_and_help_and_version(homes):
+    a, b = homes("a"), homes("b")
+    b.ok("up", "--name", "reader")
+    a.ok("connect", b.address)
+    a.ok("send", "reader", "-", input="from stdin\nsecond line\n")
+    wait_for(lambda: "second line" in b.ok("read", "--no-mark").stdout, 10, "stdin text")
+    assert "  from stdin\n  second line" in b.ok("read").stdout
+
+    assert a.ok("version", home=False).stdout == "awp 0.5.0 (protocol v0)\n"
+    assert a.ok("help", "send", home=False).stdout == a.ok("send", "--help", home=False).stdout
+    root = subprocess.run([sys.executable, "-m", "awp", "help"], capture_output=True, text=True,
+                          cwd=ROOT, env=a.env)
+    assert root.returncode == 0
+    assert root.stdout == subprocess.run([sys.executable, "-m", "awp", "--help"],
+                                         capture_output=True, text=True, cwd=ROOT,
+                                         env=a.env).stdout
+    for cmd in ("up", "listen", "connect", "address", "status", "down", "send", "state",
+                "tail", "wait", "read", "threads", "peers", "alias", "bye"):
+        out = a.ok("help", cmd, home=False).stdout
+        assert "Example" in out, cmd
+        assert "--home" in out, cmd
+
+
+def test_listen_streams_ndjson(homes):
+    a, b = homes("a"), homes("b")
+    b.ok("up", "--name", "ears")
+    a.ok("connect", b.address)
+    proc = subprocess.Popen([sys.executable, "-m", "awp", "listen", "--home", b.path],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=b.env, cwd=ROOT)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["event"] == "listening" and first["name"] == "ears"
+        assert first["address"] == b.address and first["key"].startswith(KEY_PREFIX)
+        a.ok("send", "ears", "streamed")
+        rec = json.loads(proc.stdout.readline())
+        assert rec["dir"] == "in" and rec["line"]["parts"][0]["text"] == "streamed"
+    finally:
+        proc.kill()
+        proc.wait(10)
+    r = b.ok("address")
+    assert r.stdout == b.address + "\n"
