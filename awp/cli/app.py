@@ -13,7 +13,7 @@ import re
 import typer
 
 from .. import PROTOCOL_VERSION, __version__
-from . import cmd_conn, cmd_msg  # noqa: F401  (registers the commands)
+from . import cmd_conn, cmd_msg, cmd_service  # noqa: F401  (registers the commands)
 from .common import app, compact, home_of, home_opt, json_opt, out
 
 # Commands with a peer positional (or -p/--peer/--to value) that may start with "-".
@@ -227,8 +227,17 @@ def _help_args(rest: list[str]) -> list[str]:
     return [*words[:1], "--help"]
 
 
+def _home_first(args: list[str]) -> list[str]:
+    """Accept ``awp --home H cmd ...`` as well as ``awp cmd --home H ...``."""
+    if len(args) >= 3 and args[0] == "--home":
+        return [args[2], "--home", args[1], *args[3:]]
+    if len(args) >= 2 and args[0].startswith("--home="):
+        return [args[1], args[0], *args[2:]]
+    return args
+
+
 def run_app(args: list[str]) -> int:
-    args = list(args)
+    args = _home_first(list(args))
     if args and args[0] == "help":
         args = _help_args(args[1:])
     _fast_coercion()

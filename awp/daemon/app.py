@@ -138,10 +138,11 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         state.socket_path = sock
         if sock != homes.path(home, "awp.sock"):
             write_socket_pointer(home, sock)
-        await nursery.start(serve_unix, sock, router)
-        sd_notify("READY=1")
-        log.info("local API on %s", sock)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            # Readiness only once a SIGTERM would be handled cleanly.
+            await nursery.start(serve_unix, sock, router)
+            sd_notify("READY=1")
+            log.info("local API on %s", sock)
             async with trio.open_nursery() as waiters:
                 async def on_signal() -> None:
                     async for sig in signals:

@@ -1,0 +1,53 @@
+"""``awp service install|uninstall|status``: run the daemon as a systemd user unit."""
+
+from __future__ import annotations
+
+import typer
+
+from .common import CliError, command, home_of, home_opt, json_opt, out, out_json
+
+
+@command("service", short_help="Install, remove or inspect the systemd user service")
+def service_cmd(
+    action: str = typer.Argument(..., help="install, uninstall or status"),
+    home: str = home_opt(),
+    no_start: bool = typer.Option(False, "--no-start", help="install: enable but do not start"),
+    as_json: bool = json_opt(),
+) -> None:
+    """Run the daemon for this home as a systemd user service (Type=notify).
+
+    install writes ~/.config/systemd/user/awp.service (awp-<hash>.service for
+    other homes), reloads systemd, then enables and starts it. uninstall stops,
+    disables and removes it; status shows what systemd says.
+
+    \b
+    Examples:
+      awp service install
+      awp service status --json
+      awp --home ~/.awp-b service uninstall
+    """
+    from ..daemon import service
+
+    h = home_of(home)
+    if action == "install":
+        res = service.install(h, service.awp_command(), start=not no_start)
+    elif action == "uninstall":
+        res = service.uninstall(h)
+    elif action == "status":
+        res = service.status(h, awp_argv=service.awp_command())
+    else:
+        raise CliError("action must be install, uninstall or status", 2)
+    if as_json:
+        out_json(res)
+        return
+    out(f"unit     {res['unit']}")
+    out(f"file     {res['unit_path']}")
+    if action == "status":
+        out(f"installed {'yes' if res.get('installed') else 'no'}; "
+            f"active {res.get('active') or 'unknown'}; enabled {res.get('enabled') or 'unknown'}")
+    for cmd in res.get("commands_run", []):
+        out("ran      " + " ".join(cmd))
+    for w in res.get("warnings", []):
+        out("warning  " + w)
+    for n in res.get("notes", []):
+        out("note     " + n)
