@@ -66,10 +66,14 @@ def test_service_install_writes_a_unit_and_uninstall_removes_it(tmp_home_root):
     import json
 
     info = json.loads(res.stdout)
-    text = open(info["unit_path"]).read()
+    with open(info["unit_path"]) as f:
+        text = f.read()
     assert "Type=notify" in text
     assert f'--home "{home}"' in text
     assert any("systemctl" in w for w in info["warnings"])
+    assert json.loads(subprocess.run([*run, "status", "--home", home, "--json"], env=env,
+                                     capture_output=True, text=True, timeout=30).stdout
+                      )["installed"] is True
     res = subprocess.run([*run, "uninstall", "--home", home], env=env,
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
