@@ -237,8 +237,11 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "a message needs at least one part", "bad_request")
         note = await _unread_note(key, th)
         t0 = time.perf_counter()
-        res = await engine.send_msg(key, parts, th=th, subject=_str(body, "subject"),
-                                    re=_str(body, "re"))
+        try:
+            res = await engine.send_msg(key, parts, th=th, subject=_str(body, "subject"),
+                                        re=_str(body, "re"))
+        except ops.LineTooLong as e:
+            raise ApiError(413, str(e), "too_large") from None
         return await _delivery(key, res, body, note, t0)
 
     @r.route("POST", "/v1/state")
@@ -250,7 +253,10 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "state needs a thread and a state word", "bad_request")
         note = await _unread_note(key, th)
         t0 = time.perf_counter()
-        res = await engine.send_state(key, th, word, _str(body, "note") or "")
+        try:
+            res = await engine.send_state(key, th, word, _str(body, "note") or "")
+        except ops.LineTooLong as e:
+            raise ApiError(413, str(e), "too_large") from None
         return await _delivery(key, res, body, note, t0)
 
     async def _delivery(key: str, res: dict, body: dict, note: str, t0: float) -> dict:

@@ -32,3 +32,4 @@ class NodeConfig:
     bye_linger: float = 5.0
     backoff_start: float = 1.0
     backoff_cap: float = 60.0
+    stable_after: float = 10.0  # a connection this old resets the redial backoff

@@ -20,6 +20,7 @@ from ..store.db import connect, open_store
 from ..store.writer import Writer
 from ..transport import streams
 from ..wire.address import Address, AddressError, parse_address
+from ..wire.framing import MAX_LINE
 from ..wire.ids import IdGenerator, new_thread_id
 from ..wire.keys import Identity
 from ..wire.messages import default_subject
@@ -196,6 +197,10 @@ class Engine:
                 n.start_soon(until, conn.closed)
         if not conn.peer_resumed.is_set() or conn.closed.is_set() and not conn.peer_key:
             conn.close("no resume from peer")
+            other = self.peers.active(conn.peer_key) if conn.peer_key else None
+            if other is not None and other is not conn:
+                # Lost a simultaneous-open tie-break: the peer is connected.
+                return other
             reason = conn.failure or conn.close_reason or "handshake did not complete"
             if expect_key:
                 await self._address_error(expect_key, addr, reason)
@@ -236,6 +241,11 @@ class Engine:
             return ""
         key = conn.peer_key
         if conn.outbound or key in cfg.allow or key in cfg.trust:
+            return ""
+        dialed = await self.read(lambda c: c.execute(
+            "SELECT 1 FROM addresses WHERE peer = ? AND last_success > 0 LIMIT 1",
+            (key,)).fetchone())
+        if dialed:  # a key we reached ourselves before (dial-back, a restart)
             return ""
         for ext in self.extensions:
             check = getattr(ext, "admits", None)
@@ -383,7 +393,7 @@ class Engine:
 
         def job(c: sqlite3.Connection) -> tuple:
             ops.ensure_peer(c, key, now)
-            res = ops.queue_line(c, self.ids, key, build, now=now)
+            res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE)
             ops.touch_thread_out(c, key, th, now, subject=subj)
             return res
 
@@ -402,7 +412,7 @@ class Engine:
 
         def job(c: sqlite3.Connection) -> tuple:
             ops.ensure_peer(c, key, now)
-            res = ops.queue_line(c, self.ids, key, build, now=now)
+            res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE)
             ops.touch_thread_out(c, key, th, now, state=state, note=note)
             return res
 

@@ -82,7 +82,6 @@ class PeerManager:
             with trio.move_on_after(5):
                 await old.closed.wait()
         s.conn = conn
-        s.backoff = self.engine.config.backoff_start
         s.last_error = ""
         return True
 
@@ -133,22 +132,30 @@ class PeerManager:
                             return
                         continue
                 s.kick = trio.Event()
-                ok = False
+                conn = None
                 for addr, _src in addrs:
                     if self.active(s.key):
                         return
                     try:
                         s.dialing = True
-                        await eng.dial_and_run(addr, expect_key=s.key, background=True)
-                        ok = True
+                        conn = await eng.dial_and_run(addr, expect_key=s.key, background=True)
                         break
                     except Exception as e:  # a failed dial is routine; try the next
                         s.last_error = str(e)
                         log.info("redial %s via %s failed: %s", s.key[:18], addr, e)
                     finally:
                         s.dialing = False
-                if ok:
-                    continue  # connected: the top of the loop returns
+                if conn is not None:
+                    # Stay with the connection; only one that lived a while
+                    # earns a fresh backoff, so a peer that accepts and drops
+                    # at once is not hammered.
+                    up_since = trio.current_time()
+                    await conn.closed.wait()
+                    if trio.current_time() - up_since >= cfg.stable_after:
+                        s.backoff = cfg.backoff_start
+                        continue
+                    if self.active(s.key):
+                        return
                 wait = jittered(s.backoff, random.random())
                 s.backoff = next_backoff(s.backoff, cfg.backoff_cap)
                 with trio.move_on_after(wait):

@@ -137,6 +137,16 @@ def set_parked(conn: sqlite3.Connection, peer: str, parked: bool, reason: str = 
     )
 
 
+class LineTooLong(ValueError):
+    """A line we were asked to queue would exceed the wire's line limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the message is {size:,} bytes on the wire, over the {limit:,}-byte line limit;"
+            " send large content as a file")
+        self.size = size
+
+
 # --- queuing what we send -----------------------------------------------------------
 
 
@@ -149,6 +159,7 @@ def queue_line(
     log: bool = True,
     ref: str = "",
     now: int | None = None,
+    max_bytes: int | None = None,
 ) -> tuple[int, dict, str]:
     """Allocate an id, queue the line for ``peer`` and (optionally) log it.
 
@@ -159,6 +170,8 @@ def queue_line(
     ident = gen.next()
     line = build(ident, format_ts(now))
     text = compact_json(line)
+    if max_bytes is not None and len(text.encode("utf-8")) > max_bytes:
+        raise LineTooLong(len(text.encode("utf-8")), max_bytes)
     th = line.get("th") or ""
     cur = conn.execute(
         "INSERT INTO outbox (peer, id, t, th, ref, line, created) VALUES (?, ?, ?, ?, ?, ?, ?)",

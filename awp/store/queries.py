@@ -172,10 +172,15 @@ def thread_rows(c: sqlite3.Connection, *, peer: str | None = None, open_only: bo
         where.append("t.mine NOT IN ('done','failed','closed')"
                      " AND t.theirs NOT IN ('done','failed','closed')")
     rows = c.execute(
-        "SELECT t.*, (SELECT count(*) FROM log l WHERE l.peer = t.peer AND l.th = t.th"
-        " AND l.dir = 'in' AND l.read = 0) AS unread FROM threads t"
-        f" WHERE {' AND '.join(where)} ORDER BY t.updated DESC LIMIT ?", (*args, limit)
+        f"SELECT t.* FROM threads t WHERE {' AND '.join(where)} ORDER BY t.updated DESC LIMIT ?",
+        (*args, limit),
     ).fetchall()
+    # Unread counts in one pass over the (small) partial index of unread rows,
+    # instead of a count per thread over the whole log.
+    unread_by = {
+        (p, th): n for p, th, n in c.execute(
+            "SELECT peer, th, count(*) FROM log WHERE read = 0 AND dir = 'in' GROUP BY peer, th")
+    }
     labels: dict = {}
     out = []
     for r in rows:
@@ -187,7 +192,7 @@ def thread_rows(c: sqlite3.Connection, *, peer: str | None = None, open_only: bo
             "subject": r["subject"], "mine": r["mine"], "my_note": r["my_note"],
             "my_since": r["my_since"], "theirs": r["theirs"], "their_note": r["their_note"],
             "their_since": r["their_since"], "created": r["created"], "updated": r["updated"],
-            "unread": r["unread"], "private": bool(r["private"]),
+            "unread": unread_by.get((key, r["th"]), 0), "private": bool(r["private"]),
             "open": r["mine"] not in FINAL and r["theirs"] not in FINAL,
         })
     return out
