@@ -15,7 +15,8 @@ import trio
 
 from .. import PROTOCOL_VERSION, __version__
 from ..localapi.server import ApiError, Request, Router, Stream
-from ..node.engine import DialError, Engine
+from ..node.engine import BlobTooLarge, DialError, Engine
+from ..store import blobs as blobstore
 from ..store import ops, queries
 from ..store.queries import LookupFailed
 from ..wire.address import AddressError, looks_like_address, parse_address
@@ -232,16 +233,21 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     async def send(req: Request) -> dict:
         body = _body(req)
         key, th = await _target(body)
-        parts = body.get("parts")
-        if not isinstance(parts, list) or not parts or not all(isinstance(p, dict) for p in parts):
+        parts = body.get("parts") or []
+        files = _files(body)
+        if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts) or not (
+                parts or files):
             raise ApiError(400, "a message needs at least one part", "bad_request")
         note = await _unread_note(key, th)
         t0 = time.perf_counter()
         try:
             res = await engine.send_msg(key, parts, th=th, subject=_str(body, "subject"),
-                                        re=_str(body, "re"))
-        except ops.LineTooLong as e:
+                                        re=_str(body, "re"), files=files)
+        except (ops.LineTooLong, BlobTooLarge) as e:
             raise ApiError(413, str(e), "too_large") from None
+        except OSError as e:
+            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+            raise ApiError(400, f"{where}{e.strerror or e}", "bad_file") from None
         return await _delivery(key, res, body, note, t0)
 
     @r.route("POST", "/v1/state")
@@ -258,6 +264,36 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         except ops.LineTooLong as e:
             raise ApiError(413, str(e), "too_large") from None
         return await _delivery(key, res, body, note, t0)
+
+    def _files(body: dict) -> list[dict]:
+        files = body.get("files") or []
+        if not isinstance(files, list):
+            raise ApiError(400, "files must be a list", "bad_request")
+        out = []
+        for f in files:
+            if isinstance(f, str):
+                f = {"path": f}
+            if not isinstance(f, dict) or not isinstance(f.get("path"), str):
+                raise ApiError(400, "each file needs a path", "bad_request")
+            if not os.path.isabs(f["path"]):
+                raise ApiError(400, f"file path must be absolute: {f['path']}", "bad_file")
+            out.append({k: f[k] for k in ("path", "name", "mime") if isinstance(f.get(k), str)})
+        return out
+
+    @r.route("GET", "/v1/blobs")
+    async def blobs(req: Request) -> list:
+        key = await resolve(req.query["peer"]) if req.query.get("peer") else None
+
+        def q(c: sqlite3.Connection) -> list[dict]:
+            rows = blobstore.blob_rows(c, key)
+            labels: dict = {}
+            for b in rows:
+                if b["peer"] not in labels:
+                    labels[b["peer"]] = queries.peer_label(c, b["peer"])
+                b["peer_name"] = labels[b["peer"]]
+            return rows
+
+        return await engine.read(q)
 
     async def _delivery(key: str, res: dict, body: dict, note: str, t0: float) -> dict:
         """Wait for the ack as asked; ``ack_ms`` is queue-to-ack time inside the daemon."""

@@ -80,7 +80,7 @@ class Connection:
         self._post_send, self._post_recv = trio.open_memory_channel(2048)
         self._drained = trio.Event()
         self._resumed_by_peer = trio.Event()
-        self._pushed: list[tuple[int, str]] = []
+        self._pushed: list[tuple[int, str, str]] = []
 
     # -- public -------------------------------------------------------------------
 
@@ -245,6 +245,8 @@ class Connection:
                     lambda c, k=self.peer_key, th=th or "", re=re: ops.apply_ack(c, k, th, re)
                 )
                 await self._post_send.send((pending, self._after_ack, re))
+        elif t == "chunk":
+            await self._on_chunk(line)
         elif t == "resume":
             await self._on_resume(line)
         elif t == "ping":
@@ -271,8 +273,22 @@ class Connection:
         await self._post_send.send((pending, self._after_store, line))
 
     async def _after_store(self, result: object, line: dict) -> None:
+        seq, replies = result  # type: ignore[misc]
         await self._send_line({"t": "ack", "th": line.get("th") or "", "re": line["id"]})
-        self.engine.on_inbound_committed(self, line, result)
+        for reply in replies:
+            await self._send_line(reply)
+        self.engine.on_inbound_committed(self, line, seq)
+
+    async def _on_chunk(self, line: dict) -> None:
+        """Chunks are stored in line order like content, but never acked."""
+        now = now_ms()
+        pending = self.engine.writer.submit_nowait(
+            lambda c: self.engine.store_chunk(c, self, line, now))
+        await self._post_send.send((pending, self._after_chunk, line))
+
+    async def _after_chunk(self, replies: object, line: dict) -> None:
+        for reply in replies:  # type: ignore[attr-defined]
+            await self._send_line(reply)
 
     async def _after_ack(self, result: object, re: str) -> None:
         self.engine.on_acked(self.peer_key, [re])
@@ -349,9 +365,9 @@ class Connection:
 
     # -- outbound -----------------------------------------------------------------
 
-    def push(self, seq: int, text: str) -> None:
+    def push(self, seq: int, t: str, text: str) -> None:
         """A line for this peer was just committed (called in commit order)."""
-        self._pushed.append((seq, text))
+        self._pushed.append((seq, t, text))
         self._wake_sender.set()
 
     async def _sender_loop(self) -> None:
@@ -370,20 +386,31 @@ class Connection:
                 if not rows:
                     self._rescan = False
                     break
-                await self._send_rows([(r[0], r[3]) for r in rows])
+                await self._send_rows([(r[0], r[2], r[3]) for r in rows])
             if self._pushed and not self._bye_sent:
                 rows, self._pushed = self._pushed, []
                 await self._send_rows([r for r in rows if r[0] > self._last_sent_seq])
                 continue
             await self._wake_sender.wait()
 
-    async def _send_rows(self, rows: list[tuple[int, str]]) -> None:
-        for i in range(0, len(rows), _SEND_BATCH):
-            batch = rows[i:i + _SEND_BATCH]
-            if not batch:
-                return
-            self._last_sent_seq = batch[-1][0]
-            await self._send_raw("".join(t + "\n" for _, t in batch).encode("utf-8"))
+    async def _send_rows(self, rows: list[tuple[int, str, str]]) -> None:
+        """Write queued lines in order, many per write; chunks get their data now."""
+        batch: list[str] = []
+        for seq, t, text in rows:
+            if t == "chunk":
+                if batch:
+                    await self._send_raw("".join(batch).encode("utf-8"))
+                    batch = []
+                self._last_sent_seq = seq
+                await self._send_raw(await self.engine.fill_chunk(text))
+                continue
+            batch.append(text + "\n")
+            self._last_sent_seq = seq
+            if len(batch) >= _SEND_BATCH:
+                await self._send_raw("".join(batch).encode("utf-8"))
+                batch = []
+        if batch:
+            await self._send_raw("".join(batch).encode("utf-8"))
 
     async def _pinger(self) -> None:
         interval = self.engine.config.ping_interval

@@ -7,19 +7,25 @@ threads on their own connections (WAL lets them run beside the writer).
 
 from __future__ import annotations
 
+import json
 import logging
+import mimetypes
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
+from ..store import blobs as blobstore
 from ..store import ops
 from ..store.db import connect, open_store
 from ..store.writer import Writer
 from ..transport import streams
 from ..wire.address import Address, AddressError, parse_address
+from ..wire.b64 import b64std
 from ..wire.framing import MAX_LINE
 from ..wire.ids import IdGenerator, new_thread_id
 from ..wire.keys import Identity
@@ -36,6 +42,42 @@ log = logging.getLogger("awp.node")
 
 class DialError(Exception):
     """Could not reach or handshake with a peer."""
+
+
+class BlobTooLarge(ValueError):
+    """A file over the blob limit: refused before anything is queued."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(f"{path} is {size:,} bytes, over the blob limit of {limit:,} bytes"
+                         " (AWP_BLOB_LIMIT / blob_limit)")
+
+
+def _copy_private(src: str, dest: str, limit: int) -> int:
+    """Stream ``src`` to ``dest`` (0600, fsynced); returns the size copied."""
+    os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
+    size = 0
+    tmp = dest + ".tmp"
+    with open(src, "rb") as fi, open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                             0o600), "wb") as fo:
+        while True:
+            buf = fi.read(1 << 20)
+            if not buf:
+                break
+            size += len(buf)
+            if size > limit:
+                raise BlobTooLarge(src, size, limit)
+            fo.write(buf)
+        fo.flush()
+        os.fsync(fo.fileno())
+    os.replace(tmp, dest)
+    return size
+
+
+def _refusal_line(r: blobstore.Refusal) -> dict:
+    line = {"t": "err", "code": "blob_refused", "ref": r.ref, "detail": r.detail}
+    if r.re:
+        line["re"] = r.re
+    return line
 
 
 class Engine:
@@ -57,6 +99,7 @@ class Engine:
         self.writer: Writer
         self.extensions: list[Any] = []  # later features hook in here
         self.waiting = 0  # local API calls blocked in wait (activity reporting)
+        self.blobs_dir = os.path.join(os.path.dirname(os.path.abspath(db_path)), "blobs")
 
     # -- life -----------------------------------------------------------------------
 
@@ -301,14 +344,58 @@ class Engine:
                 self.changes.publish({"kind": "peer", "peer": conn.peer_key, "up": False})
 
     def store_inbound(self, c: sqlite3.Connection, conn: Connection, line: dict, text: str,
-                      now: int) -> int:
-        """Runs on the writer thread: store a content line, return its log seq."""
+                      now: int) -> tuple[int, list[dict]]:
+        """Runs on the writer thread: store a content line.
+
+        Returns its log seq (0 for a duplicate) and the lines to send after the
+        ack (refusals of the blobs it names, a ``forbidden``...).
+        """
         seq = ops.store_inbound(c, conn.peer_key, line, text, now)
+        replies: list[dict] = []
+        if not seq:
+            return seq, replies
+        if line["t"] == "msg":
+            for r in blobstore.msg_named_blobs(c, self.blobs_dir, conn.peer_key, line,
+                                               self.config.blob_limit, now):
+                replies.append(_refusal_line(r))
         for ext in self.extensions:
             hook = getattr(ext, "stored_inbound", None)
             if hook is not None:
-                hook(c, conn, line, seq, now)
-        return seq
+                replies.extend(hook(c, conn, line, seq, now) or ())
+        return seq, replies
+
+    def store_chunk(self, c: sqlite3.Connection, conn: Connection, line: dict,
+                    now: int) -> list[dict]:
+        """Runs on the writer thread: apply a chunk; returns lines to send."""
+        refusal, done = blobstore.chunk_in(c, self.blobs_dir, conn.peer_key, line,
+                                           self.config.blob_limit, now)
+        th = line.get("th") if isinstance(line.get("th"), str) else ""
+        if th and isinstance(line.get("id"), str) and refusal is None:
+            ops.note_seen(c, conn.peer_key, th, line["id"], now)
+        if done:
+            name = os.path.basename(done)
+            ops.add_notice(c, self.ids, conn.peer_key, "blob",
+                           f"file {name} from {conn.peer_name or conn.peer_key} is complete: "
+                           f"{done}", now, th=th, data={"path": done})
+        return [_refusal_line(refusal)] if refusal else []
+
+    async def fill_chunk(self, template: str) -> bytes:
+        """A queued chunk line with its data read from our copy of the file."""
+        line = json.loads(template)
+        path = os.path.join(self.blobs_dir, "out", blobstore.safe_name(line.get("ref", "")))
+        offset = int(line.get("n", 0)) * blobstore.CHUNK
+
+        def read() -> bytes:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    return f.read(blobstore.CHUNK)
+            except OSError as e:
+                log.error("cannot read %s for a queued chunk: %s", path, e)
+                return b""
+
+        data = await trio.to_thread.run_sync(read)
+        return (template[:-1] + ',"data":"' + b64std(data) + '"}\n').encode("utf-8")
 
     def on_inbound_committed(self, conn: Connection, line: dict, seq: object) -> None:
         if seq:
@@ -344,6 +431,11 @@ class Engine:
         self.changes.publish({"kind": "notice", "peer": key})
 
     def on_peer_err(self, conn: Connection, line: dict) -> None:
+        ref = line.get("ref")
+        if line.get("code") == "blob_refused" and isinstance(ref, str) and ref:
+            key, now = conn.peer_key, now_ms()
+            detail = line.get("detail") if isinstance(line.get("detail"), str) else ""
+            self.writer.submit_nowait(lambda c: ops.blob_refused_out(c, key, ref, detail, now))
         for ext in self.extensions:
             hook = getattr(ext, "on_err", None)
             if hook is not None:
@@ -369,17 +461,47 @@ class Engine:
         self._ack_waiters[result[1]["id"]] = trio.Event()
         conn = self.peers.active(key)
         if conn is not None:
-            conn.push(result[0], result[2])
+            for seq, t, text in result[3]:
+                conn.push(seq, t, text)
+            conn.push(result[0], result[1]["t"], result[2])
         else:
             self.peers.kick(key)
 
+    async def stage_files(self, files: list[dict]) -> list[dict]:
+        """Copy files to send into the home, so later edits cannot tear them.
+
+        Each item is ``{"path", "name"?, "mime"?}``; returns blob descriptions.
+        Refuses (``BlobTooLarge``) before anything is queued.
+        """
+        staged = []
+        out_dir = os.path.join(self.blobs_dir, "out")
+        for f in files:
+            path = f["path"]
+            st = await trio.to_thread.run_sync(os.stat, path)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(f"{path} is not a regular file")
+            if st.st_size > self.config.blob_limit:
+                raise BlobTooLarge(path, st.st_size, self.config.blob_limit)
+            ref = "b_" + self.ids.next()
+            dest = os.path.join(out_dir, blobstore.safe_name(ref))
+            size = await trio.to_thread.run_sync(_copy_private, path, dest,
+                                                 self.config.blob_limit)
+            name = f.get("name") or os.path.basename(path)
+            mime = f.get("mime") or mimetypes.guess_type(name)[0] or "application/octet-stream"
+            staged.append({"ref": ref, "name": name, "mime": mime, "size": size, "path": dest})
+        return staged
+
     async def send_msg(
         self, key: str, parts: list[dict], *, th: str | None = None,
-        subject: str | None = None, re: str | None = None,
+        subject: str | None = None, re: str | None = None, files: list[dict] | None = None,
     ) -> dict:
         new_thread = not th
         th = th or new_thread_id()
         now = now_ms()
+        staged = await self.stage_files(files) if files else []
+        parts = list(parts) + [
+            {"k": "blob", "ref": b["ref"], "name": b["name"], "mime": b["mime"], "size": b["size"]}
+            for b in staged]
         subj = subject or (default_subject(parts) if new_thread else "")
 
         def build(ident: str, ts: str) -> dict:
@@ -393,9 +515,14 @@ class Engine:
 
         def job(c: sqlite3.Connection) -> tuple:
             ops.ensure_peer(c, key, now)
+            chunks = [row for b in staged
+                      for row in ops.queue_chunks(c, self.ids, key, th, b, now)]
             res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE)
+            for b in staged:
+                c.execute("UPDATE blobs SET msg_id = ? WHERE peer = ? AND dir = 'out' AND ref = ?",
+                          (res[1]["id"], key, b["ref"]))
             ops.touch_thread_out(c, key, th, now, subject=subj)
-            return res
+            return (*res, chunks)
 
         res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
         self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
@@ -414,7 +541,7 @@ class Engine:
             ops.ensure_peer(c, key, now)
             res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE)
             ops.touch_thread_out(c, key, th, now, state=state, note=note)
-            return res
+            return (*res, [])
 
         res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
         self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})

@@ -214,6 +214,38 @@ def _ensure_thread(conn: sqlite3.Connection, peer: str, th: str, subject: str, n
     )
 
 
+def queue_chunks(conn: sqlite3.Connection, gen: IdGenerator, peer: str, th: str, blob: dict,
+                 now: int) -> list[tuple[int, str, str]]:
+    """Queue the chunk lines of a staged file, without their data.
+
+    The data (256 KiB a chunk) is read from the staged copy when the line is
+    sent, so the outbox never holds a second copy of the file.
+    """
+    from .blobs import CHUNK
+
+    count = max(1, -(-blob["size"] // CHUNK))
+    rows = []
+    for n in range(count):
+        def build(ident: str, ts: str, n: int = n) -> dict:
+            return {"t": "chunk", "id": ident, "ts": ts, "th": th, "ref": blob["ref"], "n": n,
+                    "last": n == count - 1}
+        seq, _line, text = queue_line(conn, gen, peer, build, log=False, ref=blob["ref"], now=now)
+        rows.append((seq, "chunk", text))
+    conn.execute(
+        "INSERT INTO blobs (peer, dir, ref, th, name, mime, size, status, path, created, updated)"
+        " VALUES (?, 'out', ?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
+        (peer, blob["ref"], th, blob["name"], blob["mime"], blob["size"], blob["path"], now, now))
+    return rows
+
+
+def blob_refused_out(conn: sqlite3.Connection, peer: str, ref: str, detail: str,
+                     now: int) -> None:
+    """The peer refused a blob we send: stop sending its chunks."""
+    conn.execute("DELETE FROM outbox WHERE peer = ? AND t = 'chunk' AND ref = ?", (peer, ref))
+    conn.execute("UPDATE blobs SET status = 'refused', error = ?, updated = ?"
+                 " WHERE peer = ? AND dir = 'out' AND ref = ?", (detail[:300], now, peer, ref))
+
+
 def fetch_outbox(
     conn: sqlite3.Connection, peer: str, after_seq: int, limit: int = 500
 ) -> list[tuple[int, str, str, str]]:
@@ -240,6 +272,8 @@ def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
         return False
     seq, qth = row
     conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+    conn.execute("UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"
+                 " AND msg_id = ? AND status = 'queued'", (peer, re))
     if qth:
         conn.execute(
             "DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND t IN (?, ?)",
@@ -267,6 +301,9 @@ def apply_resume(conn: sqlite3.Connection, peer: str, seen: dict[str, str]) -> l
             "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ?",
             [(peer, i) for i in ids],
         )
+        conn.executemany(
+            "UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out' AND msg_id = ?"
+            " AND status = 'queued'", [(peer, i) for i in ids])
         acked.extend(ids)
     return acked
 

@@ -89,11 +89,21 @@ def record(c: sqlite3.Connection, row: sqlite3.Row, labels: dict | None = None) 
         line = json.loads(row["line"])
     except ValueError:
         line = {}
-    return {
+    rec = {
         "seq": row["seq"], "dir": row["dir"], "t": row["t"], "id": row["id"], "th": row["th"],
         "re": row["re"], "peer": key, "peer_name": labels[key], "ts": row["ts"],
         "at": row["at"], "read": bool(row["read"]), "acked": bool(row["acked"]), "line": line,
     }
+    if row["t"] == "msg" and '"k":"blob"' in row["line"]:
+        from .blobs import files_of
+
+        rec["files"] = files_of(c, key, row["dir"], line)
+    if row["request"]:
+        try:
+            rec["request"] = json.loads(row["request"])
+        except ValueError:
+            pass
+    return rec
 
 
 def _filters(peer: str | None, th: str | None) -> tuple[str, list]:

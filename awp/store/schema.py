@@ -97,4 +97,52 @@ MIGRATIONS: list[str] = [
     CREATE INDEX threads_updated ON threads (updated);
     CREATE INDEX threads_th ON threads (th);
     """,
+    # 2: files, grants, served requests.
+    """
+    CREATE TABLE blobs (
+        peer TEXT NOT NULL,
+        dir TEXT NOT NULL,
+        ref TEXT NOT NULL,
+        th TEXT NOT NULL DEFAULT '',
+        name TEXT NOT NULL DEFAULT '',
+        mime TEXT NOT NULL DEFAULT '',
+        size INTEGER NOT NULL DEFAULT -1,
+        status TEXT NOT NULL,
+        path TEXT NOT NULL DEFAULT '',
+        received INTEGER NOT NULL DEFAULT 0,
+        next_n INTEGER NOT NULL DEFAULT 0,
+        last_seen INTEGER NOT NULL DEFAULT 0,
+        msg_id TEXT NOT NULL DEFAULT '',
+        error TEXT NOT NULL DEFAULT '',
+        created INTEGER NOT NULL,
+        updated INTEGER NOT NULL,
+        PRIMARY KEY (peer, dir, ref)
+    );
+    CREATE INDEX blobs_msg ON blobs (peer, msg_id);
+    CREATE TABLE grants (
+        hash TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        iss TEXT NOT NULL,
+        sub TEXT NOT NULL,
+        aud TEXT NOT NULL DEFAULT '',
+        caps TEXT NOT NULL,
+        exp INTEGER NOT NULL,
+        grant TEXT NOT NULL,
+        via TEXT NOT NULL DEFAULT '',
+        created INTEGER NOT NULL,
+        PRIMARY KEY (hash, kind)
+    );
+    CREATE INDEX grants_sub ON grants (sub);
+    CREATE TABLE served (
+        peer TEXT NOT NULL,
+        req_id TEXT NOT NULL,
+        th TEXT NOT NULL,
+        cap TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started INTEGER NOT NULL,
+        PRIMARY KEY (peer, req_id)
+    );
+    ALTER TABLE log ADD COLUMN request TEXT NOT NULL DEFAULT ''
+    """,
 ]
+
