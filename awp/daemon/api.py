@@ -17,9 +17,11 @@ from .. import PROTOCOL_VERSION, __version__
 from ..localapi.server import ApiError, Request, Router, Stream
 from ..node.engine import BlobTooLarge, DialError, Engine
 from ..store import blobs as blobstore
+from ..store import grants as grantstore
 from ..store import ops, queries
 from ..store.queries import LookupFailed
 from ..wire.address import AddressError, looks_like_address, parse_address
+from ..wire.grants import CAPABILITIES
 from ..wire.keys import short_key
 from ..wire.timefmt import now_ms
 from .app import DaemonState
@@ -279,6 +281,78 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                 raise ApiError(400, f"file path must be absolute: {f['path']}", "bad_file")
             out.append({k: f[k] for k in ("path", "name", "mime") if isinstance(f.get(k), str)})
         return out
+
+    @r.route("POST", "/v1/grant")
+    async def grant(req: Request) -> dict:
+        body = _body(req)
+        key = await resolve(_str(body, "peer") or "")
+        caps = _caps(body)
+        ttl = _num(body, "ttl", 3600.0)
+        if ttl <= 0:
+            raise ApiError(400, "ttl must be positive", "bad_request")
+        res = await engine.grant(key, caps, ttl)
+        risky = sorted(set(caps) & {"exec", "fs:write"})
+        res["warning"] = (f"{' and '.join(risky)} let the peer run code on this machine"
+                          " (remote code execution); keep the ttl short" if risky else "")
+        res["peer"] = key
+        res["peer_name"] = await engine.read(lambda c: queries.peer_label(c, key))
+        return res
+
+    def _caps(body: dict) -> list[str]:
+        caps = body.get("caps")
+        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+            raise ApiError(400, "caps must be a list of capability names", "bad_request")
+        bad = [c for c in caps if c not in CAPABILITIES]
+        if bad:
+            raise ApiError(400, f"unknown capability {bad[0]!r}: choose from "
+                           + ", ".join(CAPABILITIES), "bad_request")
+        return list(dict.fromkeys(caps))
+
+    @r.route("GET", "/v1/grants")
+    async def grants(req: Request) -> list:
+        def q(c: sqlite3.Connection) -> list[dict]:
+            rows = grantstore.listing(c, now_ms())
+            labels: dict = {}
+            for g in rows:
+                for f in ("iss", "sub", "aud"):
+                    k = g[f]
+                    if k and k not in labels:
+                        labels[k] = "you" if k == engine.identity.key else queries.peer_label(c, k)
+                    g[f + "_name"] = labels.get(k, "")
+            return rows
+
+        return await engine.read(q)
+
+    @r.route("POST", "/v1/revoke")
+    async def revoke(req: Request) -> dict:
+        prefix = (_str(_body(req), "hash") or "").strip().lower()
+        if len(prefix) < 4 or any(ch not in "0123456789abcdef" for ch in prefix):
+            raise ApiError(400, "give the grant's hash (at least 4 hex digits, see awp grants)",
+                           "bad_request")
+        hits = await engine.writer.run(lambda c: grantstore.revoke(c, prefix))
+        if not hits:
+            raise ApiError(404, f"no grant with hash {prefix} (see awp grants)", "unknown_grant")
+        if len(hits) > 1:
+            raise ApiError(409, f"hash prefix {prefix} matches {len(hits)} grants; give more digits",
+                           "ambiguous_grant")
+        return {"revoked": hits[0]}
+
+    @r.route("POST", "/v1/introduce")
+    async def introduce(req: Request) -> dict:
+        body = _body(req)
+        to = await resolve(_str(body, "to") or "")
+        peer = await resolve(_str(body, "peer") or "")
+        if to == peer:
+            raise ApiError(400, "cannot introduce a peer to itself", "bad_request")
+        caps = _caps(body) if body.get("caps") else []
+        th = _str(body, "th")
+        if th is not None and not th.strip():
+            raise ApiError(400, "the thread id is empty", "bad_request")
+        res = await engine.introduce(to, peer, caps, _num(body, "ttl", 3600.0), th=th)
+        conn = engine.peers.active(to)
+        res["status"] = "delivering" if conn else "queued until the peer is reachable"
+        res["to"] = to
+        return res
 
     @r.route("GET", "/v1/blobs")
     async def blobs(req: Request) -> list:

@@ -53,7 +53,8 @@ class Connection:
         self.outbound = outbound
         self.dialed = dialed
         self.desc = desc or ("out " + dialed if outbound else "in")
-        self.hs = Handshake(engine.identity, engine.local_hello(outbound), engine.ids)
+        self.hs = Handshake(engine.identity, engine.local_hello(outbound), engine.ids,
+                            present=engine.grants_to_present)
         self.peer_key = ""
         self.peer_name = ""
         self.peer_caps: list[str] = []
@@ -247,6 +248,10 @@ class Connection:
                 await self._post_send.send((pending, self._after_ack, re))
         elif t == "chunk":
             await self._on_chunk(line)
+        elif t == "grant":
+            await self._on_grant(line)
+        elif t == "introduce":
+            await self._on_introduce(line, raw)
         elif t == "resume":
             await self._on_resume(line)
         elif t == "ping":
@@ -285,6 +290,28 @@ class Connection:
         pending = self.engine.writer.submit_nowait(
             lambda c: self.engine.store_chunk(c, self, line, now))
         await self._post_send.send((pending, self._after_chunk, line))
+
+    async def _on_grant(self, line: dict) -> None:
+        """A grant line is stored if valid, never acked, never answered."""
+        now = now_ms()
+        pending = self.engine.writer.submit_nowait(
+            lambda c: self.engine.store_grants(c, self, [line.get("grant")], now))
+        await self._post_send.send((pending, self._after_nothing, None))
+
+    async def _on_introduce(self, line: dict, raw: bytes) -> None:
+        now = now_ms()
+        text = raw.decode("utf-8")
+        pending = self.engine.writer.submit_nowait(
+            lambda c: self.engine.store_introduce(c, self, line, text, now))
+        await self._post_send.send((pending, self._after_nothing, None))
+
+    async def _after_nothing(self, result: object, arg: object) -> None:
+        if result:
+            self.engine.changes.publish({"kind": "introduce", "peer": self.peer_key})
+
+    async def send_grants(self, grants: list[dict]) -> None:
+        for g in grants:
+            await self._send_line({"t": "grant", "grant": g})
 
     async def _after_chunk(self, replies: object, line: dict) -> None:
         for reply in replies:  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from ..store import blobs as blobstore
+from ..store import grants as grantstore
 from ..store import ops
 from ..store.db import connect, open_store
 from ..store.writer import Writer
@@ -27,8 +28,9 @@ from ..transport import streams
 from ..wire.address import Address, AddressError, parse_address
 from ..wire.b64 import b64std
 from ..wire.framing import MAX_LINE
+from ..wire.grants import make_grant
 from ..wire.ids import IdGenerator, new_thread_id
-from ..wire.keys import Identity
+from ..wire.keys import Identity, KeyError_, normalize_key
 from ..wire.messages import default_subject
 from ..wire.timefmt import now_ms
 from .config import NodeConfig
@@ -99,6 +101,9 @@ class Engine:
         self.writer: Writer
         self.extensions: list[Any] = []  # later features hook in here
         self.waiting = 0  # local API calls blocked in wait (activity reporting)
+        # When the agent last acted through awp (Unix ms) and through what
+        # (hook, send, mcp, ...); kept by awp.daemon.api_agent for presence/web.
+        self.activity: dict[str, Any] = {"at": 0, "source": ""}
         self.blobs_dir = os.path.join(os.path.dirname(os.path.abspath(db_path)), "blobs")
 
     # -- life -----------------------------------------------------------------------
@@ -290,6 +295,12 @@ class Engine:
             (key,)).fetchone())
         if dialed:  # a key we reached ourselves before (dial-back, a restart)
             return ""
+        presented = conn.hs.peer_grants
+        if presented:
+            await self.writer.run(lambda c: self.store_grants(c, conn, presented, now_ms()))
+            if await self.read(lambda c: grantstore.honored(
+                    c, key, self.identity.key, cfg.trust, now_ms())):
+                return ""
         for ext in self.extensions:
             check = getattr(ext, "admits", None)
             if check is not None and await check(conn):
@@ -327,6 +338,9 @@ class Engine:
             return prev
 
         prev = await self.writer.run(job)
+        if conn.hs.peer_grants:
+            await self.writer.run(
+                lambda c: self.store_grants(c, conn, conn.hs.peer_grants, now_ms()))
         for ext in self.extensions:
             hook = getattr(ext, "on_established", None)
             if hook is not None:
@@ -419,7 +433,73 @@ class Engine:
         self.changes.publish({"kind": "ack", "peer": key, "ids": ids[:50]})
 
     def on_peer_resumed(self, conn: Connection) -> None:
-        pass
+        """Re-send the grants we issued to this peer (it dedups by hash)."""
+        key, now = conn.peer_key, now_ms()
+
+        async def resend() -> None:
+            try:
+                grants = await self.read(lambda c: grantstore.issued_to(c, key, now))
+                if grants:
+                    await conn.send_grants(grants)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+        if self._nursery is not None:
+            self._nursery.start_soon(resend)
+
+    def grants_to_present(self, peer: str) -> list[dict]:
+        """Held grants for our auth (a quick read on the event loop thread)."""
+        try:
+            return self.read_sync(lambda c: grantstore.to_present(c, peer, now_ms()))
+        except sqlite3.Error as e:
+            log.error("cannot read grants to present: %s", e)
+            return []
+
+    def store_grants(self, c: sqlite3.Connection, conn: Connection, grants: list,
+                     now: int) -> int:
+        """Runs on the writer thread: keep the valid grants a peer sent."""
+        n = 0
+        for g in grants:
+            if grantstore.receive(c, g, self.identity.key, conn.peer_key, now):
+                n += 1
+        return n
+
+    def store_introduce(self, c: sqlite3.Connection, conn: Connection, line: dict, text: str,
+                        now: int) -> int:
+        """Runs on the writer thread: an introduction to another peer.
+
+        Keeps its grant (meant for the introduced peer), remembers the peer's
+        key, name and address, and shows the agent how to connect.
+        """
+        peer = line.get("peer")
+        th = line.get("th") if isinstance(line.get("th"), str) else ""
+        ident = line.get("id")
+        if not isinstance(peer, dict) or not isinstance(ident, str):
+            return 0
+        try:
+            key = normalize_key(peer.get("key"))
+        except (KeyError_, TypeError):
+            return 0
+        if th:
+            ops.note_seen(c, conn.peer_key, th, ident, now)
+        cur = c.execute(
+            "INSERT OR IGNORE INTO log (peer, dir, t, id, th, re, ts, at, line, read, acked)"
+            " VALUES (?, 'in', 'introduce', ?, ?, '', ?, ?, ?, 0, 1)",
+            (conn.peer_key, ident, th, now, now, text))
+        if cur.rowcount == 0 or key == self.identity.key:
+            return 0
+        grantstore.receive(c, line.get("grant"), self.identity.key, conn.peer_key, now)
+        ops.ensure_peer(c, key, now)
+        name = peer.get("name") if isinstance(peer.get("name"), str) else ""
+        if name:
+            c.execute("UPDATE peers SET name = ? WHERE key = ? AND name = ''", (name[:200], key))
+        addr = peer.get("address")
+        if isinstance(addr, str) and addr:
+            try:
+                ops.add_address(c, key, str(parse_address(addr)), "introduce", now)
+            except AddressError:
+                pass
+        return 1
 
     async def on_peer_bye(self, conn: Connection, reason: str) -> None:
         key, name, now = conn.peer_key, conn.peer_name or conn.peer_key, now_ms()
@@ -575,3 +655,51 @@ class Engine:
             return False
         await conn.send_bye(reason)
         return True
+
+    async def grant(self, key: str, caps: list[str], ttl: float,
+                    aud: str | None = None) -> dict:
+        """Sign a grant for ``key``, keep it, and hand it over now if connected."""
+        now = now_ms()
+        g = make_grant(self.identity, key, caps, now + int(ttl * 1000), aud=aud)
+        h = await self.writer.run(lambda c: (ops.ensure_peer(c, key, now),
+                                             grantstore.put(c, g, "issued", now))[1])
+        conn = self.peers.active(key)
+        delivered = False
+        if conn is not None and conn.established.is_set():
+            try:
+                await conn.send_grants([g])
+                delivered = True
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        return {"hash": h, "grant": g, "delivered": delivered}
+
+    async def introduce(self, to: str, peer: str, caps: list[str], ttl: float,
+                        th: str | None = None) -> dict:
+        """Send ``to`` the key and address of ``peer`` with a grant bound to ``peer``."""
+        now = now_ms()
+
+        def info(c: sqlite3.Connection) -> dict:
+            row = c.execute("SELECT name FROM peers WHERE key = ?", (peer,)).fetchone()
+            addrs = ops.ranked_addresses(c, peer)
+            return {"key": peer, "name": row[0] if row else "",
+                    "address": addrs[0]["addr"] if addrs else ""}
+
+        about = await self.read(info)
+        g = make_grant(self.identity, to, caps, now + int(ttl * 1000), aud=peer)
+        th = th or new_thread_id()
+        peer_info = {k: v for k, v in about.items() if v}
+
+        def build(ident: str, ts: str) -> dict:
+            return {"t": "introduce", "id": ident, "ts": ts, "th": th, "peer": peer_info,
+                    "grant": g}
+
+        def job(c: sqlite3.Connection) -> tuple:
+            ops.ensure_peer(c, to, now)
+            grantstore.put(c, g, "issued", now)
+            res = ops.queue_line(c, self.ids, to, build, now=now, max_bytes=MAX_LINE)
+            ops.touch_thread_out(c, to, th, now, subject=f"introduction to {about['name'] or peer}")
+            return (*res, [])
+
+        res = await self.writer.run_with_hook(job, lambda r: self._queued(to, r))
+        return {"id": res[1]["id"], "th": th, "grant": g, "peer": peer_info}
+

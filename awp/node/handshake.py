@@ -9,6 +9,7 @@ every rule here is tested with plain byte strings.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..wire import errors
@@ -46,6 +47,8 @@ class Handshake:
     peer: dict = field(default_factory=dict)
     peer_key: str = ""
     stage: str = "hello"  # hello -> auth -> done
+    # Grants to show the peer in our auth, looked up once its key is known.
+    present: Callable[[str], list[dict]] | None = None
 
     def start(self) -> bytes:
         """Our hello line (with newline), sent at once on connect."""
@@ -107,7 +110,10 @@ class Handshake:
         self.peer_hello = raw
         self.stage = "auth"
         sig = self.identity.sign(auth_transcript(self.my_hello, self.peer_hello))
-        auth = {"t": "auth", "id": self.ids.next(), "ts": format_ts(now_ms()), "sig": sig}
+        auth: dict = {"t": "auth", "id": self.ids.next(), "ts": format_ts(now_ms()), "sig": sig}
+        grants = self.present(key) if self.present is not None else []
+        if grants:
+            auth["grants"] = grants
         return dump(auth)
 
     def _on_auth(self, obj: dict) -> None:
