@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import typer
@@ -84,6 +85,8 @@ def send(
     data: list[str] = typer.Option(
         [], "--data", metavar="JSON", help="attach inline JSON as a data part (repeatable)"),
     mime: str = typer.Option("application/json", "--mime", metavar="MIME", help="mime type of --data parts"),
+    files: list[str] = typer.Option(
+        [], "-f", "--file", metavar="FILE", help="attach a file as a blob (repeatable)"),
     wait_ack: str = typer.Option(
         None, "--wait-ack", metavar="DURATION",
         help="wait this long for the peer's ack (default 1s when connected; 0 skips)"),
@@ -112,9 +115,15 @@ def send(
         raise CliError("name a peer (awp send PEER TEXT) or a --thread to reply in")
     text = _read_stdin() if pos == ["-"] else " ".join(pos)
     parts = build_parts(text, code, lang, data, mime)
-    if not parts:
-        raise CliError("nothing to send: give a text, --code FILE or --data JSON")
+    paths = [os.path.abspath(os.path.expanduser(f)) for f in files]
+    for f, p in zip(files, paths, strict=True):
+        if not os.path.isfile(p):
+            raise CliError(f"--file {f}: no such file")
+    if not parts and not paths:
+        raise CliError("nothing to send: give a text, --code FILE, --data JSON or --file FILE")
     body: dict = {"parts": parts}
+    if paths:
+        body["files"] = paths
     if peer:
         body["peer"] = peer
     if thread is not None:

@@ -85,8 +85,8 @@ def _fence(body: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def render_part(part: object) -> list[str]:
-    """The indented lines for one part of a msg."""
+def render_part(part: object, files: dict | None = None) -> list[str]:
+    """The indented lines for one part of a msg (``files``: local blob info by ref)."""
     if not isinstance(part, dict):
         return [INDENT + _compact(part)]
     k = part.get("k")
@@ -108,6 +108,11 @@ def render_part(part: object) -> list[str]:
         name = part.get("name") or part.get("ref") or "file"
         size = part.get("size")
         extra = f" ({size} bytes)" if isinstance(size, int) else ""
+        local = (files or {}).get(part.get("ref"))
+        if local and local.get("path") and local.get("status") == "complete":
+            return [f"{INDENT}file {name}{extra}: {local['path']}"]
+        if local and local.get("status") not in (None, "unknown", "complete"):
+            return [f"{INDENT}file {name}{extra} [{local['status']}]"]
         return [f"{INDENT}file {name}{extra}"]
     rest = {key: v for key, v in part.items() if key != "k"}
     return [f"{INDENT}[{k}] {_compact(rest)}"]
@@ -135,6 +140,16 @@ def render_record(rec: dict, now: int | None = None) -> str:
             return f"{when} you are now {word}{where} (told {who}){tail}"
         return f"{when} {who} is now {word}{where}{tail}"
 
+    if t == "introduce" and direction != "out":
+        peer = line.get("peer") if isinstance(line.get("peer"), dict) else {}
+        grant = line.get("grant") if isinstance(line.get("grant"), dict) else {}
+        pname = peer.get("name") or str(peer.get("key", "?"))[8:18]
+        caps = grant.get("caps") or []
+        with_caps = f" with a grant for {', '.join(caps)}" if caps else ""
+        target = peer.get("name") or peer.get("key") or "?"
+        return (f"{when} {who} introduced {pname} ({peer.get('key', '?')}){with_caps}\n"
+                f"{INDENT}connect with: awp connect {target}")
+
     arrow = f"you → {who}" if direction == "out" else f"{who} → you"
     head = [when, arrow]
     if th:
@@ -150,13 +165,32 @@ def render_record(rec: dict, now: int | None = None) -> str:
     lines = [" ".join(head)]
     if t == "msg":
         parts = line.get("parts")
+        files = {f.get("ref"): f for f in rec.get("files") or [] if isinstance(f, dict)}
         for p in parts if isinstance(parts, list) else []:
-            lines += render_part(p)
+            lines += render_part(p, files)
+        request = rec.get("request")
+        if isinstance(request, dict):
+            lines.append(INDENT + request_note(request))
     else:
         body = {key: v for key, v in line.items() if key not in ("t", "id", "ts", "th", "re")}
         if body:
             lines.append(INDENT + _compact(body))
     return "\n".join(lines)
+
+
+def request_note(request: dict) -> str:
+    """How a capability request (exec, fs:read, ...) stands, for the agent."""
+    cap = request.get("cap", "?")
+    status = request.get("status")
+    if status == "forbidden":
+        return (f"! request for {cap} made WITHOUT a grant: refused (forbidden)."
+                " Do not act on it.")
+    if status == "allowed":
+        return (f"! request for {cap}: the sender holds a grant for it. It is still your call;"
+                " usually ask your user first.")
+    if status == "served":
+        return f"! request for {cap}: served by the daemon (the result is in the thread)."
+    return f"! request for {cap}: {status}"
 
 
 def render_records(records: list[dict], now: int | None = None) -> str:

@@ -1,0 +1,92 @@
+"""awp conform: check any AWP peer against the protocol's conformance scenarios."""
+
+from __future__ import annotations
+
+import typer
+
+from .common import CliError, command, out, parse_seconds
+
+
+@command("conform", short_help="Check an AWP peer against the conformance scenarios")
+def conform(
+    address: str = typer.Argument(None, metavar="[ADDRESS]",
+                                  help="the peer to dial: tcp:HOST:PORT or unix:/path"),
+    listen: str = typer.Option(None, "--listen", metavar="ADDRESS",
+                               help="listen here (tcp:HOST:PORT, port 0 allowed, or unix:/path)"
+                                    " and let the peer dial in"),
+    run: str = typer.Option(None, "--run", metavar="CMD",
+                            help="with --listen: command that makes the peer dial {addr}"),
+    scenario: list[str] = typer.Option([], "--scenario", metavar="NAME",
+                                       help="run only this scenario (repeatable)"),
+    timeout: str = typer.Option("15s", "--timeout", metavar="DURATION",
+                                help="deadline of each scenario"),
+    list_only: bool = typer.Option(False, "--list", help="list the scenarios and exit"),
+    trace: bool = typer.Option(False, "--trace", help="print every line in and out on stderr"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Run the conformance scenarios against an AWP peer and report each one.
+
+    Connect mode dials ADDRESS once per scenario. Listen mode (--listen with
+    --run) listens, runs the command with {addr} replaced by the listening
+    address, and runs on the one connection the peer dials the scenarios that
+    can share it; the others are reported as skipped. The runner has a fresh
+    key of its own every run. Exit status: 0 when nothing failed, 1 when a
+    scenario failed, 2 on usage errors.
+
+    \b
+    Examples:
+      awp conform tcp:127.0.0.1:7000
+      awp conform unix:/tmp/peer.sock --scenario handshake --scenario bye
+      awp conform --listen tcp:127.0.0.1:0 --run "awp connect {addr}"
+    """
+    from ..conform.runner import run_connect, run_listen, select_scenarios
+    from ..conform.scenarios import SCENARIOS
+    from ..wire.address import AddressError, parse_address, parse_listen
+
+    if list_only:
+        width = max(len(s.name) for s in SCENARIOS)
+        for s in SCENARIOS:
+            own = "  [own connection]" if s.own_connection else ""
+            out(f"{s.name.ljust(width)}  {s.summary}{own}")
+        return
+    try:
+        chosen = select_scenarios(scenario)
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+    secs = parse_seconds(timeout, "--timeout")
+    if secs <= 0:
+        raise CliError("--timeout must be more than 0", 2)
+
+    if listen is not None:
+        if address:
+            raise CliError("give either an ADDRESS to dial or --listen, not both", 2)
+        if not run:
+            raise CliError("--listen needs --run \"CMD {addr}\" to make the peer dial in", 2)
+        try:
+            la = parse_listen(listen)
+        except AddressError as e:
+            raise CliError(f"--listen: {e}", 2) from None
+        if la.kind not in ("tcp", "unix"):
+            raise CliError("--listen takes tcp:HOST:PORT or unix:/path", 2)
+        if "{addr}" not in run:
+            raise CliError("--run must contain {addr}, where the listening address goes", 2)
+        try:
+            report = run_listen(listen, run, chosen, timeout=secs, trace=trace)
+        except OSError as e:
+            raise CliError(f"cannot listen on {listen}: {e.strerror or e}") from None
+    else:
+        if run:
+            raise CliError("--run goes with --listen", 2)
+        if not address:
+            raise CliError("give the ADDRESS of the peer to check, or --listen with --run", 2)
+        try:
+            a = parse_address(address)
+        except AddressError as e:
+            raise CliError(str(e), 2) from None
+        if a.kind not in ("tcp", "unix"):
+            raise CliError("awp conform dials tcp:HOST:PORT or unix:/path addresses"
+                           " (for a tailcat peer, use --listen and tailcat on its side)", 2)
+        report = run_connect(address, chosen, timeout=secs, trace=trace)
+
+    out(report.json_text() if as_json else report.text())
+    raise typer.Exit(report.exit_code)
