@@ -188,6 +188,11 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             slot = engine.peers.slots.get(p["key"])
             if slot and slot.last_error and not conn:
                 p["last_error"] = slot.last_error
+        now = now_ms()
+        granted = await engine.read(lambda c: {p["key"]: sorted(grantstore.honored_caps(
+            c, p["key"], engine.identity.key, engine.config.trust, now)) for p in rows})
+        for p in rows:
+            p["granted"] = granted.get(p["key"], [])
         return rows
 
     @r.route("POST", "/v1/alias")
@@ -307,6 +312,13 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, f"unknown capability {bad[0]!r}: choose from "
                            + ", ".join(CAPABILITIES), "bad_request")
         return list(dict.fromkeys(caps))
+
+    @r.route("GET", "/v1/caps")
+    async def caps(req: Request) -> dict:
+        """What a peer may do here, by the grants we honor."""
+        key = await resolve(req.query.get("peer") or "")
+        return {"peer": key, "caps": sorted(await engine.read(lambda c: grantstore.honored_caps(
+            c, key, engine.identity.key, engine.config.trust, now_ms())))}
 
     @r.route("GET", "/v1/grants")
     async def grants(req: Request) -> list:
