@@ -150,6 +150,13 @@ def render_record(rec: dict, now: int | None = None) -> str:
         return (f"{when} {who} introduced {pname} ({peer.get('key', '?')}){with_caps}\n"
                 f"{INDENT}connect with: awp connect {target}")
 
+    if t == "err" and direction == "in":
+        code = line.get("code") or "error"
+        detail = line.get("detail") or ""
+        where = f" in {th}" if th else ""
+        return (f"{when} {who} refused your message {rec.get('re') or line.get('re') or ''}"
+                f"{where}: {code}" + (f": {detail}" if detail else ""))
+
     arrow = f"you → {who}" if direction == "out" else f"{who} → you"
     head = [when, arrow]
     if th:

@@ -17,6 +17,7 @@ from ..localapi.server import serve_unix
 from ..localapi.sockpath import remove_socket_pointer, socket_path_for_home, write_socket_pointer
 from ..node.config import NodeConfig
 from ..node.engine import Engine
+from ..node.serving import Serving
 from ..store import ops
 from ..store.db import StoreError, open_store
 from ..wire.address import AddressError, parse_listen
@@ -81,7 +82,7 @@ def node_config(s: Settings) -> NodeConfig:
         name=s.name, about=s.about, advertise=s.advertise, accept=s.accept,
         allow=set(s.allow), trust=set(s.trust), ping_interval=s.ping_interval,
         outbox_ttl=s.outbox_ttl, blob_limit=s.blob_limit, trace=s.trace,
-        allow_plaintext=s.allow_plaintext,
+        allow_plaintext=s.allow_plaintext, serve=set(s.serve), root=s.root,
     )
 
 
@@ -118,14 +119,20 @@ def run(home: str, flags: Flags) -> int:
 
 async def _main(home: str, identity: Identity, db_path: str, settings: Settings) -> int:
     engine = Engine(identity, db_path, node_config(settings))
+    engine.extensions.append(Serving(engine, set(settings.serve), settings.root))
     state = DaemonState(home=home, settings=settings, started_ms=engine.started_at)
     log.info("awp %s starting as %s (%s) in %s", __version__, settings.name, identity.key, home)
     async with trio.open_nursery() as nursery:
         await nursery.start(engine.run)
         await _remember(engine, settings)
+        _setup_tailcat(home, settings, state)
         for item in settings.listen:
             try:
                 addr = parse_listen(item)
+                if addr.kind == "tailcat":
+                    # The address comes once tailcat prints it: don't hold up the API.
+                    nursery.start_soon(_listen_later, engine, state, item, addr)
+                    continue
                 bound = await engine.listen(addr)
                 log.info("listening on %s", bound)
             except (AddressError, Exception) as e:
@@ -134,6 +141,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         from .api import build_router
 
         router = build_router(engine, state)
+        from .api_agent import add_agent_routes
+
+        add_agent_routes(router, engine, state)
         sock = socket_path_for_home(home, create=True)
         state.socket_path = sock
         if sock != homes.path(home, "awp.sock"):
@@ -161,6 +171,30 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
     remove_socket_pointer(home)
     log.info("stopped; queued messages stay on disk")
     return 0
+
+
+def _setup_tailcat(home: str, settings: Settings, state: DaemonState) -> None:
+    """Register the tailcat transport; its listener's errors land in listen_errors."""
+    from ..transport import tailcat
+
+    key = next((x for x in settings.listen if x.strip().lower() == "tailcat"), "tailcat")
+
+    def report(error: str | None) -> None:
+        if error:
+            state.listen_errors[key] = error
+        else:
+            state.listen_errors.pop(key, None)
+
+    tailcat.setup(home, settings.verbose, report=report)
+
+
+async def _listen_later(engine: Engine, state: DaemonState, item: str, addr) -> None:
+    try:
+        bound = await engine.listen(addr)
+        log.info("listening on %s", bound)
+    except Exception as e:
+        state.listen_errors[item] = str(e)
+        log.error("cannot listen on %s: %s", item, e)
 
 
 async def _remember(engine: Engine, settings: Settings) -> None:

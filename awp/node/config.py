@@ -32,4 +32,6 @@ class NodeConfig:
     bye_linger: float = 5.0
     backoff_start: float = 1.0
     backoff_cap: float = 60.0
+    serve: set[str] = field(default_factory=set)  # capabilities fulfilled automatically
+    root: str = ""  # directory fs:* are confined to and exec runs in
     stable_after: float = 10.0  # a connection this old resets the redial backoff

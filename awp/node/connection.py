@@ -281,7 +281,10 @@ class Connection:
         seq, replies = result  # type: ignore[misc]
         await self._send_line({"t": "ack", "th": line.get("th") or "", "re": line["id"]})
         for reply in replies:
-            await self._send_line(reply)
+            if callable(reply):  # work to start now that the line is stored
+                self.engine.spawn(reply)
+            else:
+                await self._send_line(reply)
         self.engine.on_inbound_committed(self, line, seq)
 
     async def _on_chunk(self, line: dict) -> None:

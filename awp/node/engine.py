@@ -120,6 +120,10 @@ class Engine:
                 nursery.start_soon(self._sweeper)
                 for key in await self.read(self._peers_with_business):
                     self.peers.ensure_loop(key)
+                for ext in self.extensions:
+                    start = getattr(ext, "on_start", None)
+                    if start is not None:
+                        self.spawn(start)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -130,6 +134,17 @@ class Engine:
                     except Exception:
                         pass
                 await self.writer.stop()
+
+    def spawn(self, make: Callable[[], Any]) -> None:
+        """Start background work (an async call) that must not die with a connection."""
+        async def run() -> None:
+            try:
+                await make()
+            except Exception:
+                log.exception("background task failed")
+
+        assert self._nursery is not None
+        self._nursery.start_soon(run)
 
     def _persist_last_id(self, conn: sqlite3.Connection) -> None:
         last = self.ids.last
@@ -511,6 +526,30 @@ class Engine:
         self.changes.publish({"kind": "notice", "peer": key})
 
     def on_peer_err(self, conn: Connection, line: dict) -> None:
+        """Keep a peer's answer to one of our lines where the agent sees it.
+
+        ``forbidden`` (a request without a grant), ``blob_refused`` and the
+        other non-closing errors that name a line of ours are stored as an
+        inbound record in that line's thread, so ``read`` shows them and a
+        ``wait`` on the thread ends.
+        """
+        re, ident = line.get("re"), line.get("id")
+        if isinstance(re, str) and re and isinstance(ident, str) and ident:
+            key, now = conn.peer_key, now_ms()
+            text = json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+
+            def keep(c: sqlite3.Connection) -> int:
+                row = c.execute("SELECT th FROM log WHERE peer = ? AND dir = 'out' AND id = ?",
+                                (key, re)).fetchone()
+                if row is None:
+                    return 0
+                return c.execute(
+                    "INSERT OR IGNORE INTO log (peer, dir, t, id, th, re, ts, at, line, read,"
+                    " acked) VALUES (?, 'in', 'err', ?, ?, ?, ?, ?, ?, 0, 1)",
+                    (key, ident, row[0], re, now, now, text)).rowcount
+
+            self.writer.submit_nowait(
+                keep, lambda n: n and self.changes.publish({"kind": "err", "peer": key}))
         ref = line.get("ref")
         if line.get("code") == "blob_refused" and isinstance(ref, str) and ref:
             key, now = conn.peer_key, now_ms()
@@ -574,7 +613,13 @@ class Engine:
     async def send_msg(
         self, key: str, parts: list[dict], *, th: str | None = None,
         subject: str | None = None, re: str | None = None, files: list[dict] | None = None,
+        also: Callable[[sqlite3.Connection], None] | None = None,
     ) -> dict:
+        """Queue a msg (and its files' chunks) in one transaction.
+
+        ``also`` runs inside that transaction: what must be true exactly when
+        the msg is queued (e.g. a served request's row closing).
+        """
         new_thread = not th
         th = th or new_thread_id()
         now = now_ms()
@@ -602,6 +647,8 @@ class Engine:
                 c.execute("UPDATE blobs SET msg_id = ? WHERE peer = ? AND dir = 'out' AND ref = ?",
                           (res[1]["id"], key, b["ref"]))
             ops.touch_thread_out(c, key, th, now, subject=subj)
+            if also is not None:
+                also(c)
             return (*res, chunks)
 
         res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
