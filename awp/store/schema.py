@@ -144,5 +144,32 @@ MIGRATIONS: list[str] = [
     );
     ALTER TABLE log ADD COLUMN request TEXT NOT NULL DEFAULT ''
     """,
+    # 3: the network view: presence documents and mirrored conversations.
+    """
+    CREATE TABLE presence (
+        origin TEXT PRIMARY KEY,
+        name TEXT NOT NULL DEFAULT '',
+        seq INTEGER NOT NULL,
+        doc TEXT NOT NULL,
+        doc_ts INTEGER NOT NULL,
+        received INTEGER NOT NULL,
+        via TEXT NOT NULL DEFAULT '',
+        hops INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX presence_received ON presence (received);
+    CREATE TABLE mirrors (
+        sharer TEXT NOT NULL,
+        id TEXT NOT NULL,
+        th TEXT NOT NULL,
+        of TEXT NOT NULL DEFAULT '',
+        of_name TEXT NOT NULL DEFAULT '',
+        subject TEXT NOT NULL DEFAULT '',
+        dir TEXT NOT NULL DEFAULT '',
+        line TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (sharer, id)
+    );
+    CREATE INDEX mirrors_thread ON mirrors (sharer, th, at)
+    """,
 ]
 
