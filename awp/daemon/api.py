@@ -22,7 +22,7 @@ from ..store import ops, queries
 from ..store.queries import LookupFailed
 from ..wire.address import AddressError, looks_like_address, parse_address
 from ..wire.grants import CAPABILITIES
-from ..wire.keys import short_key
+from ..wire.keys import KeyError_, normalize_key, short_key
 from ..wire.timefmt import now_ms
 from .app import DaemonState
 
@@ -365,6 +365,48 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         res["status"] = "delivering" if conn else "queued until the peer is reachable"
         res["to"] = to
         return res
+
+    @r.route("GET", "/v1/share")
+    async def share_get(req: Request) -> dict:
+        return await _shares()
+
+    async def _shares() -> dict:
+        keys = list(engine.shares or [])
+        names = await engine.read(lambda c: [queries.peer_label(c, k) for k in keys])
+        return {"hosts": [{"key": k, "name": n} for k, n in zip(keys, names, strict=True)]}
+
+    @r.route("POST", "/v1/share")
+    async def share_set(req: Request) -> dict:
+        body = _body(req)
+        if body.get("stop"):
+            await engine.set_shares([])
+            return await _shares()
+        hosts = body.get("hosts")
+        if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) for h in hosts):
+            raise ApiError(400, "give the hosts to share with (names, aliases or keys)",
+                           "bad_request")
+        keys = []
+        for h in hosts:
+            if h.startswith("ed25519:"):
+                try:
+                    keys.append(normalize_key(h))
+                except KeyError_ as e:
+                    raise ApiError(400, f"bad key {h}: {e}", "bad_request") from None
+            else:
+                keys.append(await resolve(h))
+        if engine.identity.key in keys:
+            raise ApiError(400, "cannot share with yourself", "bad_request")
+        await engine.set_shares(keys)
+        return await _shares()
+
+    @r.route("POST", "/v1/private")
+    async def private(req: Request) -> dict:
+        body = _body(req)
+        key, th = await _target(body)
+        if not th:
+            raise ApiError(400, "private needs a thread", "bad_request")
+        await engine.private(key, th)
+        return {"th": th, "peer": key, "private": True}
 
     @r.route("GET", "/v1/blobs")
     async def blobs(req: Request) -> list:

@@ -17,8 +17,10 @@ from ..localapi.server import serve_unix
 from ..localapi.sockpath import remove_socket_pointer, socket_path_for_home, write_socket_pointer
 from ..node.config import NodeConfig
 from ..node.engine import Engine
+from ..node.mirror import Mirror
+from ..node.presence import Presence
 from ..node.serving import Serving
-from ..store import ops
+from ..store import ops, queries
 from ..store.db import StoreError, open_store
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import Identity
@@ -120,6 +122,11 @@ def run(home: str, flags: Flags) -> int:
 async def _main(home: str, identity: Identity, db_path: str, settings: Settings) -> int:
     engine = Engine(identity, db_path, node_config(settings))
     engine.extensions.append(Serving(engine, set(settings.serve), settings.root))
+    engine.mirror = Mirror(engine)
+    engine.extensions.append(engine.mirror)
+    engine.presence = Presence(engine, settings.presence, describe=lambda: {
+        "harness": settings.harness, "model": getattr(engine, "model", "") or settings.model})
+    engine.extensions.append(engine.presence)
     state = DaemonState(home=home, settings=settings, started_ms=engine.started_at)
     log.info("awp %s starting as %s (%s) in %s", __version__, settings.name, identity.key, home)
     async with trio.open_nursery() as nursery:
@@ -198,13 +205,20 @@ async def _listen_later(engine: Engine, state: DaemonState, item: str, addr) -> 
 
 
 async def _remember(engine: Engine, settings: Settings) -> None:
-    if not settings.remember:
-        return
-
-    def job(c) -> None:
+    def job(c) -> dict:
         for k, v in settings.remember.items():
             ops.set_meta(c, "remember." + k, v)
+        return {k: ops.get_meta(c, "remember." + k) for k in ("share_with", "model")}
 
-    await engine.writer.run(job)
-    if "share_with" in settings.remember:
-        engine.shares = json.loads(settings.remember["share_with"]) or None
+    stored = await engine.writer.run(job)
+    try:
+        hosts = json.loads(stored.get("share_with") or "[]")
+    except ValueError:
+        hosts = []
+    keys = []
+    for h in hosts if isinstance(hosts, list) else []:
+        try:
+            keys.append(await engine.read(lambda c, h=h: queries.resolve_peer(c, str(h))))
+        except queries.LookupFailed as e:
+            log.warning("not sharing with %s: %s", h, e)
+    engine.shares = keys or None

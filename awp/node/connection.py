@@ -283,6 +283,8 @@ class Connection:
         for reply in replies:
             if callable(reply):  # work to start now that the line is stored
                 self.engine.spawn(reply)
+            elif isinstance(reply, tuple):  # a line queued for another peer (a mirror copy)
+                self.engine.queued_elsewhere(reply[1][0])
             else:
                 await self._send_line(reply)
         self.engine.on_inbound_committed(self, line, seq)
@@ -311,6 +313,11 @@ class Connection:
     async def _after_nothing(self, result: object, arg: object) -> None:
         if result:
             self.engine.changes.publish({"kind": "introduce", "peer": self.peer_key})
+
+    async def send_raw_line(self, data: bytes) -> None:
+        """Write one pre-built line (relayed presence keeps the origin's bytes)."""
+        if not self._bye_sent:
+            await self._send_raw(data)
 
     async def send_grants(self, grants: list[dict]) -> None:
         for g in grants:
@@ -394,6 +401,11 @@ class Connection:
         self._drained.set()
 
     # -- outbound -----------------------------------------------------------------
+
+    def rescan(self) -> None:
+        """Lines were queued for this peer out of commit order: reread the outbox."""
+        self._rescan = True
+        self._wake_sender.set()
 
     def push(self, seq: int, t: str, text: str) -> None:
         """A line for this peer was just committed (called in commit order)."""

@@ -101,6 +101,7 @@ class Engine:
         self.writer: Writer
         self.extensions: list[Any] = []  # later features hook in here
         self.waiting = 0  # local API calls blocked in wait (activity reporting)
+        self.mirror: Any = None  # the conversation-sharing extension, when loaded
         # When the agent last acted through awp (Unix ms) and through what
         # (hook, send, mcp, ...); kept by awp.daemon.api_agent for presence/web.
         self.activity: dict[str, Any] = {"at": 0, "source": ""}
@@ -379,8 +380,19 @@ class Engine:
         Returns its log seq (0 for a duplicate) and the lines to send after the
         ack (refusals of the blobs it names, a ``forbidden``...).
         """
-        seq = ops.store_inbound(c, conn.peer_key, line, text, now)
-        replies: list[dict] = []
+        replies: list = []
+        if line["t"] in ("mirror", "private"):
+            # Extension lines: kept by their extension, never in the agent's inbox.
+            th = line.get("th") or ""
+            seen = c.execute("SELECT last_id FROM seen WHERE peer = ? AND th = ?",
+                             (conn.peer_key, th)).fetchone()
+            if th:
+                ops.note_seen(c, conn.peer_key, th, line["id"], now)
+            if seen is not None and line["id"] <= seen[0]:
+                return 0, replies
+            seq = 1
+        else:
+            seq = ops.store_inbound(c, conn.peer_key, line, text, now)
         if not seq:
             return seq, replies
         if line["t"] == "msg":
@@ -572,8 +584,18 @@ class Engine:
 
     # -- the agent's verbs ------------------------------------------------------------
 
+    def queued_elsewhere(self, key: str) -> None:
+        """A line for ``key`` was queued outside commit order: rescan or redial."""
+        conn = self.peers.active(key)
+        if conn is not None:
+            conn.rescan()
+        else:
+            self.peers.kick(key)
+
     def _queued(self, key: str, result: tuple) -> None:
         """Post-commit, in commit order: hand the line to a live connection."""
+        for host, copy in result[4] if len(result) > 4 else ():
+            self._queued(host, copy)
         if len(self._ack_waiters) > 10_000:  # lines whose ack nobody awaits
             for stale in list(self._ack_waiters)[:5_000]:
                 del self._ack_waiters[stale]
@@ -585,6 +607,9 @@ class Engine:
             conn.push(result[0], result[1]["t"], result[2])
         else:
             self.peers.kick(key)
+
+    def _mirror_copies(self, c: sqlite3.Connection, key: str, line: dict, now: int) -> list:
+        return self.mirror.queue_copies(c, key, line, "out", now) if self.mirror else []
 
     async def stage_files(self, files: list[dict]) -> list[dict]:
         """Copy files to send into the home, so later edits cannot tear them.
@@ -649,7 +674,7 @@ class Engine:
             ops.touch_thread_out(c, key, th, now, subject=subj)
             if also is not None:
                 also(c)
-            return (*res, chunks)
+            return (*res, chunks, self._mirror_copies(c, key, res[1], now))
 
         res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
         self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
@@ -668,7 +693,7 @@ class Engine:
             ops.ensure_peer(c, key, now)
             res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE)
             ops.touch_thread_out(c, key, th, now, state=state, note=note)
-            return (*res, [])
+            return (*res, [], self._mirror_copies(c, key, res[1], now))
 
         res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
         self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
@@ -749,4 +774,25 @@ class Engine:
 
         res = await self.writer.run_with_hook(job, lambda r: self._queued(to, r))
         return {"id": res[1]["id"], "th": th, "grant": g, "peer": peer_info}
+
+    async def private(self, key: str, th: str) -> None:
+        """Keep a thread out of sharing, on both sides, and withdraw hosts' copies."""
+        now = now_ms()
+
+        def build(ident: str, ts: str) -> dict:
+            return {"t": "private", "id": ident, "ts": ts, "th": th}
+
+        def job(c: sqlite3.Connection) -> tuple:
+            c.execute("UPDATE threads SET private = 1 WHERE peer = ? AND th = ?", (key, th))
+            res = ops.queue_line(c, self.ids, key, build, log=False, now=now)
+            copies = self.mirror.withdraw(c, th, now) if self.mirror else []
+            return (*res, [], copies)
+
+        await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
+
+    async def set_shares(self, hosts: list[str]) -> None:
+        """Replace the list of hosts we mirror to (remembered)."""
+        self.shares = list(dict.fromkeys(hosts)) or None
+        await self.writer.run(lambda c: ops.set_meta(c, "remember.share_with",
+                                                      json.dumps(self.shares or [])))
 

@@ -1,0 +1,262 @@
+"""Presence gossip (cap ``presence``): who is out there and what they are doing.
+
+Each node that opts in publishes a signed summary about 2 s after anything
+changes and as a 60 s heartbeat, only over connections that already exist.
+Every node, publishing or not, verifies what it receives, keeps the newest
+document per origin, and forwards a document it had not seen to its other
+presence-speaking peers, up to 8 hops.  On connect, both sides send what they
+know (anti-entropy).  Documents older than 10 minutes are forgotten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import socket
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from .. import __version__
+from ..store import ops, queries
+from ..wire.presence import MAX_HOPS, check_doc, presence_line, raw_member, sign_doc
+from ..wire.timefmt import format_ts, now_ms, parse_ts
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .engine import Engine
+
+log = logging.getLogger("awp.presence")
+
+DEBOUNCE = 2.0
+HEARTBEAT = 60.0
+MAX_AGE_MS = 10 * 60 * 1000
+FUTURE_MS = 5 * 60 * 1000
+MAX_ORIGINS = 1000
+MAX_PEERS = 64
+MAX_THREADS = 64
+ACTIVITY_GRAIN_MS = 30_000
+
+
+def clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def speaks_presence(conn: Connection) -> bool:
+    return "presence" in conn.peer_caps
+
+
+class Presence:
+    """Engine extension for the ``presence`` message type."""
+
+    def __init__(self, engine: Engine, publish: bool,
+                 describe: Callable[[], dict] | None = None) -> None:
+        self.engine = engine
+        self.publish = publish
+        self.describe = describe or (lambda: {})
+        self.own_raw: str | None = None
+        self.sent_lines = 0  # presence lines written, for the bench
+        self._changed = trio.Event()
+
+    # -- publishing ------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        async with trio.open_nursery() as n:
+            n.start_soon(self._expiry_loop)
+            if self.publish:
+                n.start_soon(self._watch_changes)
+                n.start_soon(self._publish_loop)
+
+    async def _watch_changes(self) -> None:
+        with self.engine.changes.subscribe() as events:
+            async for ev in events:
+                if ev.get("kind") not in ("presence", "ack"):
+                    self._changed.set()
+
+    async def _publish_loop(self) -> None:
+        last_digest, last_sent = "", 0.0
+        while True:
+            with trio.move_on_after(HEARTBEAT):
+                await self._changed.wait()
+                # let a burst of changes settle into one document
+                while True:
+                    self._changed = trio.Event()
+                    with trio.move_on_after(DEBOUNCE) as settle:
+                        await self._changed.wait()
+                    if settle.cancelled_caught:
+                        break
+            self._changed = trio.Event()
+            if not self._presence_conns():
+                continue
+            try:
+                doc = await self.engine.read(self._local_doc)
+            except Exception as e:
+                log.error("presence: %s", e)
+                continue
+            digest = hashlib.sha256(json.dumps(
+                {k: v for k, v in doc.items() if k not in ("seq", "ts")},
+                sort_keys=True).encode()).hexdigest()
+            if digest == last_digest and trio.current_time() - last_sent < HEARTBEAT - 1:
+                continue
+            await self.emit(doc)
+            last_digest, last_sent = digest, trio.current_time()
+
+    def _local_doc(self, c: sqlite3.Connection) -> dict:
+        eng = self.engine
+        extra = self.describe()
+        doc: dict = {"origin": eng.identity.key, "name": eng.config.name}
+        if eng.config.about:
+            doc["about"] = clip(eng.config.about, 200)
+        doc.update({"version": __version__, "harness": extra.get("harness", ""),
+                    "model": extra.get("model", ""),
+                    "host": clip(socket.gethostname(), 100)})
+        if eng.shares:
+            doc["shares"] = list(eng.shares)
+        act = getattr(eng, "activity", None) or {}
+        at = int(act.get("at") or 0)
+        if at:
+            doc["active"] = format_ts(at - at % ACTIVITY_GRAIN_MS)
+        doc["waiting"] = bool(getattr(eng, "waiting", 0))
+        peers = []
+        for p in queries.peer_rows(c):
+            if not p["name"] and not p["last_seen"] and not p["addresses"]:
+                continue  # a key we only granted to or heard of
+            if len(peers) == MAX_PEERS:
+                break
+            conn = eng.peers.active(p["key"])
+            entry: dict = {"key": p["key"], "name": p["name"] or (p["aliases"] or [""])[0],
+                           "up": conn is not None}
+            if conn is not None and conn.rtt_ms is not None:
+                entry["rtt"] = max(1, int(conn.rtt_ms))
+            peers.append(entry)
+        doc["peers"] = peers
+        doc["threads"] = [
+            {"th": t["th"], "peer": t["peer"], "subject": clip(t["subject"], 120),
+             "mine": t["mine"], "theirs": t["theirs"], "updated": format_ts(t["updated"]),
+             "unread": t["unread"]}
+            for t in queries.thread_rows(c, limit=MAX_THREADS)]
+        counts = queries.counts(c)
+        doc["outbox"] = counts["queued"]
+        doc["unread"] = counts["unread"]
+        return doc
+
+    async def emit(self, doc: dict) -> None:
+        """Sign and send our document to every connected presence peer."""
+        seq = await self.engine.writer.run(self._next_seq)
+        doc = dict(doc, seq=seq, ts=format_ts(now_ms()))
+        raw = sign_doc(self.engine.identity, doc)
+        self.own_raw = raw
+        await self._forward(raw, 0)
+
+    def _next_seq(self, c: sqlite3.Connection) -> int:
+        """Larger than any seq we used, across restarts and clock steps."""
+        prev = int(ops.get_meta(c, "presence_seq", "0") or 0)
+        nxt = max(prev + 1, now_ms())
+        ops.set_meta(c, "presence_seq", str(nxt))
+        return nxt
+
+    def _presence_conns(self, *, except_keys: tuple[str, ...] = ()) -> list[Connection]:
+        out = []
+        for key, slot in self.engine.peers.slots.items():
+            conn = slot.conn
+            if (conn is not None and conn.established.is_set() and not conn.closed.is_set()
+                    and speaks_presence(conn) and key not in except_keys):
+                out.append(conn)
+        return out
+
+    async def _forward(self, raw: str, hops: int, *, except_keys: tuple[str, ...] = ()) -> None:
+        for conn in self._presence_conns(except_keys=except_keys):
+            await self._send(conn, raw, hops)
+
+    async def _send(self, conn: Connection, raw: str, hops: int) -> None:
+        data = presence_line(self.engine.ids.next(), format_ts(now_ms()), hops, raw)
+        try:
+            await conn.send_raw_line(data)
+            self.sent_lines += 1
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+    # -- receiving ---------------------------------------------------------------------
+
+    async def on_line(self, conn: Connection, line: dict, raw: bytes) -> bool:
+        if line.get("t") != "presence":
+            return False
+        text = raw.decode("utf-8")
+        raw_doc = raw_member(text, "doc")
+        doc = line.get("doc")
+        hops = line.get("hops")
+        if raw_doc is None or not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
+            return True
+        why = check_doc(doc, len(raw_doc.encode("utf-8")))
+        if why:
+            log.info("presence from %s dropped: %s", conn.peer_key[:18], why)
+            return True
+        origin = doc["origin"]
+        if origin == self.engine.identity.key:
+            return True
+        now = now_ms()
+        ts = parse_ts(doc["ts"])
+        if now - ts > MAX_AGE_MS or ts - now > FUTURE_MS:
+            return True
+        stored = await self.engine.writer.run(
+            lambda c: self._store(c, origin, doc, raw_doc, ts, now, conn.peer_key, hops))
+        if not stored:
+            return True  # already had it: this is what ends the gossip
+        self.engine.changes.publish({"kind": "presence", "origin": origin,
+                                     "joined": stored == "new"})
+        if hops + 1 < MAX_HOPS:
+            await self._forward(raw_doc, hops + 1, except_keys=(conn.peer_key, origin))
+        return True
+
+    @staticmethod
+    def _store(c: sqlite3.Connection, origin: str, doc: dict, raw: str, ts: int, now: int,
+               via: str, hops: int) -> str:
+        row = c.execute("SELECT seq FROM presence WHERE origin = ?", (origin,)).fetchone()
+        if row is not None and row[0] >= doc["seq"]:
+            return ""
+        name = doc.get("name") if isinstance(doc.get("name"), str) else ""
+        c.execute(
+            "INSERT INTO presence (origin, name, seq, doc, doc_ts, received, via, hops)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (origin) DO UPDATE SET"
+            " name = excluded.name, seq = excluded.seq, doc = excluded.doc,"
+            " doc_ts = excluded.doc_ts, received = excluded.received, via = excluded.via,"
+            " hops = excluded.hops", (origin, name[:200], doc["seq"], raw, ts, now, via, hops))
+        if row is None:
+            over = c.execute("SELECT count(*) FROM presence").fetchone()[0] - MAX_ORIGINS
+            if over > 0:
+                c.execute("DELETE FROM presence WHERE origin IN (SELECT origin FROM presence"
+                          " ORDER BY received LIMIT ?)", (over,))
+        return "new" if row is None else "newer"
+
+    async def on_established(self, conn: Connection, prev: dict) -> None:
+        """Anti-entropy: our own document and every fresh one we hold."""
+        if not speaks_presence(conn):
+            return
+        if self.publish and self.own_raw:
+            await self._send(conn, self.own_raw, 0)
+        cutoff = now_ms() - MAX_AGE_MS
+        rows = await self.engine.read(lambda c: c.execute(
+            "SELECT origin, doc, hops FROM presence WHERE doc_ts >= ?", (cutoff,)).fetchall())
+        for origin, raw, hops in rows:
+            if origin != conn.peer_key and hops + 1 < MAX_HOPS:
+                await self._send(conn, raw, hops + 1)
+        if self.publish:
+            self._changed.set()
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            await trio.sleep(30)
+            cutoff = now_ms() - MAX_AGE_MS
+            gone = await self.engine.writer.run(lambda c, cut=cutoff: expire(c, cut))
+            for origin in gone:
+                self.engine.changes.publish({"kind": "presence", "origin": origin, "left": True})
+
+
+def expire(c: sqlite3.Connection, cutoff_ms: int) -> list[str]:
+    """Forget documents older than the cutoff; returns the origins forgotten."""
+    return [r[0] for r in c.execute(
+        "DELETE FROM presence WHERE doc_ts < ? RETURNING origin", (cutoff_ms,))]
+

@@ -1,0 +1,101 @@
+"""Presence documents: signed by their origin, relayed byte for byte.
+
+A relay must forward the origin's exact bytes (only the envelope and ``hops``
+change), so this module also finds the raw text of the ``doc`` member inside
+a received line without re-serialising it.
+"""
+
+from __future__ import annotations
+
+import json
+from json.decoder import scanstring
+
+from .canonical import canonical_bytes, compact_json
+from .keys import Identity, KeyError_, decode_key, verify
+from .timefmt import parse_ts
+
+MAX_DOC = 64 * 1024
+MAX_HOPS = 8
+_WS = " \t\r\n"
+_decoder = json.JSONDecoder()
+
+
+def sign_doc(identity: Identity, doc: dict) -> str:
+    """The signed document as the exact text we send (compact, not canonical)."""
+    body = {k: v for k, v in doc.items() if k != "sig"}
+    body["sig"] = identity.sign(canonical_bytes(body))
+    return compact_json(body)
+
+
+def check_doc(doc: object, raw_len: int) -> str:
+    """Empty when the document is well formed, small enough and signed by its origin."""
+    if raw_len > MAX_DOC:
+        return "document over 64 KiB"
+    if not isinstance(doc, dict):
+        return "not an object"
+    try:
+        decode_key(doc.get("origin"))
+    except KeyError_ as e:
+        return f"origin: {e}"
+    seq = doc.get("seq")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        return "bad seq"
+    try:
+        parse_ts(doc.get("ts"))
+    except ValueError:
+        return "bad ts"
+    sig = doc.get("sig")
+    if not isinstance(sig, str):
+        return "no signature"
+    body = {k: v for k, v in doc.items() if k != "sig"}
+    try:
+        signed = canonical_bytes(body)
+    except (TypeError, ValueError):
+        return "not canonicalisable"
+    if not verify(doc["origin"], signed, sig):
+        return "signature does not verify"
+    return ""
+
+
+def raw_member(line: str, name: str) -> str | None:
+    """The exact source text of top-level member ``name`` of a JSON object line."""
+    i = 0
+    n = len(line)
+    while i < n and line[i] in _WS:
+        i += 1
+    if i >= n or line[i] != "{":
+        return None
+    i += 1
+    while True:
+        while i < n and line[i] in _WS:
+            i += 1
+        if i >= n or line[i] == "}":
+            return None
+        if line[i] != '"':
+            return None
+        key, i = scanstring(line, i + 1)
+        while i < n and line[i] in _WS:
+            i += 1
+        if i >= n or line[i] != ":":
+            return None
+        i += 1
+        while i < n and line[i] in _WS:
+            i += 1
+        start = i
+        try:
+            _val, i = _decoder.raw_decode(line, i)
+        except ValueError:
+            return None
+        if key == name:
+            return line[start:i]
+        while i < n and line[i] in _WS:
+            i += 1
+        if i < n and line[i] == ",":
+            i += 1
+            continue
+        return None
+
+
+def presence_line(ident: str, ts: str, hops: int, raw_doc: str) -> bytes:
+    return (f'{{"t":"presence","id":"{ident}","ts":"{ts}","hops":{hops},"doc":'
+            + raw_doc + "}\n").encode("utf-8")
