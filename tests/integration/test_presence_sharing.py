@@ -1,0 +1,145 @@
+"""Presence across a chain of daemons, forged documents, sharing and private."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from nodes import wait_for
+from rawpeer import RawPeer
+
+from awp.wire.keys import Identity
+from awp.wire.presence import sign_doc
+from awp.wire.timefmt import format_ts, now_ms
+
+
+def _presence(node) -> dict[str, tuple[int, int]]:
+    with sqlite3.connect(node.home + "/awp.db") as con:
+        return {o: (seq, hops) for o, seq, hops in
+                con.execute("SELECT origin, seq, hops FROM presence")}
+
+
+def _mirrors(node) -> list[tuple]:
+    with sqlite3.connect(node.home + "/awp.db") as con:
+        return con.execute("SELECT sharer, th, dir, line FROM mirrors").fetchall()
+
+
+def test_presence_crosses_a_chain_of_four(make_node):
+    ns = [make_node(x, extra=["--presence"]).start() for x in "abcd"]
+    for x, y in zip(ns, ns[1:], strict=False):
+        x.connect(y)
+    a, _b, _c, d = ns
+    seen = wait_for(lambda: _presence(d).get(a.key), 20, "d sees a")
+    assert seen[1] == 2  # relayed by b (hops 1) and c (hops 2): three links away
+    # a change on the far end reaches d as a newer document
+    before = seen[0]
+    a.send(ns[1].key, "something changed", subject="news")
+    wait_for(lambda: _presence(d)[a.key][0] > before, 20, "newer doc reaches d")
+
+
+def test_non_publishing_node_still_relays(make_node):
+    a = make_node("a", extra=["--presence"]).start()
+    b = make_node("b").start()  # does not publish
+    c = make_node("c").start()
+    a.connect(b)
+    b.connect(c)
+    wait_for(lambda: a.key in _presence(c), 20, "c sees a through b")
+    assert b.key not in _presence(c) and b.key not in _presence(a)
+
+
+def _doc(ident: Identity, seq: int, ts_ms: int, **extra) -> str:
+    doc = {"origin": ident.key, "name": "raw", "seq": seq, "ts": format_ts(ts_ms),
+           "peers": [], "threads": [], "version": "x", "harness": "", "model": "", "host": "h",
+           "waiting": False, "outbox": 0, "unread": 0, **extra}
+    return sign_doc(ident, doc)
+
+
+def test_forged_old_future_oversized_and_malformed_docs_are_dropped(make_node):
+    a = make_node("a").start()
+    me = Identity.generate()
+    with RawPeer(a.address, me) as p:
+        p.handshake()
+        now = now_ms()
+        good = _doc(me, 5, now)
+        import json
+
+        tampered = json.loads(good)
+        tampered["name"] = "evil"
+        bad_lines = [
+            {"t": "presence", "hops": 0, "doc": tampered},
+            {"t": "presence", "hops": 0, "doc": json.loads(_doc(me, 6, now - 11 * 60_000))},
+            {"t": "presence", "hops": 0, "doc": json.loads(_doc(me, 7, now + 6 * 60_000))},
+            {"t": "presence", "hops": 0, "doc": json.loads(_doc(me, 8, now, about="x" * 70_000))},
+            {"t": "presence", "hops": 0, "doc": "not an object"},
+            {"t": "presence", "hops": "zero", "doc": json.loads(good)},
+        ]
+        for line in bad_lines:
+            p.send_line(line)
+        assert p.ping()["t"] == "pong"
+        assert me.key not in _presence(a)
+        # the genuine one is kept, a replay of an older seq is not
+        p.send_line({"t": "presence", "hops": 0, "doc": json.loads(good)})
+        assert p.ping()["t"] == "pong"
+        wait_for(lambda: _presence(a).get(me.key) == (5, 0), 5, "good doc stored")
+        p.send_line({"t": "presence", "hops": 0, "doc": json.loads(_doc(me, 4, now))})
+        assert p.ping()["t"] == "pong"
+        assert _presence(a)[me.key][0] == 5
+
+
+def test_relay_forwards_the_origin_bytes_and_old_peers_get_none(make_node):
+    a = make_node("a").start()
+    origin = Identity.generate()
+    old = RawPeer(a.address, name="old")  # predates presence: no presence cap
+    watcher = RawPeer(a.address, name="watcher")
+    src = RawPeer(a.address, origin, name="src")
+    try:
+        assert old.handshake()["t"] == "resume"
+        assert watcher.handshake(caps=["chat", "presence"])["t"] == "resume"
+        assert src.handshake(caps=["chat", "presence"])["t"] == "resume"
+        # a doc whose bytes our own writer would not produce (spaces, key order)
+        raw = _doc(origin, 9, now_ms(), about="<&> é").replace('","', '", "')
+        src.send_line(('{"t":"presence","id":"' + src.ids.next() + '","ts":"'
+                       + format_ts(now_ms()) + '","hops":0,"doc":' + raw + "}").encode())
+        got = watcher.recv_until(lambda x: x.get("t") == "presence", 10)
+        assert got["hops"] == 1
+        assert watcher.received[-1].endswith(b'"doc":' + raw.encode() + b"}")
+        old.ping()
+        assert not [x for x in old.skipped if x.get("t") == "presence"]
+        assert not [x for x in old.received if b'"presence"' in x[:40]]
+    finally:
+        for p in (old, watcher, src):
+            p.close()
+
+
+def test_sharing_notice_mirror_private_and_withdraw(make_node):
+    host = make_node("host").start()
+    sharer = make_node("sharer").start()
+    other = make_node("other").start()
+    sharer.connect(host)
+    sharer.connect(other)
+    sharer.api("POST", "/v1/share", {"hosts": ["host"]})
+    # the other party learns about it on its next connection
+    other.stop()
+    other.start()
+    sharer.connect(other)
+    notice = wait_for(lambda: [r for r in other.api("POST", "/v1/inbox", {"mark": False})[
+        "records"] if r["dir"] == "notice" and "shares its conversations" in r["line"]["text"]],
+        10, "sharing notice")
+    assert host.key[8:18] in notice[0]["line"]["text"]
+    r = sharer.send(other.key, "shared hello", subject="shared task")
+    other.send(None, "reply from other", th=r["th"])
+    rows = wait_for(lambda: len(_mirrors(host)) >= 2 and _mirrors(host), 10, "mirrored both ways")
+    assert {x[2] for x in rows} == {"in", "out"}
+    # never in the host's own inbox
+    assert host.inbound() == []
+    # files are described, never copied
+    other.api("POST", "/v1/private", {"th": r["th"]})
+    wait_for(lambda: not _mirrors(host), 10, "host forgets the thread")
+    sharer.send(other.key, "after private", th=r["th"])
+    assert not _mirrors(host)
+    # stop sharing: the other party is told on the next connection
+    sharer.api("POST", "/v1/share", {"stop": True})
+    other.stop()
+    other.start()
+    sharer.connect(other)
+    wait_for(lambda: [x for x in other.api("POST", "/v1/inbox", {"mark": False})["records"]
+                      if "stopped sharing" in x["line"].get("text", "")], 10, "stop notice")

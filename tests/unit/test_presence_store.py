@@ -1,0 +1,72 @@
+"""Presence storage rules with an injected clock: newest per origin, expiry, the cap."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from awp.node import presence as pres
+from awp.store.db import open_store
+from awp.wire.keys import Identity
+from awp.wire.presence import check_doc, raw_member, sign_doc
+
+
+@pytest.fixture
+def db(tmp_path):
+    c = open_store(str(tmp_path / "awp.db"))
+    yield c
+    c.close()
+
+
+def _doc(ident: Identity, seq: int) -> tuple[dict, str]:
+    raw = sign_doc(ident, {"origin": ident.key, "name": "n", "seq": seq,
+                           "ts": "2026-11-29T10:00:00.000Z"})
+    return json.loads(raw), raw
+
+
+def test_newest_per_origin_and_no_regression(db):
+    ident = Identity.generate()
+    d5, r5 = _doc(ident, 5)
+    assert pres.Presence._store(db, ident.key, d5, r5, 1000, 1000, "via", 1) == "new"
+    d4, r4 = _doc(ident, 4)
+    assert pres.Presence._store(db, ident.key, d4, r4, 1000, 1001, "via", 1) == ""
+    assert pres.Presence._store(db, ident.key, d5, r5, 1000, 1002, "via", 1) == ""
+    d6, r6 = _doc(ident, 6)
+    assert pres.Presence._store(db, ident.key, d6, r6, 2000, 1003, "via", 2) == "newer"
+    assert db.execute("SELECT seq, hops FROM presence").fetchall() == [(6, 2)]
+
+
+def test_expiry_forgets_documents_older_than_ten_minutes(db):
+    a, b = Identity.generate(), Identity.generate()
+    now = 10_000_000
+    da, ra = _doc(a, 1)
+    db_ = db
+    pres.Presence._store(db_, a.key, da, ra, now - pres.MAX_AGE_MS - 1, now, "v", 0)
+    dbb, rb = _doc(b, 1)
+    pres.Presence._store(db_, b.key, dbb, rb, now - 60_000, now, "v", 0)
+    assert pres.expire(db_, now - pres.MAX_AGE_MS) == [a.key]
+    assert [r[0] for r in db_.execute("SELECT origin FROM presence")] == [b.key]
+
+
+def test_at_most_a_thousand_origins(db, monkeypatch):
+    monkeypatch.setattr(pres, "MAX_ORIGINS", 3)
+    idents = [Identity.generate() for _ in range(5)]
+    for i, ident in enumerate(idents):
+        d, r = _doc(ident, 1)
+        pres.Presence._store(db, ident.key, d, r, 1000, 1000 + i, "v", 0)
+    kept = {r[0] for r in db.execute("SELECT origin FROM presence")}
+    assert kept == {i.key for i in idents[2:]}
+
+
+def test_signed_doc_checks_and_raw_member():
+    ident = Identity.generate()
+    d, raw = _doc(ident, 1)
+    assert check_doc(d, len(raw)) == ""
+    assert check_doc(dict(d, name="x"), len(raw)) == "signature does not verify"
+    assert check_doc(d, 70_000) == "document over 64 KiB"
+    line = '{"t":"presence", "hops": 2 ,"doc":' + raw + "}"
+    assert raw_member(line, "doc") == raw
+    assert raw_member(line, "hops") == "2"
+    assert raw_member("[1]", "doc") is None
+    assert pres.clip("x" * 300, 200) == "x" * 199 + "…"
