@@ -34,7 +34,7 @@ def test_newest_per_origin_and_no_regression(db):
     assert pres.Presence._store(db, ident.key, d5, r5, 1000, 1002, "via", 1) == ""
     d6, r6 = _doc(ident, 6)
     assert pres.Presence._store(db, ident.key, d6, r6, 2000, 1003, "via", 2) == "newer"
-    assert db.execute("SELECT seq, hops FROM presence").fetchall() == [(6, 2)]
+    assert [tuple(r) for r in db.execute("SELECT seq, hops FROM presence")] == [(6, 2)]
 
 
 def test_expiry_forgets_documents_older_than_ten_minutes(db):
