@@ -116,6 +116,9 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "address": _share_address(engine), "advertise": engine.advertised(),
             "listen_errors": state.listen_errors, "tailcat_error": tailcat_error,
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
+            "presence": {"publishing": s.presence,
+                         "lines_sent": getattr(getattr(engine, "presence", None), "sent_lines", 0)},
+            "shares": list(engine.shares or []),
             **counts, "peers": peer_list,
         }
 
