@@ -80,6 +80,7 @@ class Connection:
         self._bye_received = trio.Event()
         self._post_send, self._post_recv = trio.open_memory_channel(2048)
         self._drained = trio.Event()
+        self._chunk_slots = trio.Semaphore(8)
         self._resumed_by_peer = trio.Event()
         self._pushed: list[tuple[int, str, str]] = []
 
@@ -290,7 +291,12 @@ class Connection:
         self.engine.on_inbound_committed(self, line, seq)
 
     async def _on_chunk(self, line: dict) -> None:
-        """Chunks are stored in line order like content, but never acked."""
+        """Chunks are stored in line order like content, but never acked.
+
+        At most a few chunks (256 KiB each) wait for the store at once, so a
+        fast sender cannot make us hold a whole file in memory.
+        """
+        await self._chunk_slots.acquire()
         now = now_ms()
         pending = self.engine.writer.submit_nowait(
             lambda c: self.engine.store_chunk(c, self, line, now))
@@ -324,6 +330,7 @@ class Connection:
             await self._send_line({"t": "grant", "grant": g})
 
     async def _after_chunk(self, replies: object, line: dict) -> None:
+        self._chunk_slots.release()
         for reply in replies:  # type: ignore[attr-defined]
             await self._send_line(reply)
 
