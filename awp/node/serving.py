@@ -18,11 +18,8 @@ import shutil
 import sqlite3
 from typing import TYPE_CHECKING
 
-import trio
-
+from ..serve import describe, serve_request
 from ..serve import requests as rq
-from ..serve.exec import run_exec, summary
-from ..serve.fs import fs_read, fs_write
 from ..serve.journal import interrupted_result
 from ..store import grants as grantstore
 
@@ -86,30 +83,17 @@ class Serving:
                  json.dumps(data, ensure_ascii=False)[:300])
         scratch = os.path.join(self.scratch, req_id)
         os.makedirs(scratch, mode=0o700, exist_ok=True)
-        files: list[dict] = []
-        try:
-            if cap == "exec":
-                async def progress(text: str, pdata: dict) -> None:
-                    await self.engine.send_msg(
-                        key, [{"k": "text", "text": text}, rq.progress_part(pdata)],
-                        th=th, re=req_id)
 
-                result, blobs = await run_exec(self.root, data, on_progress=progress,
-                                               progress_every=self.progress_every,
-                                               scratch_dir=scratch)
-                text = summary(result, data.get("cmd") if isinstance(data, dict) else None)
-                files = [{"path": p, "name": n} for n, p in blobs]
-            elif cap == "fs:read":
-                result, blob = await trio.to_thread.run_sync(
-                    lambda: fs_read(self.root, data, scratch_dir=scratch,
-                                    max_blob=self.engine.config.blob_limit))
-                if blob:
-                    files = [{"path": blob, "name": result.get("blob") or "content"}]
-                text = _fs_text("read", result)
-            else:
-                result = await trio.to_thread.run_sync(lambda: fs_write(self.root, data))
-                text = _fs_text("wrote", result)
-            await self._answer(key, th, req_id, cap, text, result, files)
+        async def progress(text: str, pdata: dict) -> None:
+            await self.engine.send_msg(key, [{"k": "text", "text": text},
+                                             rq.progress_part(pdata)], th=th, re=req_id)
+
+        try:
+            result, blobs = await serve_request(
+                cap, self.root, data, scratch_dir=scratch, on_progress=progress,
+                progress_every=self.progress_every, max_blob=self.engine.config.blob_limit)
+            files = [{"path": p, "name": n} for n, p in blobs]
+            await self._answer(key, th, req_id, cap, describe(cap, data, result), result, files)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -132,13 +116,3 @@ class Serving:
             result = interrupted_result(cap)
             await self._answer(key, th, req_id, cap, f"{cap} interrupted: {result['error']}",
                                result, [])
-
-
-def _fs_text(verb: str, result: dict) -> str:
-    if "error" in result:
-        return f"{verb} failed: {result['error']}"
-    if verb == "read":
-        if result.get("dir"):
-            return f"listed {result.get('path')}: {len(result.get('entries') or [])} entries"
-        return f"read {result.get('path')}: {result.get('length')} of {result.get('size')} bytes"
-    return f"wrote {result.get('written')} bytes to {result.get('path')}"
