@@ -64,9 +64,9 @@ def test_notice():
 
 
 def test_unknown_type_and_part_stay_visible():
-    r = rec("in", "introduce", {"key": "ed25519:K"})
+    r = rec("in", "conformance-future", {"key": "ed25519:K"})
     out = render_record(r, NOW)
-    assert out.splitlines()[0] == "[2m ago] bob → you · thr_x4ii96t4 · introduce"
+    assert out.splitlines()[0] == "[2m ago] bob → you · thr_x4ii96t4 · conformance-future"
     assert '"key":"ed25519:K"' in out
     assert render_part({"k": "weird", "x": 1}) == ['  [weird] {"x":1}']
     assert render_part({"k": "blob", "name": "build.log", "size": 12}) == [
@@ -139,3 +139,24 @@ SEND_OPTS = {"-s": True, "--subject": True, "-t": True, "--thread": True, "--to"
 ])
 def test_fix_dash_peers(args, expected):
     assert fix_dash_peers(args, SEND_OPTS) == expected
+
+
+def test_introduction_says_how_to_connect():
+    r = rec("in", "introduce", {"peer": {"key": "ed25519:AAAAAAAAAAAAAAAAAAAA", "name": "alice"},
+                                "grant": {"caps": ["fs:read"]}})
+    out = render_record(r, NOW)
+    assert out.splitlines()[0].startswith("[2m ago] bob introduced alice (ed25519:AAAA")
+    assert "with a grant for fs:read" in out
+    assert out.splitlines()[1] == "  connect with: awp connect alice"
+
+
+def test_request_marks_and_refusals():
+    r = rec("in", "msg", {"parts": [{"k": "text", "text": "run it"}]})
+    r["request"] = {"cap": "exec", "status": "forbidden"}
+    assert "WITHOUT a grant" in render_record(r, NOW)
+    r["request"] = {"cap": "fs:read", "status": "allowed"}
+    assert "holds a grant" in render_record(r, NOW)
+    e = rec("in", "err", {"code": "forbidden", "detail": "needs a grant"})
+    e["re"] = "01ABC"
+    assert render_record(e, NOW) == (
+        "[2m ago] bob refused your message 01ABC in thr_x4ii96t4: forbidden: needs a grant")
