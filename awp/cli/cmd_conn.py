@@ -305,9 +305,10 @@ def peers(home: str = home_opt(), as_json: bool = json_opt()) -> None:
         out("no peers yet: awp connect ADDRESS")
         return
     out(table(
-        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD"],
+        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED"],
         [[clip(_peer_name(p), 40), p.get("short") or _short(p.get("key", "")),
-          p.get("state", ""), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0)]
+          p.get("state", ""), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
+          ",".join(p.get("granted") or []) or "-"]
          for p in rows]))
 
 
