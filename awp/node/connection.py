@@ -81,6 +81,7 @@ class Connection:
         self._post_send, self._post_recv = trio.open_memory_channel(2048)
         self._drained = trio.Event()
         self._chunk_slots = trio.Semaphore(8)
+        self._held: list[bytes] = []  # acks waiting for the end of a burst
         self._resumed_by_peer = trio.Event()
         self._pushed: list[tuple[int, str, str]] = []
 
@@ -280,14 +281,15 @@ class Connection:
 
     async def _after_store(self, result: object, line: dict) -> None:
         seq, replies = result  # type: ignore[misc]
-        await self._send_line({"t": "ack", "th": line.get("th") or "", "re": line["id"]})
+        # Acks of a burst go out together once the burst is stored (see the loop).
+        self._held.append(self._line({"t": "ack", "th": line.get("th") or "", "re": line["id"]}))
         for reply in replies:
             if callable(reply):  # work to start now that the line is stored
                 self.engine.spawn(reply)
             elif isinstance(reply, tuple):  # a line queued for another peer (a mirror copy)
                 self.engine.queued_elsewhere(reply[1][0])
             else:
-                await self._send_line(reply)
+                self._held.append(self._line(reply))
         self.engine.on_inbound_committed(self, line, seq)
 
     async def _on_chunk(self, line: dict) -> None:
@@ -332,7 +334,7 @@ class Connection:
     async def _after_chunk(self, replies: object, line: dict) -> None:
         self._chunk_slots.release()
         for reply in replies:  # type: ignore[attr-defined]
-            await self._send_line(reply)
+            self._held.append(self._line(reply))
 
     async def _after_ack(self, result: object, re: str) -> None:
         self.engine.on_acked(self.peer_key, [re])
@@ -405,7 +407,16 @@ class Connection:
                 self.close("store failure")
                 break
             await then(result, arg)
+            if self._held and self._post_recv.statistics().current_buffer_used == 0:
+                await self._flush_held()
+        await self._flush_held()
         self._drained.set()
+
+    async def _flush_held(self) -> None:
+        """Write the acks (and their follow-ups) gathered from one burst at once."""
+        if self._held:
+            data, self._held = b"".join(self._held), []
+            await self._send_raw(data)
 
     # -- outbound -----------------------------------------------------------------
 
@@ -499,11 +510,15 @@ class Connection:
 
     # -- writing ------------------------------------------------------------------
 
-    async def _send_line(self, line: dict, ident: str | None = None) -> None:
+    def _line(self, line: dict, ident: str | None = None) -> bytes:
+        """A line of ours with its envelope (id, ts) filled in."""
         full = {"t": line["t"], "id": ident or self.engine.ids.next(),
                 "ts": format_ts(now_ms())}
         full.update((k, v) for k, v in line.items() if k != "t")
-        await self._send_raw(dump(full))
+        return dump(full)
+
+    async def _send_line(self, line: dict, ident: str | None = None) -> None:
+        await self._send_raw(self._line(line, ident))
 
     async def _send_raw(self, data: bytes) -> None:
         if self.engine.config.trace:

@@ -201,15 +201,15 @@ def touch_thread_out(
             " WHERE peer = ? AND th = ?",
             (state, note, now, now, peer, th),
         )
-    else:
-        conn.execute("UPDATE threads SET updated = ? WHERE peer = ? AND th = ?", (now, peer, th))
+
 
 
 def _ensure_thread(conn: sqlite3.Connection, peer: str, th: str, subject: str, now: int) -> None:
     conn.execute(
         "INSERT INTO threads (peer, th, subject, created, updated, my_since, their_since)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (peer, th) DO UPDATE SET"
-        " subject = CASE WHEN threads.subject = '' THEN excluded.subject ELSE threads.subject END",
+        " subject = CASE WHEN threads.subject = '' THEN excluded.subject ELSE threads.subject END,"
+        " updated = max(threads.updated, excluded.updated)",
         (peer, th, subject[:500], now, now, now, now),
     )
 
@@ -373,7 +373,6 @@ def store_inbound(
             parts = line.get("parts") if isinstance(line.get("parts"), list) else []
             subject = default_subject(parts)
         _ensure_thread(conn, peer, th, subject, now)
-        conn.execute("UPDATE threads SET updated = ? WHERE peer = ? AND th = ?", (now, peer, th))
     elif t == "state" and th:
         _ensure_thread(conn, peer, th, "", now)
         note = line.get("note") if isinstance(line.get("note"), str) else ""
