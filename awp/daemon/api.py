@@ -117,7 +117,9 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "listen_errors": state.listen_errors, "tailcat_error": tailcat_error,
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
             "presence": {"publishing": s.presence,
-                         "lines_sent": getattr(getattr(engine, "presence", None), "sent_lines", 0)},
+                         "lines_sent": getattr(getattr(engine, "presence", None), "sent_lines", 0),
+                         "origins": await engine.read(
+                             lambda c: c.execute("SELECT count(*) FROM presence").fetchone()[0])},
             "shares": list(engine.shares or []),
             **counts, "peers": peer_list,
         }
