@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from .common import CliError, command, out, parse_seconds
+from ..durations import parse_duration
+from .common import CliError, command, home_opt, out
 
 
 @command("conform", short_help="Check an AWP peer against the conformance scenarios")
 def conform(
-    address: str = typer.Argument(None, metavar="[ADDRESS]",
+    address: str = typer.Argument(None, metavar="ADDRESS",
                                   help="the peer to dial: tcp:HOST:PORT or unix:/path"),
     listen: str = typer.Option(None, "--listen", metavar="ADDRESS",
                                help="listen here (tcp:HOST:PORT, port 0 allowed, or unix:/path)"
@@ -23,6 +24,7 @@ def conform(
     list_only: bool = typer.Option(False, "--list", help="list the scenarios and exit"),
     trace: bool = typer.Option(False, "--trace", help="print every line in and out on stderr"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    home: str = home_opt(),
 ) -> None:
     """Run the conformance scenarios against an AWP peer and report each one.
 
@@ -30,7 +32,8 @@ def conform(
     --run) listens, runs the command with {addr} replaced by the listening
     address, and runs on the one connection the peer dials the scenarios that
     can share it; the others are reported as skipped. The runner has a fresh
-    key of its own every run. Exit status: 0 when nothing failed, 1 when a
+    key of its own every run; --home is accepted and unused (no daemon is
+    needed). Exit status: 0 when nothing failed, 1 when a
     scenario failed, 2 on usage errors.
 
     \b
@@ -53,7 +56,10 @@ def conform(
         chosen = select_scenarios(scenario)
     except ValueError as e:
         raise CliError(str(e), 2) from None
-    secs = parse_seconds(timeout, "--timeout")
+    try:
+        secs = parse_duration(timeout)
+    except ValueError as e:
+        raise CliError(f"--timeout: {e}", 2) from None
     if secs <= 0:
         raise CliError("--timeout must be more than 0", 2)
 

@@ -23,6 +23,8 @@ SIG_RE = re.compile(r"[A-Za-z0-9_-]{86}")
 GRANT_NONCE_RE = re.compile(r"[A-Za-z0-9_-]{16,}")
 STD_B64_RE = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 def shown(obj: object, limit: int = 200) -> str:
     """A line or value as compact text, clipped for a report."""
@@ -33,20 +35,16 @@ def shown(obj: object, limit: int = 200) -> str:
     else:
         text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
     if len(text) > limit:
-        return text[:limit] + f"...({len(text)} chars)"
-    return text
-
+        text = text[:limit] + f"...({len(text)} chars)"
+    return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
-
 
 def decode(raw: bytes) -> tuple[dict | None, list[str]]:
     """Parse one raw line (without ``\\n``): the object, or None and the problem."""
     if len(raw) > MAX_LINE:
         return None, [f"line of {len(raw)} bytes is over the 1 MiB limit"]
-    if b"\r" in raw:
-        return None, ["line contains a carriage return"]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -57,12 +55,13 @@ def decode(raw: bytes) -> tuple[dict | None, list[str]]:
         return None, [f"line is not JSON: {shown(text)}"]
     if not isinstance(obj, dict):
         return None, [f"line is not a JSON object: {shown(text)}"]
-    return obj, check(obj)
-
+    problems = check(obj)
+    if b"\r" in raw:
+        problems.append("line contains a carriage return (lines end in \\n alone)")
+    return obj, problems
 
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
 
 def _str(problems: list[str], t: str, line: dict, field: str, *, required: bool = True,
          nonempty: bool = False, pattern: re.Pattern | None = None, what: str = "") -> None:
@@ -78,7 +77,6 @@ def _str(problems: list[str], t: str, line: dict, field: str, *, required: bool 
     elif pattern is not None and not pattern.fullmatch(v):
         problems.append(f"{t}.{field} is not {what}: {shown(v, 100)}")
 
-
 def _str_list(problems: list[str], t: str, line: dict, field: str, *,
               required: bool = False) -> None:
     if field not in line:
@@ -89,13 +87,11 @@ def _str_list(problems: list[str], t: str, line: dict, field: str, *,
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         problems.append(f"{t}.{field} is not a list of strings: {shown(v, 100)}")
 
-
 def _ts(problems: list[str], where: str, v: object) -> None:
     try:
         parse_ts(v)  # type: ignore[arg-type]
     except ValueError:
         problems.append(f"{where} is not an RFC 3339 timestamp: {shown(v, 60)}")
-
 
 def check_grant(g: object, where: str = "grant") -> list[str]:
     """Problems of one grant object (not its signature: that needs the issuer's key)."""
@@ -113,7 +109,6 @@ def check_grant(g: object, where: str = "grant") -> list[str]:
     _str(p, where, g, "nonce", pattern=GRANT_NONCE_RE, what="base64url")
     _str(p, where, g, "sig", pattern=SIG_RE, what="an 86-char base64url signature")
     return p
-
 
 def _check_part(p: list[str], i: int, part: object) -> None:
     where = f"msg.parts[{i}]"
@@ -137,7 +132,6 @@ def _check_part(p: list[str], i: int, part: object) -> None:
         size = part.get("size")
         if not _is_int(size) or size < 0:
             p.append(f"{where} (blob) needs an integer 'size': {shown(size, 40)}")
-
 
 def check(line: dict) -> list[str]:
     """Problems of one decoded line; the envelope, then its type's fields."""

@@ -101,13 +101,8 @@ class Connection:
         try:
             with self._cancel:
                 await self._run()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
-            self.close_reason = self.close_reason or f"connection lost: {e}"
-        except ConnectionClosed as e:
-            self.close_reason = self.close_reason or str(e)
         except Exception as e:  # never let one connection take the daemon down
-            log.exception("connection %s failed", self.desc)
-            self.close_reason = self.close_reason or f"internal error: {e}"
+            self._ended_by(_leaf(e))
         finally:
             self.reader_done.set()
             self.closed.set()
@@ -118,6 +113,16 @@ class Connection:
                     except Exception:
                         pass
                 await self.engine.on_connection_closed(self)
+
+    def _ended_by(self, e: BaseException) -> None:
+        """Record why the connection ended; only our own bugs are errors."""
+        if isinstance(e, trio.BrokenResourceError | trio.ClosedResourceError | OSError):
+            self.close_reason = self.close_reason or f"connection lost: {e}"
+        elif isinstance(e, ConnectionClosed):
+            self.close_reason = self.close_reason or str(e)
+        else:
+            log.error("connection %s failed", self.desc, exc_info=e)
+            self.close_reason = self.close_reason or f"internal error: {e}"
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -532,6 +537,20 @@ class Connection:
             who = self.peer_name or (self.peer_key[:18] if self.peer_key else self.desc)
             shown = raw if len(raw) <= 2000 else raw[:2000] + b"...(%d bytes)" % len(raw)
             trace_log.info("%s %s %s", who, arrow, shown.decode("utf-8", "replace"))
+
+
+def _leaf(e: BaseException) -> BaseException:
+    """The one exception inside nested single-member exception groups (trio nurseries)."""
+    while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+        e = e.exceptions[0]
+    if isinstance(e, BaseExceptionGroup):
+        # Several at once: a peer-caused end wins over the noise it causes.
+        for sub in e.exceptions:
+            leaf = _leaf(sub)
+            if isinstance(leaf, ConnectionClosed):
+                return leaf
+        return _leaf(e.exceptions[0])
+    return e
 
 
 def jittered(backoff: float, rnd: float) -> float:
