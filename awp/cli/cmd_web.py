@@ -1,0 +1,92 @@
+"""``awp web``: serve the dashboard for this host's daemon."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from .common import CliError, command, home_of, home_opt
+
+WARNING = ("awp web: warning: listening on {host}, not a loopback address. There is no login:"
+           " anyone who can reach it sees your agents and your conversations. Put an"
+           " authenticating reverse proxy in front of it.")
+
+
+@command("web", short_help="Serve the web dashboard (reads the daemon, never starts one)")
+def web_cmd(
+    listen: str = typer.Option("127.0.0.1:7788", "--listen", metavar="HOST:PORT",
+                               help="address to serve on"),
+    allow_host: list[str] = typer.Option(
+        [], "--allow-host", metavar="NAME",
+        help="also accept requests for this host name, behind a proxy (repeatable)"),
+    home: str = home_opt(),
+) -> None:
+    """Serve the web dashboard: every agent, link, thread and state, live.
+
+    It reads this host's daemon through the local API and does not start one:
+    run awp up first, or the page waits until the daemon is running. There is
+    no authentication. On a loopback address only requests for localhost or a
+    loopback IP (or an --allow-host name) are answered; on any other address
+    every request is, and a warning is printed.
+
+    \b
+    Examples:
+      awp web
+      awp web --listen 127.0.0.1:8080
+      awp web --allow-host awp.example.internal
+    """
+    import logging
+
+    import trio
+
+    from ..web.daemon import DaemonLink
+    from ..web.hub import Hub
+    from ..web.server import is_loopback_host, parse_listen, serve
+
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as e:
+        raise CliError(f"--listen: {e}", 2) from None
+    h = home_of(home)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not is_loopback_host(host):
+        print(WARNING.format(host=host), file=sys.stderr, flush=True)
+
+    async def main() -> None:
+        hub = Hub(DaemonLink(h))
+        async with trio.open_nursery() as nursery:
+            bound_host, bound_port, _loop = await nursery.start(
+                lambda task_status=trio.TASK_STATUS_IGNORED: serve(
+                    hub, host, port, allow_hosts=allow_host, task_status=task_status))
+            shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+            if shown in ("0.0.0.0", "[::]"):
+                shown = "127.0.0.1"
+            print(f"awp web: serving http://{shown}:{bound_port}/ for {h}", flush=True)
+            with trio.move_on_after(3):
+                await hub.ready.wait()
+            if hub.state is None:
+                print(f"awp web: waiting for the daemon ({hub.error}); start it with awp up",
+                      file=sys.stderr, flush=True)
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        return
+    except Exception as e:
+        err = _os_error(e)
+        if err is None:
+            raise
+        raise CliError(f"cannot listen on {listen}: {err.strerror or err}") from None
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _os_error(inner)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,348 @@
+"""Read-only local API routes behind ``awp web``.
+
+``awp web`` is a separate process that never opens ``awp.db``: everything it
+shows comes from these routes on the daemon's socket.
+
+- ``GET /v1/web/state``: one snapshot with everything the dashboard's State
+  is built from (this host, peers and their connections, presence documents,
+  local threads, and the threads other agents share with this host).
+- ``GET /v1/web/log?after=SEQ&mafter=ROWID&tail=N``: log records (every
+  direction, notices included) and mirrored lines past two cursors, for the
+  activity feed and live conversations. Reading never marks anything read.
+- ``GET /v1/web/thread?peer=KEY&th=TH``: one conversation, local (``peer``
+  is the other side) or shared with this host (``peer`` is the sharer).
+- ``GET /v1/web/blob?peer=KEY&dir=in|out&ref=REF``: where a recorded file is.
+- ``GET /v1/web/changes``: an NDJSON stream of the engine's change hints,
+  with a ``tick`` every 15 s so a reader notices a dead daemon.
+
+None of these count as the agent acting (they are not in
+``api_agent.ACTING_ROUTES``), so watching never makes an agent look busy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+from typing import Any
+
+import trio
+
+from .. import __version__
+from ..localapi.server import ApiError, Request, Router, Stream
+from ..node.engine import Engine
+from ..store import queries
+from ..wire.address import AddressError, parse_address
+from ..wire.keys import KEY_PREFIX
+from ..wire.timefmt import now_ms
+from .app import DaemonState
+
+#: Presence documents older than this are gone (the engine forgets them too).
+PRESENCE_MAX_AGE_MS = 10 * 60 * 1000
+
+#: Most records one ``/v1/web/log`` call returns per source.
+LOG_BATCH = 500
+
+#: Most lines of one conversation ``/v1/web/thread`` returns (the newest).
+THREAD_LINES = 2000
+
+#: Most local threads in a state snapshot.
+MAX_THREADS = 5000
+
+TICK_SECONDS = 15.0
+
+
+def _transport(conn: Any) -> str:
+    """``tailcat``, ``tcp`` or ``unix``: how a live connection travels."""
+    if getattr(conn, "outbound", False) and getattr(conn, "dialed", ""):
+        try:
+            return parse_address(conn.dialed).kind
+        except (AddressError, ValueError):
+            pass
+    desc = getattr(conn, "desc", "") or ""
+    word = desc.split(" ", 1)[0]
+    if word == "out":
+        word = desc.split(" ", 2)[1] if desc.count(" ") else ""
+        try:
+            return parse_address(word).kind
+        except (AddressError, ValueError):
+            return ""
+    return word if word in ("tailcat", "tcp", "unix") else ""
+
+
+def _publishes(engine: Engine, state: DaemonState) -> bool:
+    for ext in getattr(engine, "extensions", []):
+        if type(ext).__name__ == "Presence":
+            return bool(getattr(ext, "publish", False))
+    return bool(getattr(state.settings, "presence", False))
+
+
+def _mirror_summary(c: sqlite3.Connection) -> list[dict]:
+    """Shared threads: one row per (sharer, th) with both sides' last states."""
+    out: dict[tuple[str, str], dict] = {}
+    for r in c.execute(
+        "SELECT sharer, th, max(of) AS of, max(of_name) AS of_name, max(subject) AS subject,"
+        " count(*) AS n, min(at) AS first_at, max(at) AS last_at FROM mirrors"
+        " GROUP BY sharer, th"
+    ):
+        out[(r["sharer"], r["th"])] = {
+            "sharer": r["sharer"], "th": r["th"], "of": r["of"], "of_name": r["of_name"],
+            "subject": r["subject"], "lines": r["n"], "first_at": r["first_at"],
+            "last_at": r["last_at"], "sharer_state": "", "of_state": "",
+        }
+    # The last state line of each side, in arrival order.
+    for r in c.execute(
+        "SELECT sharer, th, dir, line FROM mirrors WHERE json_valid(line)"
+        " AND json_extract(line, '$.t') = 'state' ORDER BY at, rowid"
+    ):
+        m = out.get((r["sharer"], r["th"]))
+        try:
+            line = json.loads(r["line"])
+        except ValueError:
+            continue
+        if m is None or not isinstance(line, dict) or line.get("t") != "state":
+            continue
+        word = line.get("state")
+        if isinstance(word, str):
+            m["sharer_state" if r["dir"] == "out" else "of_state"] = word[:40]
+    return list(out.values())
+
+
+def _subjects(c: sqlite3.Connection, pairs: set[tuple[str, str]]) -> dict[str, str]:
+    subjects = {}
+    for peer, th in pairs:
+        row = c.execute("SELECT subject FROM threads WHERE peer = ? AND th = ?",
+                        (peer, th)).fetchone()
+        if row is not None:
+            subjects[f"{peer} {th}"] = row[0]
+    return subjects
+
+
+def _mirror_rows(c: sqlite3.Connection, where: str, args: tuple, limit: int,
+                 newest: bool = False) -> list[dict]:
+    order = "DESC" if newest else ""
+    rows = c.execute(
+        f"SELECT rowid AS seq, sharer, id, th, of, of_name, subject, dir, line, at FROM mirrors"
+        f" WHERE {where} ORDER BY rowid {order} LIMIT ?", (*args, limit)).fetchall()
+    out = []
+    for r in rows:
+        try:
+            line = json.loads(r["line"])
+        except ValueError:
+            line = {}
+        out.append({"seq": r["seq"], "sharer": r["sharer"], "id": r["id"], "th": r["th"],
+                    "of": r["of"], "of_name": r["of_name"], "subject": r["subject"],
+                    "dir": r["dir"], "line": line if isinstance(line, dict) else {},
+                    "at": r["at"]})
+    if newest:
+        out.reverse()
+    return out
+
+
+def _strip_paths(records: list[dict]) -> list[dict]:
+    """Records without local file paths (the web process asks for a blob by ref)."""
+    for rec in records:
+        for f in rec.get("files") or []:
+            f["available"] = bool(f.get("path")) and (
+                rec.get("dir") == "out" or f.get("status") == "complete")
+            f.pop("path", None)
+        if rec.get("t") == "notice" and isinstance(rec.get("line"), dict):
+            data = rec["line"].get("data")
+            if isinstance(data, dict):
+                data.pop("path", None)
+    return records
+
+
+def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
+    """Register the read-only ``/v1/web/*`` routes."""
+
+    def _key(req: Request, name: str = "peer") -> str:
+        value = (req.query.get(name) or "").strip()
+        if not value.startswith(KEY_PREFIX) or len(value) > 100:
+            raise ApiError(400, f"{name} must be a key (ed25519:...)", "bad_request")
+        return value
+
+    def _int(req: Request, name: str, default: int) -> int:
+        raw = req.query.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            v = int(raw)
+        except ValueError:
+            raise ApiError(400, f"{name} must be a whole number", "bad_request") from None
+        if v < 0:
+            raise ApiError(400, f"{name} must not be negative", "bad_request")
+        return v
+
+    @router.route("GET", "/v1/web/state")
+    async def web_state(req: Request) -> dict:
+        now = now_ms()
+
+        def q(c: sqlite3.Connection) -> dict:
+            cutoff = now - PRESENCE_MAX_AGE_MS
+            presence = []
+            for r in c.execute(
+                "SELECT origin, name, seq, doc, doc_ts, received, via, hops FROM presence"
+                " WHERE doc_ts >= ? ORDER BY origin", (cutoff,)
+            ):
+                try:
+                    doc = json.loads(r["doc"])
+                except ValueError:
+                    continue
+                if not isinstance(doc, dict):
+                    continue
+                doc.pop("sig", None)
+                presence.append({"origin": r["origin"], "name": r["name"], "seq": r["seq"],
+                                 "doc": doc, "doc_ts": r["doc_ts"], "received": r["received"],
+                                 "via": r["via"], "hops": r["hops"]})
+            return {
+                "counts": queries.counts(c),
+                "peers": queries.peer_rows(c),
+                "threads": queries.thread_rows(c, limit=MAX_THREADS),
+                "presence": presence,
+                "mirrors": _mirror_summary(c),
+            }
+
+        snap = await engine.read(q)
+        s = state.settings
+        act = getattr(engine, "activity", None) or {}
+        for p in snap["peers"]:
+            conn = engine.peers.active(p["key"])
+            up = conn is not None and conn.established.is_set()
+            slot = engine.peers.slots.get(p["key"])
+            p["up"] = up
+            p["outbound"] = bool(conn.outbound) if up else None
+            p["transport"] = _transport(conn) if up else ""
+            p["rtt_ms"] = round(conn.rtt_ms, 2) if up and conn.rtt_ms is not None else None
+            p["reconnecting"] = bool(slot and slot.loop_running and not up)
+            failing = slot.last_error if slot is not None else ""
+            p["unreachable"] = "" if up else (failing or "")
+            p.pop("addresses", None)  # addresses never leave through the dashboard
+        tailcat_error = next((v for k, v in state.listen_errors.items()
+                              if k.strip().lower() == "tailcat"), "")
+        from .api import _share_address
+
+        snap["now"] = now
+        snap["self"] = {
+            "key": engine.identity.key, "name": engine.config.name,
+            "about": engine.config.about, "version": __version__,
+            "harness": s.harness, "model": s.model, "host": socket.gethostname(),
+            "presence": _publishes(engine, state),
+            "address": _share_address(engine),
+            "listeners": [str(a) for a in engine.listen_addrs],
+            "listen_errors": dict(state.listen_errors), "tailcat_error": tailcat_error,
+            "active": int(act.get("at") or 0), "waiting": engine.waiting > 0,
+            "shares": list(engine.shares or []), "started": state.started_ms,
+            "pid": os.getpid(),
+        }
+        return snap
+
+    @router.route("GET", "/v1/web/log")
+    async def web_log(req: Request) -> dict:
+        after = req.query.get("after")
+        mafter = req.query.get("mafter")
+        tail = min(_int(req, "tail", 0), LOG_BATCH)
+        limit = min(_int(req, "limit", LOG_BATCH) or LOG_BATCH, LOG_BATCH)
+
+        def q(c: sqlite3.Connection) -> dict:
+            log_max = queries.max_seq(c)
+            mirror_max = c.execute("SELECT coalesce(max(rowid), 0) FROM mirrors").fetchone()[0]
+            labels: dict = {}
+            if after is None or after == "":
+                rows = c.execute("SELECT * FROM log ORDER BY seq DESC LIMIT ?",
+                                 (tail,)).fetchall() if tail else []
+                records = [queries.record(c, r, labels) for r in reversed(rows)]
+            else:
+                rows = c.execute("SELECT * FROM log WHERE seq > ? ORDER BY seq LIMIT ?",
+                                 (int(after), limit)).fetchall()
+                records = [queries.record(c, r, labels) for r in rows]
+            if mafter is None or mafter == "":
+                mirrors = _mirror_rows(c, "1", (), tail, newest=True) if tail else []
+            else:
+                mirrors = _mirror_rows(c, "rowid > ?", (int(mafter),), limit)
+            pairs = {(r["peer"], r["th"]) for r in records if r["th"]}
+            return {"records": _strip_paths(records), "mirrors": mirrors,
+                    "subjects": _subjects(c, pairs), "log_max": log_max,
+                    "mirror_max": mirror_max}
+
+        if after not in (None, ""):
+            _int(req, "after", 0)
+        if mafter not in (None, ""):
+            _int(req, "mafter", 0)
+        return await engine.read(q)
+
+    @router.route("GET", "/v1/web/thread")
+    async def web_thread(req: Request) -> dict:
+        peer = _key(req)
+        th = (req.query.get("th") or "").strip()
+        if not th or len(th) > 200:
+            raise ApiError(400, "th is required", "bad_request")
+
+        def q(c: sqlite3.Connection) -> dict | None:
+            row = c.execute("SELECT * FROM threads WHERE peer = ? AND th = ?",
+                            (peer, th)).fetchone()
+            if row is not None:
+                rows = c.execute(
+                    "SELECT * FROM log WHERE peer = ? AND th = ? ORDER BY seq DESC LIMIT ?",
+                    (peer, th, THREAD_LINES)).fetchall()
+                labels: dict = {}
+                records = [queries.record(c, r, labels) for r in reversed(rows)]
+                return {"kind": "local", "peer": peer, "th": th, "subject": row["subject"],
+                        "mine": row["mine"], "my_note": row["my_note"], "theirs": row["theirs"],
+                        "their_note": row["their_note"], "updated": row["updated"],
+                        "private": bool(row["private"]), "records": _strip_paths(records)}
+            lines = _mirror_rows(c, "sharer = ? AND th = ?", (peer, th), THREAD_LINES,
+                                 newest=True)
+            if not lines:
+                return None
+            first = lines[-1]
+            return {"kind": "shared", "peer": peer, "sharer": peer, "th": th,
+                    "of": first["of"], "of_name": first["of_name"],
+                    "subject": next((x["subject"] for x in lines if x["subject"]), ""),
+                    "lines": lines}
+
+        found = await engine.read(q)
+        if found is None:
+            raise ApiError(404, "no such conversation here: it is private to the two agents",
+                           "not_found")
+        found["self"] = engine.identity.key
+        return found
+
+    @router.route("GET", "/v1/web/blob")
+    async def web_blob(req: Request) -> dict:
+        peer = _key(req)
+        direction = req.query.get("dir") or ""
+        ref = req.query.get("ref") or ""
+        if direction not in ("in", "out"):
+            raise ApiError(400, "dir must be in or out", "bad_request")
+        if not ref or len(ref) > 200:
+            raise ApiError(400, "ref is required", "bad_request")
+        row = await engine.read(lambda c: c.execute(
+            "SELECT name, mime, size, status, path FROM blobs WHERE peer = ? AND dir = ?"
+            " AND ref = ?", (peer, direction, ref)).fetchone())
+        if row is None or not row["path"] or (direction == "in" and row["status"] != "complete"):
+            raise ApiError(404, "no such file here", "not_found")
+        path = os.path.realpath(row["path"])
+        blobs_dir = os.path.realpath(engine.blobs_dir)
+        if not path.startswith(blobs_dir + os.sep):
+            raise ApiError(404, "no such file here", "not_found")
+        return {"peer": peer, "dir": direction, "ref": ref, "name": row["name"],
+                "mime": row["mime"], "size": row["size"], "status": row["status"],
+                "path": path}
+
+    @router.route("GET", "/v1/web/changes")
+    async def web_changes(req: Request) -> Stream:
+        async def gen() -> Any:
+            # Subscribed before the first line goes out, so nothing after it is missed.
+            with engine.changes.subscribe(buffer=1024) as changes:
+                yield {"kind": "hello", "self": engine.identity.key}
+                while True:
+                    with trio.move_on_after(TICK_SECONDS):
+                        ev = await changes.receive()
+                        yield {k: v for k, v in ev.items() if isinstance(
+                            v, str | int | float | bool | type(None) | list)}
+                        continue
+                    yield {"kind": "tick"}
+
+        return Stream(gen)

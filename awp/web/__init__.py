@@ -1,0 +1,1 @@
+"""``awp web``: the dashboard page and its web API (see docs/web.md)."""

@@ -1,0 +1,503 @@
+"""``awp web``: the dashboard page and its read-only API over HTTP.
+
+A separate trio process (h11, like the local API) that reads this host's
+daemon through :mod:`awp.web.daemon` and never opens the store or starts a
+daemon. Every connection runs in its own task; event streams are fed through
+bounded per-client queues (see :mod:`awp.web.hub`), so a reader that stalls
+only ever holds up itself.
+
+Security (see the Web API docs):
+
+- On a loopback address only ``Host: localhost``, ``*.localhost``, a loopback
+  IP or an ``--allow-host`` name is answered; anything else gets 421 (DNS
+  rebinding). On any other address every host name is accepted.
+- Every response carries ``X-Content-Type-Options: nosniff``,
+  ``Referrer-Policy: no-referrer``, ``X-Frame-Options: DENY`` and a CSP that
+  lets the page load nothing from elsewhere. JSON is ``Cache-Control: no-store``.
+- Files: only PNG, JPEG, GIF, WebP and AVIF (whose bytes agree) are served
+  inline; everything else is an ``application/octet-stream`` attachment under
+  ``Content-Security-Policy: sandbox``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import logging
+import os
+from collections.abc import Callable
+from http import HTTPStatus
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+import h11
+import trio
+
+from .daemon import DaemonDown, DaemonError
+from .hub import Hub, dumps, sse
+from .model import RASTER, conversation
+
+log = logging.getLogger("awp.web")
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:;"
+       " connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+#: Files that are not shown inline: no script, no plugin, no same origin.
+SANDBOX_CSP = "sandbox; " + CSP
+
+SECURITY_HEADERS = [
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("x-frame-options", "DENY"),
+]
+
+STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/app.css": ("app.css", "text/css; charset=utf-8"),
+    "/favicon.svg": ("favicon.svg", "image/svg+xml"),
+    "/favicon.ico": ("favicon.svg", "image/svg+xml"),
+}
+
+#: Magic bytes of the formats shown inline; a file must match what it claims.
+_MAGIC: dict[str, Callable[[bytes], bool]] = {
+    "image/png": lambda b: b.startswith(b"\x89PNG\r\n\x1a\n"),
+    "image/jpeg": lambda b: b.startswith(b"\xff\xd8\xff"),
+    "image/gif": lambda b: b.startswith((b"GIF87a", b"GIF89a")),
+    "image/webp": lambda b: b[:4] == b"RIFF" and b[8:12] == b"WEBP",
+    "image/avif": lambda b: b[4:8] == b"ftyp" and b[8:12] in (b"avif", b"avis"),
+}
+
+IDLE_TIMEOUT = 60.0
+#: A write that takes longer than this ends the connection (a stalled reader).
+WRITE_TIMEOUT = 30.0
+PING_SECONDS = float(os.environ.get("AWP_WEB_PING_SECONDS") or 20.0)
+_RECV = 64 * 1024
+_MAX_REQUEST_HEAD = 64 * 1024
+ACTIVITY_DEFAULT = 300
+ACTIVITY_MAX = 2000
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a listen host only accepts connections from this machine."""
+    h = host.strip().strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def _split_host(value: str) -> str | None:
+    """The name in a Host header (port and brackets removed), or None if malformed."""
+    host = value.strip().lower()
+    if not host:
+        return None
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0:
+            return None
+        name, rest = host[1:end], host[end + 1:]
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return None
+        return name
+    name, sep, port = host.partition(":")
+    if sep and not port.isdigit():
+        return None
+    return name.rstrip(".")
+
+
+def host_allowed(value: str | None, allowed: frozenset[str]) -> bool:
+    """The DNS-rebinding check for a loopback listener."""
+    if value is None:
+        return False
+    name = _split_host(value)
+    if not name:
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        if ipaddress.ip_address(name).is_loopback:
+            return True
+    except ValueError:
+        pass
+    return name in allowed
+
+
+def normalize_allowed(names: list[str]) -> frozenset[str]:
+    out = set()
+    for n in names:
+        name = _split_host(n)
+        if name:
+            out.add(name)
+    return frozenset(out)
+
+
+def load_static() -> dict[str, bytes]:
+    base = resources.files("awp.web") / "static"
+    files = {}
+    for name, _ctype in STATIC.values():
+        files[name] = (base / name).read_bytes()
+    return files
+
+
+def _content_disposition(kind: str, name: str) -> str:
+    ascii_name = "".join(ch if 32 <= ord(ch) < 127 and ch not in '"\\;' else "_"
+                         for ch in name)[:150] or "file"
+    return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name[:200], safe='')}"
+
+
+def _status_reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+class _Request:
+    def __init__(self, method: str, target: str, headers: dict[str, str]) -> None:
+        self.method = method
+        path, _, qs = target.partition("?")
+        self.path = path
+        self.query = dict(parse_qsl(qs, keep_blank_values=True))
+        self.headers = headers
+
+
+class WebApp:
+    """The routes of ``awp web`` and the HTTP plumbing that serves them."""
+
+    def __init__(self, hub: Hub, *, loopback: bool, allow_hosts: list[str]) -> None:
+        self.hub = hub
+        self.check_host = loopback
+        self.allowed = normalize_allowed(allow_hosts)
+        self.static = load_static()
+        self._ids = itertools.count(1)
+
+    # -- connection ------------------------------------------------------------------
+
+    async def handle(self, stream: trio.abc.Stream) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST_HEAD)
+        try:
+            while True:
+                req = await self._read_request(stream, conn)
+                if req is None:
+                    return
+                keep = await self._respond(stream, conn, req)
+                if not keep or conn.our_state is not h11.DONE:
+                    return
+                if conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
+            pass
+        except h11.RemoteProtocolError as e:
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                try:
+                    await self._send(stream, conn, e.error_status_hint,
+                                     {"error": f"bad HTTP request: {e}"}, close=True)
+                except Exception:
+                    pass
+        except Exception:
+            log.exception("web connection failed")
+        finally:
+            with trio.move_on_after(1):
+                await stream.aclose()
+
+    async def _read_request(self, stream: trio.abc.Stream, conn: h11.Connection
+                            ) -> _Request | None:
+        request = None
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                with trio.move_on_after(IDLE_TIMEOUT):
+                    data = await stream.receive_some(_RECV)
+                    conn.receive_data(data)
+                    continue
+                return None
+            if isinstance(event, h11.ConnectionClosed):
+                return None
+            if isinstance(event, h11.Request):
+                headers: dict[str, str] = {}
+                for k, v in event.headers:
+                    key = k.decode("latin-1")
+                    headers[key] = v.decode("latin-1")
+                request = _Request(event.method.decode("ascii", "replace").upper(),
+                                   event.target.decode("utf-8", "replace"), headers)
+                continue
+            if isinstance(event, h11.Data):
+                if request is not None and len(event.data) > 0:
+                    pass  # GET bodies are ignored
+                continue
+            if isinstance(event, h11.EndOfMessage):
+                return request
+
+    # -- sending ---------------------------------------------------------------------
+
+    @staticmethod
+    def _headers(ctype: str, extra: list[tuple[str, str]] | None, csp: str = CSP
+                 ) -> list[tuple[str, str]]:
+        headers = [("content-type", ctype), *SECURITY_HEADERS, ("content-security-policy", csp)]
+        if extra:
+            headers += extra
+        return headers
+
+    async def _write(self, stream: trio.abc.Stream, data: bytes) -> None:
+        if data:
+            with trio.fail_after(WRITE_TIMEOUT):
+                await stream.send_all(data)
+
+    async def _send_raw(self, stream: trio.abc.Stream, conn: h11.Connection, status: int,
+                        body: bytes, headers: list[tuple[str, str]], *, head: bool = False,
+                        close: bool = False) -> None:
+        headers = [*headers, ("content-length", str(len(body)))]
+        if close:
+            headers.append(("connection", "close"))
+        out = conn.send(h11.Response(status_code=status, headers=headers,
+                                     reason=_status_reason(status)))
+        if body and not head:
+            out += conn.send(h11.Data(data=body))
+        out += conn.send(h11.EndOfMessage())
+        await self._write(stream, out)
+
+    async def _send(self, stream: trio.abc.Stream, conn: h11.Connection, status: int, obj: Any,
+                    *, head: bool = False, close: bool = False,
+                    extra: list[tuple[str, str]] | None = None) -> None:
+        body = obj if isinstance(obj, bytes) else dumps(obj).encode()
+        headers = self._headers("application/json; charset=utf-8",
+                                [("cache-control", "no-store"), *(extra or [])])
+        await self._send_raw(stream, conn, status, body, headers, head=head, close=close)
+
+    # -- routing ---------------------------------------------------------------------
+
+    async def _respond(self, stream: trio.abc.Stream, conn: h11.Connection,
+                       req: _Request) -> bool:
+        head = req.method == "HEAD"
+        if req.method not in ("GET", "HEAD"):
+            await self._send(stream, conn, 405, {"error": f"method {req.method} not allowed"},
+                             extra=[("allow", "GET, HEAD")])
+            return True
+        if self.check_host and not host_allowed(req.headers.get("host"), self.allowed):
+            await self._send(stream, conn, 421, {
+                "error": "misdirected request: this dashboard answers only for localhost"
+                         " (use --allow-host NAME behind a proxy)"}, head=head, close=True)
+            return False
+        try:
+            if req.path in STATIC:
+                name, ctype = STATIC[req.path]
+                await self._send_raw(stream, conn, 200, self.static[name], self._headers(
+                    ctype, [("cache-control", "no-cache")]), head=head)
+                return True
+            if req.path == "/api/events":
+                if head:
+                    await self._send_raw(stream, conn, 200, b"", self._headers(
+                        "text/event-stream", [("cache-control", "no-store")]), head=True)
+                    return True
+                await self._events(stream, conn, req)
+                return False
+            if req.path == "/api/blob":
+                return await self._blob(stream, conn, req, head)
+            handler = {
+                "/api/state": self._state,
+                "/api/activity": self._activity,
+                "/api/thread": self._thread,
+            }.get(req.path.rstrip("/") or "/")
+            if handler is None:
+                raise HttpError(404, f"not found: {req.path}")
+            status, obj = await handler(req)
+            await self._send(stream, conn, status, obj, head=head)
+            return True
+        except HttpError as e:
+            await self._send(stream, conn, e.status, {"error": e.message}, head=head)
+            return True
+        except DaemonError as e:
+            status = e.status if e.status in (400, 404, 409) else 502
+            await self._send(stream, conn, status, {"error": e.message}, head=head)
+            return True
+        except DaemonDown as e:
+            await self._send(stream, conn, 503, {"error": str(e)}, head=head)
+            return True
+
+    async def _state(self, req: _Request) -> tuple[int, Any]:
+        if self.hub.state is None:
+            return 503, {"error": self.hub.error or "starting"}
+        return 200, self.hub.state_json
+
+    async def _activity(self, req: _Request) -> tuple[int, Any]:
+        raw = req.query.get("limit", "")
+        try:
+            limit = int(raw) if raw else ACTIVITY_DEFAULT
+        except ValueError:
+            raise HttpError(400, "limit must be a whole number") from None
+        if limit <= 0 or limit > ACTIVITY_MAX:
+            limit = ACTIVITY_DEFAULT
+        after = req.query.get("after")
+        if after not in (None, ""):
+            try:
+                after_n: int | None = int(after)
+            except ValueError:
+                raise HttpError(400, "after must be a seq (a whole number)") from None
+        else:
+            after_n = None
+        return 200, {"items": self.hub.recent(limit, after_n)}
+
+    def _need(self, req: _Request, *names: str) -> list[str]:
+        values = []
+        for n in names:
+            v = (req.query.get(n) or "").strip()
+            if not v:
+                raise HttpError(400, f"{n} is required")
+            values.append(v)
+        return values
+
+    async def _thread(self, req: _Request) -> tuple[int, Any]:
+        peer, th = self._need(req, "peer", "th")
+        from .hub import blob_url
+
+        found = await self.hub.link.get("/v1/web/thread", {"peer": peer, "th": th})
+        return 200, conversation(found, blob_url)
+
+    async def _blob(self, stream: trio.abc.Stream, conn: h11.Connection, req: _Request,
+                    head: bool) -> bool:
+        peer, direction, ref = self._need(req, "peer", "dir", "ref")
+        if direction not in ("in", "out"):
+            raise HttpError(400, "dir must be in or out")
+        info = await self.hub.link.get("/v1/web/blob",
+                                       {"peer": peer, "dir": direction, "ref": ref})
+        path = info.get("path") or ""
+        try:
+            f = await trio.open_file(path, "rb")
+        except OSError:
+            raise HttpError(404, "the file is no longer on this host") from None
+        async with f:
+            size = os.fstat(f.fileno()).st_size
+            first = await f.read(32)
+            mime = (info.get("mime") or "").split(";", 1)[0].strip().lower()
+            name = info.get("name") or ref
+            inline = mime in RASTER and _MAGIC[mime](first)
+            if inline:
+                headers = self._headers(mime, [
+                    ("content-disposition", _content_disposition("inline", name)),
+                    ("cache-control", "no-store")])
+            else:
+                headers = self._headers("application/octet-stream", [
+                    ("content-disposition", _content_disposition("attachment", name)),
+                    ("cache-control", "no-store")], csp=SANDBOX_CSP)
+            headers.append(("content-length", str(size)))
+            out = conn.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
+            await self._write(stream, out)
+            if not head:
+                await self._write(stream, conn.send(h11.Data(data=first)))
+                sent = len(first)
+                while sent < size:
+                    chunk = await f.read(min(256 * 1024, size - sent))
+                    if not chunk:
+                        break
+                    sent += len(chunk)
+                    await self._write(stream, conn.send(h11.Data(data=chunk)))
+                if sent != size:
+                    return False  # the file shrank: cut the response short
+            await self._write(stream, conn.send(h11.EndOfMessage()))
+        return True
+
+    # -- server-sent events ------------------------------------------------------------
+
+    async def _events(self, stream: trio.abc.Stream, conn: h11.Connection,
+                      req: _Request) -> None:
+        last_raw = req.headers.get("last-event-id") or req.query.get("last_event_id") or ""
+        try:
+            last: int | None = int(last_raw.strip()) if last_raw.strip() else None
+        except ValueError:
+            last = None
+        hub = self.hub
+        # Subscribe, read the state and the replay in one step (no await between),
+        # so nothing is both replayed and queued, and nothing falls in between.
+        client = hub.subscribe()
+        first = [b"retry: 2000\n\n"]
+        if hub.state_event:
+            first.append(hub.state_event)
+        else:
+            first.append(sse("down", {"error": hub.error or "starting"}))
+        if last is not None:
+            first += [sse("activity", item, item["seq"]) for item in hub.replay_after(last)]
+        try:
+            headers = self._headers("text/event-stream; charset=utf-8", [
+                ("cache-control", "no-store"), ("x-accel-buffering", "no")])
+            out = conn.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
+            await self._write(stream, out)
+            await self._write(stream, conn.send(h11.Data(data=b"".join(first))))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_hangup, stream, nursery.cancel_scope)
+                await self._pump_events(stream, conn, client)
+                nursery.cancel_scope.cancel()
+        finally:
+            hub.unsubscribe(client)
+
+    async def _pump_events(self, stream: trio.abc.Stream, conn: h11.Connection,
+                           client: Any) -> None:
+        next_ping = trio.current_time() + PING_SECONDS
+        while True:
+            chunk = None
+            with trio.move_on_at(next_ping):
+                try:
+                    chunk = await client.recv.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    return  # dropped by the hub (too slow): the client reconnects
+            if chunk is None:
+                chunk = b": ping\n\n"
+                next_ping = trio.current_time() + PING_SECONDS
+            try:
+                await self._write(stream, conn.send(h11.Data(data=chunk)))
+            except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # a reader that stopped reading, or went away
+
+    @staticmethod
+    async def _watch_hangup(stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                data = await stream.receive_some(_RECV)
+                if not data:
+                    break
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        scope.cancel()
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT``, ``:PORT`` (every address) or ``PORT``."""
+    t = text.strip()
+    if t.isdigit():
+        return "127.0.0.1", int(t)
+    if t.startswith("["):
+        end = t.find("]")
+        if end < 0 or not t[end + 1:].startswith(":"):
+            raise ValueError(f"bad listen address {text!r}: use [V6]:PORT")
+        host, port = t[1:end], t[end + 2:]
+    else:
+        host, sep, port = t.rpartition(":")
+        if not sep:
+            raise ValueError(f"bad listen address {text!r}: use HOST:PORT")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"bad port in {text!r}")
+    return host or "0.0.0.0", int(port)
+
+
+async def serve(hub: Hub, host: str, port: int, *, allow_hosts: list[str],
+                task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+    """Follow the daemon and serve the page until cancelled."""
+    loopback = is_loopback_host(host)
+    app = WebApp(hub, loopback=loopback, allow_hosts=allow_hosts)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hub.run)
+        task_status.started((bound[0], bound[1], loopback))
+        await trio.serve_listeners(app.handle, listeners)

@@ -1,0 +1,140 @@
+"""The rules behind the web API, without processes: host check, statuses,
+links, threads, activity items."""
+
+from __future__ import annotations
+
+import pytest
+
+from awp.web import model
+from awp.web.server import host_allowed, is_loopback_host, normalize_allowed, parse_listen
+from awp.wire.timefmt import format_ts
+
+SELF = "ed25519:" + "A" * 43
+PEER = "ed25519:" + "B" * 43
+FAR = "ed25519:" + "C" * 43
+GHOST = "ed25519:" + "D" * 43
+NOW = 1_800_000_000_000
+
+
+@pytest.mark.parametrize("host,ok", [
+    ("localhost", True), ("localhost:7788", True), ("a.b.localhost", True), ("127.0.0.1", True),
+    ("127.9.9.9:80", True), ("[::1]:7788", True), ("[::1]", True), ("LocalHost.", True),
+    ("evil.example", False), ("localhost.evil.example", False), ("", False), (None, False),
+    ("[::1", False), ("localhost:x", False), ("192.168.1.2", False), ("proxy.internal", True),
+    ("proxy.internal:443", True),
+])
+def test_host_check(host, ok):
+    assert host_allowed(host, normalize_allowed(["proxy.internal"])) is ok
+
+
+def test_listen_addresses():
+    assert parse_listen("127.0.0.1:7788") == ("127.0.0.1", 7788)
+    assert parse_listen("[::1]:80") == ("::1", 80)
+    assert parse_listen(":9000") == ("0.0.0.0", 9000)
+    assert parse_listen("8080") == ("127.0.0.1", 8080)
+    for bad in ("nohost", "1.2.3.4:99999", "[::1]80"):
+        with pytest.raises(ValueError):
+            parse_listen(bad)
+    assert is_loopback_host("127.0.0.1") and is_loopback_host("::1")
+    assert is_loopback_host("localhost") and not is_loopback_host("0.0.0.0")
+
+
+def _snap(**kw):
+    snap = {
+        "now": NOW,
+        "self": {"key": SELF, "name": "me@box", "version": "0.5.0", "host": "box",
+                 "presence": True, "address": "tcp:127.0.0.1:1", "listeners": [],
+                 "active": NOW - 60_000, "waiting": False},
+        "counts": {"unread": 0, "notices": 0, "queued": 0},
+        "peers": [], "presence": [], "threads": [], "mirrors": [],
+    }
+    snap.update(kw)
+    return snap
+
+
+def _doc(origin, name, age_ms, **kw):
+    doc = {"origin": origin, "name": name, "seq": 1, "ts": format_ts(NOW - age_ms),
+           "peers": [], "threads": [], "version": "0.5.0", "harness": "codex",
+           "model": "gpt-5.5", "host": "far", "waiting": False, "outbox": 0, "unread": 0}
+    doc.update(kw)
+    return {"origin": origin, "name": name, "doc": doc, "doc_ts": NOW - age_ms,
+            "received": NOW - age_ms, "via": PEER, "hops": 2}
+
+
+def test_statuses_links_and_unreachable():
+    peer = {"key": PEER, "name": "claude-code@peer", "up": False, "last_seen": NOW - 5000,
+            "unreachable": "connection refused", "rtt_ms": None, "transport": ""}
+    st = model.build_state(_snap(
+        peers=[peer],
+        presence=[_doc(FAR, "far@x", 200_000, peers=[{"key": GHOST, "name": "ghost",
+                                                      "up": True}])]))
+    ag = {a["key"]: a for a in st["agents"]}
+    assert ag[SELF]["status"] == "self" and ag[SELF]["sharing"] is True
+    assert ag[PEER]["status"] == "offline" and ag[PEER]["unreachable"] == "connection refused"
+    assert ag[PEER]["harness"] == "claude"  # guessed from the name
+    assert ag[FAR]["status"] == "stale" and ag[FAR]["hops"] == 2 and ag[FAR]["via"] == PEER
+    # A stale agent's "connected" claims count for nothing.
+    assert ag[GHOST]["status"] == "offline"
+    link = next(x for x in st["links"] if {x["a"], x["b"]} == {SELF, PEER})
+    assert link["up"] is False and link["error"] == "connection refused"
+    assert all(x["a"] < x["b"] for x in st["links"])
+
+    fresh = model.build_state(_snap(presence=[_doc(FAR, "far@x", 10_000, peers=[
+        {"key": GHOST, "name": "ghost", "up": True, "rtt": 7}])]))
+    ag = {a["key"]: a for a in fresh["agents"]}
+    assert ag[FAR]["status"] == "online" and ag[GHOST]["status"] == "online"
+    assert ag[GHOST]["name"] == "ghost"
+    assert fresh["links"][0]["rtt_ms"] == 7 and fresh["links"][0]["up"] is True
+    gone = model.build_state(_snap(presence=[_doc(FAR, "far@x", 11 * 60_000)]))
+    assert FAR not in {a["key"] for a in gone["agents"]}
+
+
+def test_threads_from_every_source():
+    local = {"th": "thr_l", "peer": PEER, "subject": "local", "mine": "working",
+             "theirs": "open", "my_note": "n", "their_note": "", "updated": NOW - 1000,
+             "unread": 2}
+    far_thread = {"th": "thr_g", "peer": GHOST, "subject": "gossip", "mine": "done",
+                  "theirs": "working", "updated": format_ts(NOW - 2000)}
+    mirror = {"sharer": PEER, "th": "thr_m", "of": FAR, "of_name": "far", "subject": "shared",
+              "last_at": NOW - 3000, "sharer_state": "waiting", "of_state": ""}
+    st = model.build_state(_snap(threads=[local], mirrors=[mirror],
+                                 presence=[_doc(FAR, "far@x", 5000, threads=[far_thread])]))
+    by = {t["th"]: t for t in st["threads"]}
+    assert [t["th"] for t in st["threads"]] == ["thr_l", "thr_g", "thr_m"]  # newest first
+    t = by["thr_l"]
+    assert t["local"] and t["peer"] == PEER and t["unread"] == 2
+    assert (t["a"], t["a_state"], t["b"], t["b_state"]) == (SELF, "working", PEER, "open")
+    g = by["thr_g"]
+    assert not g["local"] and not g["shared_by"] and "peer" not in g
+    assert (g["a"], g["a_state"], g["b"], g["b_state"]) == (FAR, "done", GHOST, "working")
+    m = by["thr_m"]
+    assert m["shared_by"] == PEER and (m["a"], m["a_state"]) == (PEER, "waiting")
+    assert m["b_state"] == "open"
+    ag = {a["key"]: a for a in st["agents"]}
+    assert ag[SELF]["working"] and ag[GHOST]["working"] and not ag[FAR]["working"]
+    assert st["stats"]["threads"] == 3 and st["stats"]["working"] == 2
+
+
+def test_activity_items():
+    rec = {"seq": 5, "dir": "in", "t": "msg", "id": "x", "th": "thr_1", "peer": PEER,
+           "ts": NOW, "at": NOW, "line": {"t": "msg", "subject": "S",
+                                          "parts": [{"k": "text", "text": "a\n b"},
+                                                    {"k": "blob", "name": "f.png"}]}}
+    item = model.activity_from_record(rec, SELF, "")
+    assert item["kind"] == "thread" and item["from"] == PEER and item["to"] == SELF
+    assert item["text"] == "a b [file f.png]" and item["subject"] == "S"
+    out = dict(rec, dir="out", t="state", line={"t": "state", "state": "done", "note": "ok"})
+    item = model.activity_from_record(out, SELF, "S")
+    assert (item["kind"], item["from"], item["state"], item["text"]) == ("state", SELF, "done",
+                                                                         "ok")
+    assert model.activity_from_record(dict(rec, t="notice", dir="notice", line={
+        "t": "notice", "kind": "bye", "text": "bye"}), SELF)["kind"] == "bye"
+    assert model.activity_from_hint({"kind": "peer", "peer": PEER, "up": True}, {"self": SELF},
+                                    NOW)["kind"] == "connected"
+    assert model.activity_from_hint({"kind": "presence", "origin": FAR, "left": True}, None,
+                                    NOW)["kind"] == "left"
+    old = {"threads": [{"id": "i", "th": "t", "a": FAR, "b": GHOST, "a_state": "open",
+                        "b_state": "open", "local": False, "shared_by": ""}]}
+    new = {"threads": [dict(old["threads"][0], b_state="done")]}
+    (item,) = model.activity_from_diff(old, new, NOW)
+    assert item["kind"] == "state" and item["from"] == GHOST and item["local"] is False
