@@ -11,6 +11,24 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    hook = _hook_args(args)
+    if hook is not None:
+        from ..hooks.run import main as hook_main
+
+        return hook_main(hook)
     from .app import run_app
 
     return run_app(args)
+
+
+def _hook_args(args: list[str]) -> list[str] | None:
+    """The arguments of ``awp [--home H] hook ...`` (None: not a hook, or asking for help)."""
+    if "-h" in args or "--help" in args:
+        return None
+    if args[:1] == ["hook"]:
+        return list(args[1:])
+    if len(args) >= 3 and args[0] == "--home" and args[2] == "hook":
+        return [*args[3:], "--home", args[1]]
+    if len(args) >= 2 and args[0].startswith("--home=") and args[1] == "hook":
+        return [*args[2:], args[0]]
+    return None

@@ -1,0 +1,7 @@
+"""``awp hook``: bring new awp messages into a harness's model context.
+
+:mod:`awp.hooks.run` is the whole command. It is dispatched by
+``awp.cli.entry`` before typer is imported and must stay cheap: stdlib,
+``awp.localapi.client`` and ``awp.harness.identity`` only (plus
+``awp.cli.render`` when there is something to render).
+"""

@@ -1,0 +1,382 @@
+"""``awp hook session-start|inbox|stop [--format F] [--home H]``.
+
+Runs after every tool call of an agent, so it is built to cost nothing when
+there is nothing to say: it is dispatched by ``awp.cli.entry`` before typer
+is imported, talks to the daemon with the stdlib ``LocalClient``, and never
+starts a daemon. With no daemon, or on any failure, it prints nothing and
+exits 0: a hook must never break the harness it runs in.
+
+Each run, when a daemon answers:
+
+1. reads the hook's JSON input on stdin (malformed, huge or missing input
+   is tolerated: the few fields used are then looked for by pattern);
+2. in one request (``POST /v1/activity`` with ``"inbox": true``) records
+   activity, with the model (the input's ``model``, or for Claude Code the
+   newest assistant entry's ``message.model`` in the transcript at
+   ``transcript_path``) and the harness detected from the environment, and
+   takes the unread records, marking them read;
+3. prints them framed as untrusted input in the harness's format (``stop``:
+   a one-time block, and nothing at all when the input says a stop hook is
+   already active).
+
+Usage errors exit 1, not 2: to Claude Code, exit 2 from a hook means "block".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from awp.harness.identity import detect, normalize
+from awp.localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
+from awp.localapi.sockpath import find_socket
+
+EVENTS = ("session-start", "inbox", "stop")
+FORMATS = ("claude", "codex", "gemini", "cursor", "text")
+
+#: Inputs up to this size are parsed as JSON; bigger ones are scanned.
+MAX_PARSE = 1 << 20
+#: Never read more than this from stdin (the rest is left unread).
+MAX_READ = 64 << 20
+#: Bytes at the start of a huge or malformed input searched for the fields.
+SCAN_HEAD = 256 * 1024
+#: How long to wait for the first byte of stdin (a harness may leave it open).
+FIRST_BYTE_WAIT = 0.5
+#: How long reading stdin may take in all.
+READ_DEADLINE = 3.0
+#: The daemon must answer each request within this (harnesses allow ~10 s).
+DAEMON_TIMEOUT = 5.0
+#: Transcript tail read per step, and at most in all, looking for the model.
+TRANSCRIPT_BLOCK = 64 * 1024
+TRANSCRIPT_MAX = 8 << 20
+
+USAGE = (
+    "usage: awp hook [session-start|inbox|stop] [--format claude|codex|gemini|cursor|text]"
+    " [--home DIR]"
+)
+
+
+class UsageError(Exception):
+    pass
+
+
+# -- arguments and input ----------------------------------------------------------------
+
+def parse_args(args: list[str]) -> tuple[str, str, str | None]:
+    """``(event, format, home)``; the event is ``""`` when left to the input."""
+    event = ""
+    fmt = "claude"
+    home = None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("--format", "--home"):
+            if i + 1 >= len(args):
+                raise UsageError(f"{a} needs a value")
+            i += 1
+            if a == "--format":
+                fmt = args[i]
+            else:
+                home = args[i]
+        elif a.startswith("--format="):
+            fmt = a.split("=", 1)[1]
+        elif a.startswith("--home="):
+            home = a.split("=", 1)[1]
+        elif a.startswith("-"):
+            raise UsageError(f"unknown option {a}")
+        elif not event:
+            event = a
+        else:
+            raise UsageError(f"unexpected argument {a!r}")
+        i += 1
+    fmt = fmt.strip().lower()
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if event and event not in EVENTS:
+        raise UsageError(f"unknown hook event {event!r}: choose from {', '.join(EVENTS)}")
+    return event, fmt, home
+
+
+def read_stdin() -> bytes:
+    """All of stdin (bounded in size and time); ``b""`` for a terminal or none."""
+    try:
+        fd = sys.stdin.fileno()
+        if os.isatty(fd):
+            return b""
+    except (AttributeError, ValueError, OSError):
+        return b""
+    import select
+
+    chunks: list[bytes] = []
+    total = 0
+    start = time.monotonic()
+    while total < MAX_READ:
+        wait = FIRST_BYTE_WAIT if not total else READ_DEADLINE - (time.monotonic() - start)
+        if wait <= 0:
+            break
+        try:
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
+                break
+            data = os.read(fd, 1 << 20)
+        except (OSError, ValueError):
+            break
+        if not data:
+            break
+        chunks.append(data)
+        total += len(data)
+    return b"".join(chunks)
+
+
+def _scan(raw: bytes) -> dict:
+    """The top-level fields a hook uses, found by pattern in a huge or broken input.
+
+    ``model`` is not taken this way: in a big tool call it may belong to the
+    tool's own input.
+    """
+    import re
+
+    out: dict = {}
+    for key in ("hook_event_name", "transcript_path", "status"):
+        m = re.search(rb'"%s"\s*:\s*"((?:[^"\\]|\\.)*)"' % key.encode(), raw)
+        if m:
+            try:
+                out[key] = json.loads(b'"' + m.group(1) + b'"')
+            except ValueError:
+                pass
+    m = re.search(rb'"stop_hook_active"\s*:\s*(true|false)', raw)
+    if m:
+        out["stop_hook_active"] = m.group(1) == b"true"
+    m = re.search(rb'"loop_count"\s*:\s*(\d{1,9})', raw)
+    if m:
+        out["loop_count"] = int(m.group(1))
+    return out
+
+
+def parse_input(raw: bytes) -> dict:
+    """The hook input as a dict; ``{}`` when there is none or it is unusable."""
+    if not raw or not raw.strip():
+        return {}
+    if len(raw) <= MAX_PARSE:
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError):
+            return _scan(raw[:SCAN_HEAD])
+        return obj if isinstance(obj, dict) else {}
+    return _scan(raw[:SCAN_HEAD])
+
+
+def _text_field(data: dict, key: str) -> str:
+    v = data.get(key)
+    return v.strip() if isinstance(v, str) else ""
+
+
+# -- the model ----------------------------------------------------------------------------
+
+def _line_model(line: bytes) -> str:
+    if b'"assistant"' not in line or b'"model"' not in line:
+        return ""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(obj, dict) or obj.get("type") != "assistant" or obj.get("isSidechain"):
+        return ""
+    msg = obj.get("message")
+    model = msg.get("model") if isinstance(msg, dict) else None
+    if isinstance(model, str) and model.strip() and not model.startswith("<"):
+        return model.strip()  # "<synthetic>" marks entries no model wrote
+    return ""
+
+
+def transcript_model(path: object) -> str:
+    """The model of the newest assistant entry of a Claude Code transcript (JSONL).
+
+    Read backwards from the end in blocks, so a long session costs the same
+    as a short one; gives up after ``TRANSCRIPT_MAX`` bytes.
+    """
+    if not isinstance(path, str) or not path:
+        return ""
+    try:
+        f = open(os.path.expanduser(path), "rb")  # noqa: SIM115 - closed below
+    except (OSError, ValueError):
+        return ""
+    with f:
+        try:
+            pos = f.seek(0, os.SEEK_END)
+        except OSError:
+            return ""
+        carry = b""
+        scanned = 0
+        while pos > 0 and scanned < TRANSCRIPT_MAX:
+            size = min(TRANSCRIPT_BLOCK, pos)
+            pos -= size
+            scanned += size
+            try:
+                f.seek(pos)
+                block = f.read(size) + carry
+            except OSError:
+                return ""
+            lines = block.split(b"\n")
+            if pos > 0:
+                carry = lines[0]  # maybe the end of a line that starts earlier
+                lines = lines[1:]
+            for line in reversed(lines):
+                model = _line_model(line)
+                if model:
+                    return model
+    return ""
+
+
+def input_model(data: dict) -> str:
+    """The model the hook input names, or the one its Claude Code transcript shows."""
+    model = data.get("model")
+    if isinstance(model, dict):
+        model = model.get("id") or model.get("name")
+    if isinstance(model, str) and model.strip() and len(model) <= 200:
+        return model.strip()
+    return transcript_model(data.get("transcript_path"))
+
+
+# -- output -------------------------------------------------------------------------------
+
+def infer_event(hook_event: str) -> str:
+    e = hook_event.replace("_", "").replace("-", "").lower()
+    if e == "sessionstart":
+        return "session-start"
+    if e in ("stop", "afteragent"):
+        return "stop"
+    return "inbox"
+
+
+def format_output(fmt: str, event: str, hook_event: str, text: str) -> str:
+    """What to print for ``text`` in the harness's format (``""`` prints nothing)."""
+    if not text:
+        return ""
+    if fmt == "text":
+        return text
+    if event == "stop":
+        if fmt == "cursor":
+            return json.dumps({"followup_message": text})
+        return json.dumps({"decision": "block", "reason": text})
+    if not hook_event:
+        if event == "inbox":
+            return text  # no event name to answer to: plain text in any format
+        hook_event = "SessionStart"
+    if fmt == "cursor":
+        return json.dumps({"additional_context": text})
+    return json.dumps(
+        {"hookSpecificOutput": {"hookEventName": hook_event, "additionalContext": text}})
+
+
+def _write(out: str) -> None:
+    if not out:
+        return
+    data = (out if out.endswith("\n") else out + "\n").encode("utf-8", "replace")
+    try:
+        buf = getattr(sys.stdout, "buffer", None)
+        if buf is not None:
+            buf.write(data)
+            buf.flush()
+        else:
+            sys.stdout.write(data.decode("utf-8"))
+            sys.stdout.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+
+
+# -- the run -------------------------------------------------------------------------------
+
+def _home(flag: str | None) -> str:
+    raw = flag or os.environ.get("AWP_HOME") or "~/.awp"
+    return os.path.abspath(os.path.expanduser(raw))
+
+
+def _harness(fmt: str) -> tuple[str, bool]:
+    """``(harness, explicit)`` for the activity report."""
+    explicit = normalize(os.environ.get("AWP_HARNESS"))
+    if explicit:
+        return explicit, True
+    found = detect(os.environ)  # type: ignore[arg-type]
+    if not found and fmt in ("codex", "gemini", "cursor"):
+        found = fmt
+    return found, False
+
+
+def _stop_silenced(data: dict) -> bool:
+    if data.get("stop_hook_active") is True:
+        return True
+    loops = data.get("loop_count")
+    if isinstance(loops, int) and not isinstance(loops, bool) and loops > 0:
+        return True  # Cursor: this stop follows a follow-up we asked for
+    return _text_field(data, "status") in ("aborted", "error")
+
+
+def run(event: str, fmt: str, home: str, data: dict) -> str:
+    """Talk to the daemon and return what to print (``""`` for nothing)."""
+    hook_event = _text_field(data, "hook_event_name")
+    if not event:
+        event = infer_event(hook_event)
+    try:
+        sock = find_socket(home)
+        if not os.path.exists(sock):
+            return ""  # no daemon (and none is started): nothing to say
+        client = LocalClient(sock, timeout=DAEMON_TIMEOUT)
+    except OSError:
+        return ""
+    with client:
+        silenced = event == "stop" and _stop_silenced(data)
+        report: dict = {"source": "hook"}
+        harness, explicit = _harness(fmt)
+        if harness:
+            report["harness"] = harness
+            if explicit:
+                report["harness_explicit"] = True
+        status = res = None
+        try:
+            if event == "session-start":
+                status = client.get("/v1/status")
+            model = input_model(data)
+            if model:
+                report["model"] = model
+            # One round trip: record activity (and the model), and take the unread
+            # records, marking them read.
+            try:
+                res = client.post("/v1/activity", {**report, "inbox": not silenced})
+            except ApiFailure:
+                res = None  # an older daemon, or a model it refused
+            if not silenced and not (isinstance(res, dict) and "records" in res):
+                res = client.post("/v1/inbox", {"mark": True})
+        except (DaemonNotRunning, ApiFailure, ProtocolError, ConnectionError, TimeoutError,
+                OSError):
+            return ""
+    if silenced:
+        return ""
+    records = res.get("records") if isinstance(res, dict) else None
+    records = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+    from . import text as texts
+
+    if event == "session-start":
+        body = texts.session_text(status if isinstance(status, dict) else {}, records)
+    elif event == "stop":
+        body = texts.stop_text(records)
+    else:
+        body = texts.inbox_text(records)
+    return format_output(fmt, event, hook_event, body)
+
+
+def main(args: list[str]) -> int:
+    try:
+        event, fmt, home_flag = parse_args(list(args))
+    except UsageError as e:
+        sys.stderr.write(f"awp hook: {e}\n{USAGE}\n")
+        return 1
+    try:
+        data = parse_input(read_stdin())
+        _write(run(event, fmt, _home(home_flag), data))
+    except Exception as e:  # noqa: BLE001 - a hook must never break its harness
+        if os.environ.get("AWP_HOOK_DEBUG"):
+            sys.stderr.write(f"awp hook: {type(e).__name__}: {e}\n")
+    return 0

@@ -1,0 +1,57 @@
+"""The opencode plugin (plugins/awp.js), run under node with a stand-in awp."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from awp.harness import plugin_files
+
+NODE = shutil.which("node")
+
+DRIVER = r"""
+const mod = await import(process.argv[2]);
+const hooks = await mod.AwpPlugin({});
+const output = { title: "t", output: "tool said hi", metadata: {} };
+await hooks["tool.execute.after"]({ tool: "bash", sessionID: "s", callID: "c" }, output);
+await hooks["chat.params"]({ model: { id: "gpt-5.5", providerID: "openai" } }, {});
+await hooks["chat.params"]({ model: { id: "gpt-5.5", providerID: "openai" } }, {});
+const quiet = { output: "nothing new" };
+process.env.FAKE_QUIET = "1";
+await hooks["tool.execute.after"]({ tool: "read" }, quiet);
+console.log(JSON.stringify({ output: output.output, quiet: quiet.output }));
+"""
+
+FAKE_AWP = """#!/bin/sh
+echo "$AWP_HARNESS $*" >> "$FAKE_LOG"
+if [ "$1" = hook ] && [ -z "$FAKE_QUIET" ]; then
+  printf 'New awp messages (1). framed\\n'
+fi
+"""
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_opencode_plugin(tmp_path) -> None:
+    fake = tmp_path / "awp"
+    fake.write_text(FAKE_AWP)
+    fake.chmod(0o755)
+    plugin = tmp_path / "awp.js"
+    plugin.write_text(plugin_files.opencode_plugin([str(fake)]))
+    driver = tmp_path / "driver.mjs"
+    driver.write_text(DRIVER)
+    log = tmp_path / "log"
+    p = subprocess.run([NODE, str(driver), plugin.as_uri()], capture_output=True, text=True,
+                       timeout=60, env={"PATH": "/usr/bin:/bin", "FAKE_LOG": str(log)})
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got == {"output": "tool said hi\n\nNew awp messages (1). framed",
+                   "quiet": "nothing new"}
+    # the model is reported once per change; the harness is named explicitly
+    assert log.read_text().splitlines() == [
+        "opencode hook inbox --format text",
+        "opencode model gpt-5.5",
+        "opencode hook inbox --format text",
+    ]
