@@ -35,6 +35,7 @@ log = logging.getLogger("awp.node")
 trace_log = logging.getLogger("awp.trace")
 
 _SEND_BATCH = 256
+_MAX_INFLIGHT = 2048  # content lines read but not yet stored, per connection
 
 
 class ConnectionClosed(Exception):
@@ -78,10 +79,13 @@ class Connection:
         self._last_ping = 0.0
         self._bye_sent = False
         self._bye_received = trio.Event()
-        self._post_send, self._post_recv = trio.open_memory_channel(2048)
+        # Bounded: a fast sender waits for our store instead of filling memory.
+        self._post_send, self._post_recv = trio.open_memory_channel(256)
         self._drained = trio.Event()
         self._chunk_slots = trio.Semaphore(8)
         self._held: list[bytes] = []  # acks waiting for the end of a burst
+        self._inflight = 0  # received content lines not yet stored
+        self._inflight_drop = trio.Event()
         self._resumed_by_peer = trio.Event()
         self._pushed: list[tuple[int, str, str]] = []
 
@@ -184,8 +188,7 @@ class Connection:
             nursery.start_soon(self._sender_loop)
             nursery.start_soon(self._pinger)
             try:
-                for raw in pending:
-                    await self._on_line(raw)
+                await self._on_lines(pending)
                 pending = []
                 while True:
                     data = await self.stream.receive_some(65536)
@@ -196,8 +199,7 @@ class Connection:
                     except LineTooLarge:
                         await self._refuse(errors.TOO_LARGE, "line over 1 MiB")
                         break
-                    for raw in lines:
-                        await self._on_line(raw)
+                    await self._on_lines(lines)
             finally:
                 self.reader_done.set()
             # EOF or a refusal: let queued acks go out, then stop.
@@ -229,31 +231,75 @@ class Connection:
 
     # -- inbound ------------------------------------------------------------------
 
-    async def _on_line(self, raw: bytes) -> None:
-        self._trace("<", raw)
+    async def _on_lines(self, raws: list[bytes]) -> None:
+        """Handle the lines of one read, storing runs of them in one job.
+
+        Consecutive content lines are stored by a single store job (and acked
+        together after its commit), consecutive acks are applied by another:
+        a burst costs a few jobs instead of one per line, and line order is
+        kept because every run is flushed before any other line is handled.
+        """
+        contents: list[tuple[dict, bytes]] = []
+        acks: list[tuple[str, str]] = []
+        for raw in raws:
+            self._trace("<", raw)
+            try:
+                line = parse_line(raw)
+            except ProtocolError as e:
+                await self._flush_runs(contents, acks)
+                await self._refuse(e.code, e.detail)
+                raise ConnectionClosed(f"{e.code}: {e.detail}") from None
+            t = line["t"]
+            if t in ACKED_TYPES:
+                if acks:
+                    await self._flush_runs([], acks)
+                contents.append((line, raw))
+                self._seen_line(t)
+            elif t == "ack":
+                if contents:
+                    await self._flush_runs(contents, [])
+                re = line.get("re")
+                if isinstance(re, str) and re:
+                    # The peer has it committed: wake `send --wait-ack` now, and
+                    # drop the line from our outbox in the background.
+                    self.engine.ack_received(re)
+                    acks.append((line.get("th") or "", re))
+                self._seen_line(t)
+            else:
+                await self._flush_runs(contents, acks)
+                await self._on_line(raw, line)
+        await self._flush_runs(contents, acks)
+
+    async def _flush_runs(self, contents: list, acks: list) -> None:
+        if contents:
+            while self._inflight > _MAX_INFLIGHT:  # let the store catch up first
+                self._inflight_drop = trio.Event()
+                await self._inflight_drop.wait()
+            batch, now = list(contents), now_ms()
+            contents.clear()
+            self._inflight += len(batch)
+            texts = [(line, raw.decode("utf-8")) for line, raw in batch]
+            pending = self.engine.writer.submit_nowait(
+                lambda c: [self.engine.store_inbound(c, self, line, text, now)
+                           for line, text in texts])
+            await self._post_send.send((pending, self._after_store_batch, batch))
+        if acks:
+            done, key = list(acks), self.peer_key
+            acks.clear()
+            pending = self.engine.writer.submit_nowait(
+                lambda c: [re for th, re in done if ops.apply_ack(c, key, th, re) or True])
+            await self._post_send.send((pending, self._after_acks, None))
+
+    def _seen_line(self, t: str) -> None:
         self._last_recv = trio.current_time()
         self._unanswered = 0
-        try:
-            line = parse_line(raw)
-        except ProtocolError as e:
-            await self._refuse(e.code, e.detail)
-            raise ConnectionClosed(f"{e.code}: {e.detail}") from None
-        t = line["t"]
         if t != "err":
             self.peer_resumed.set()
-        if t in ACKED_TYPES:
-            await self._on_content(line, raw)
-        elif t == "ack":
-            th, re = line.get("th"), line.get("re")
-            if isinstance(re, str) and re:
-                # The peer has it committed: wake `send --wait-ack` now, and
-                # drop the line from our outbox in the background.
-                self.engine.ack_received(re)
-                pending = self.engine.writer.submit_nowait(
-                    lambda c, k=self.peer_key, th=th or "", re=re: ops.apply_ack(c, k, th, re)
-                )
-                await self._post_send.send((pending, self._after_ack, re))
-        elif t == "chunk":
+
+    async def _on_line(self, raw: bytes, line: dict) -> None:
+        t = line["t"]
+        self._seen_line(t)
+        if t == "chunk":
             await self._on_chunk(line)
         elif t == "grant":
             await self._on_grant(line)
@@ -276,13 +322,14 @@ class Connection:
         else:
             await self.engine.on_other_line(self, line, raw)
 
-    async def _on_content(self, line: dict, raw: bytes) -> None:
-        text = raw.decode("utf-8")
-        now = now_ms()
-        pending = self.engine.writer.submit_nowait(
-            lambda c: self.engine.store_inbound(c, self, line, text, now)
-        )
-        await self._post_send.send((pending, self._after_store, line))
+    async def _after_store_batch(self, results: object, batch: list) -> None:
+        self._inflight -= len(batch)
+        self._inflight_drop.set()
+        for result, (line, _raw) in zip(results, batch, strict=True):  # type: ignore[call-overload]
+            await self._after_store(result, line)
+
+    async def _after_acks(self, ids: object, _unused: object) -> None:
+        self.engine.on_acked(self.peer_key, list(ids))  # type: ignore[call-overload]
 
     async def _after_store(self, result: object, line: dict) -> None:
         seq, replies = result  # type: ignore[misc]
@@ -340,9 +387,6 @@ class Connection:
         self._chunk_slots.release()
         for reply in replies:  # type: ignore[attr-defined]
             self._held.append(self._line(reply))
-
-    async def _after_ack(self, result: object, re: str) -> None:
-        self.engine.on_acked(self.peer_key, [re])
 
     async def _on_resume(self, line: dict) -> None:
         seen = line.get("seen")
@@ -404,7 +448,8 @@ class Connection:
                 result = await pending.wait()
             except Exception as e:
                 log.error("storing a line from %s failed: %s", self.peer_key[:18], e)
-                re = arg.get("id") if isinstance(arg, dict) else None
+                first = arg[0][0] if isinstance(arg, list) and arg else arg
+                re = first.get("id") if isinstance(first, dict) else None
                 await self._send_line({"t": "err", "code": errors.INTERNAL, "re": re,
                                        "detail": "could not store the line"} if re else
                                       {"t": "err", "code": errors.INTERNAL,
