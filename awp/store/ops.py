@@ -185,7 +185,6 @@ def queue_line(
         )
     conn.execute("UPDATE peers SET parked = 0, bye_reason = '' WHERE key = ? AND parked = 1",
                  (peer,))
-    set_meta(conn, "last_id", ident)
     return cur.lastrowid, line, text
 
 
