@@ -16,6 +16,7 @@ from .. import PROTOCOL_VERSION, __version__
 from . import cmd_conn, cmd_grants, cmd_msg, cmd_service, cmd_share  # noqa: F401  (registers the commands)
 from .cmd_agent import hook_cmd as _hook  # noqa: F401  (registers hook, mcp, bootstrap, model)
 from .cmd_conform import conform as _conform  # noqa: F401  (registers awp conform)
+from .cmd_web import web_cmd as _web  # noqa: F401  (registers awp web)
 from .common import app, compact, home_of, home_opt, json_opt, out
 
 # Commands with a peer positional (or -p/--peer/--to value) that may start with "-".

@@ -148,6 +148,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         from .api import build_router
 
         router = build_router(engine, state)
+        from .api_web import add_web_routes
+
+        add_web_routes(router, engine, state)
         from .api_agent import add_agent_routes
 
         add_agent_routes(router, engine, state)
