@@ -76,6 +76,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
 
     async def resolve(ref: str, *, connect_timeout: float = 30.0) -> str:
         """A peer reference to a key; an address is connected to first."""
+        _check_address_form(ref)
         if looks_like_address(ref):
             try:
                 addr = str(parse_address(ref))
@@ -143,6 +144,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         timeout = _num(body, "timeout", 60.0)
         if not target:
             raise ApiError(400, "connect needs an address or a peer name", "bad_request")
+        _check_address_form(target)
         if looks_like_address(target):
             try:
                 addr = str(parse_address(target))
@@ -576,6 +578,15 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         return Stream(gen())
 
     return r
+
+
+def _check_address_form(text: str) -> None:
+    """Something written as an address but malformed is an address error, not a name."""
+    if text.strip().lower().startswith(("tcp:", "unix:", "tailcat:")):
+        try:
+            parse_address(text)
+        except AddressError as e:
+            raise ApiError(400, str(e), "bad_address") from None
 
 
 def _share_address(engine: Engine) -> str:
