@@ -412,21 +412,21 @@ def threads(
         query["peer"] = peer
     if open_only:
         query["open"] = "1"
-    rows = daemon(home_of(home)).request("GET", "/v1/threads", query=query or None)
-    assert isinstance(rows, list)
+    client = daemon(home_of(home))
     if as_json:
-        out_json(rows)
+        out_json(client.request("GET", "/v1/threads", query=query or None))
         return
+    # The table needs eight fields a thread: ask for bare rows, not full objects.
+    res = client.request("GET", "/v1/threads", query={**query, "compact": "1"})
+    assert isinstance(res, dict)
+    rows = res["rows"]
     if not rows:
         out("no open threads" if open_only else "no threads yet")
         return
     now = now_ms()
     out(table(
         ["TH", "PEER", "MINE", "THEIRS", "UNREAD", "SUBJECT"],
-        [[r.get("th"), clip(r.get("peer_name") or "", 30),
-          since(r.get("mine") or "", r.get("my_since"), now),
-          since(r.get("theirs") or "", r.get("their_since"), now),
-          r.get("unread", 0),
-          clip(r.get("subject") or "", 0 if wide else 50)]
-         for r in rows]))
+        [[th, clip(name or "", 30), since(mine or "", my_since, now),
+          since(theirs or "", their_since, now), unread, clip(subject or "", 0 if wide else 50)]
+         for th, name, mine, my_since, theirs, their_since, unread, subject in rows]))
 

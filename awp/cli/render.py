@@ -215,10 +215,11 @@ def since(state: str, since_ms: int | None, now: int | None = None) -> str:
 
 def table(headers: list[str], rows: list[list[object]]) -> str:
     """Left-aligned columns separated by two spaces; the last column is not padded."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    cells = [[str(h) for h in headers]]
+    cells += [[c if type(c) is str else str(c) for c in r] for r in rows]
+    widths = [max(map(len, col)) for col in zip(*cells, strict=True)][:-1]
     out = []
     for r in cells:
-        padded = [c.ljust(widths[i]) if i < len(r) - 1 else c for i, c in enumerate(r)]
-        out.append("  ".join(padded).rstrip())
+        head = "  ".join([c.ljust(w) for c, w in zip(r, widths, strict=False)])
+        out.append((head + "  " + r[-1]).rstrip() if widths else r[-1].rstrip())
     return "\n".join(out)

@@ -531,9 +531,13 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         return {"records": notices, "matched": False, "state": theirs, "timed_out": True}
 
     @r.route("GET", "/v1/threads")
-    async def threads(req: Request) -> list:
+    async def threads(req: Request) -> list | dict:
         key = await resolve(req.query["peer"]) if req.query.get("peer") else None
         open_only = req.query.get("open") in ("1", "true")
+        if req.query.get("compact") in ("1", "true"):
+            rows = await engine.read(lambda c: queries.thread_table(c, peer=key,
+                                                                   open_only=open_only))
+            return {"columns": list(queries.TABLE_COLUMNS), "rows": rows}
         return await engine.read(lambda c: queries.thread_rows(c, peer=key, open_only=open_only))
 
     @r.route("POST", "/v1/bye")
