@@ -259,6 +259,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                                         re=_str(body, "re"), files=files)
         except (ops.LineTooLong, BlobTooLarge) as e:
             raise ApiError(413, str(e), "too_large") from None
+        except sqlite3.Error as e:
+            raise _store_error(e) from None
         except OSError as e:
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
             raise ApiError(400, f"{where}{e.strerror or e}", "bad_file") from None
@@ -277,6 +279,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             res = await engine.send_state(key, th, word, _str(body, "note") or "")
         except ops.LineTooLong as e:
             raise ApiError(413, str(e), "too_large") from None
+        except sqlite3.Error as e:
+            raise _store_error(e) from None
         return await _delivery(key, res, body, note, t0)
 
     def _files(body: dict) -> list[dict]:
@@ -582,6 +586,11 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         return Stream(gen())
 
     return r
+
+
+def _store_error(e: Exception) -> ApiError:
+    """The store refused a write (full or read-only disk): say so; nothing was queued."""
+    return ApiError(507, f"cannot store it ({e}); nothing was queued", "store_error")
 
 
 def _check_address_form(text: str) -> None:
