@@ -34,3 +34,21 @@ def make_node(tmp_home_root):
     yield make
     for n in nodes:
         n.kill()
+
+
+@pytest.fixture
+def node(make_node):
+    """One daemon, for tests that talk to it with a raw peer."""
+    return make_node("d").start()
+
+
+@pytest.fixture
+def peer(node):
+    """A raw AWP peer connected to ``node``, past the handshake and resume."""
+    from rawpeer import RawPeer
+
+    p = RawPeer(node.address)
+    assert p.handshake()["t"] == "resume"
+    p.resume()
+    yield p
+    p.close()

@@ -36,13 +36,17 @@ def _lookup(fn):
         raise ApiError(status, str(e), e.code) from None
 
 
-def _body(req: Request) -> dict:
+def json_body(req: Request) -> dict:
+    """The request's JSON object (empty when there is no body)."""
     if not req.body:
         return {}
     data = req.json()
     if not isinstance(data, dict):
         raise ApiError(400, "request body must be a JSON object", "bad_request")
     return data
+
+
+_body = json_body
 
 
 def _str(body: dict, key: str, default: str | None = None) -> str | None:
@@ -74,21 +78,26 @@ def peer_state(engine: Engine, key: str, parked: bool) -> str:
 def build_router(engine: Engine, state: DaemonState) -> Router:
     r = Router()
 
+    async def connect_address(text: str, timeout: float) -> tuple[bool, str]:
+        """Connect to an address; returns (already connected, peer key)."""
+        try:
+            addr = str(parse_address(text))
+        except AddressError as e:
+            raise ApiError(400, str(e), "bad_address") from None
+        try:
+            with trio.fail_after(timeout):
+                conn, key = await engine.connect(addr)
+        except trio.TooSlowError:
+            raise ApiError(504, f"timed out connecting to {addr}", "timeout") from None
+        except DialError as e:
+            raise ApiError(502, f"cannot connect to {addr}: {e}", "unreachable") from None
+        return conn is None, key
+
     async def resolve(ref: str, *, connect_timeout: float = 30.0) -> str:
         """A peer reference to a key; an address is connected to first."""
         _check_address_form(ref)
         if looks_like_address(ref):
-            try:
-                addr = str(parse_address(ref))
-            except AddressError as e:
-                raise ApiError(400, str(e), "bad_address") from None
-            try:
-                with trio.fail_after(connect_timeout):
-                    _, key = await engine.connect(addr)
-            except (DialError, trio.TooSlowError) as e:
-                raise ApiError(502, f"cannot connect to {addr}: {e or 'timed out'}",
-                               "unreachable") from None
-            return key
+            return (await connect_address(ref, connect_timeout))[1]
         return await engine.read(lambda c: _lookup(lambda: queries.resolve_peer(c, ref)))
 
     @r.route("GET", "/v1/status")
@@ -146,18 +155,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "connect needs an address or a peer name", "bad_request")
         _check_address_form(target)
         if looks_like_address(target):
-            try:
-                addr = str(parse_address(target))
-            except AddressError as e:
-                raise ApiError(400, str(e), "bad_address") from None
-            try:
-                with trio.fail_after(timeout):
-                    conn, key = await engine.connect(addr)
-            except trio.TooSlowError:
-                raise ApiError(504, f"timed out connecting to {addr}", "timeout") from None
-            except DialError as e:
-                raise ApiError(502, f"cannot connect to {addr}: {e}", "unreachable") from None
-            already = conn is None
+            already, key = await connect_address(target, timeout)
         else:
             key = await resolve(target)
             already = engine.peers.active(key) is not None

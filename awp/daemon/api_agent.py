@@ -31,6 +31,7 @@ from ..localapi.server import ApiError, Request, Router
 from ..node.engine import Engine
 from ..store import ops, queries
 from ..wire.timefmt import now_ms
+from .api import json_body as _body
 from .app import DaemonState
 
 log = logging.getLogger("awp.daemon")
@@ -58,15 +59,6 @@ def _clean(value: object, what: str, limit: int) -> str:
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in v):
         raise ApiError(400, f"{what} must not contain control characters", "bad_request")
     return v
-
-
-def _body(req: Request) -> dict:
-    if not req.body:
-        return {}
-    data = req.json()
-    if not isinstance(data, dict):
-        raise ApiError(400, "request body must be a JSON object", "bad_request")
-    return data
 
 
 def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None:

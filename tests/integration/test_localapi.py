@@ -573,8 +573,11 @@ def test_oversized_chunked_body_is_413(sockdir, state):
             s.connect(path)
             s.settimeout(WAIT)
             s.sendall(b"POST /v1/echo HTTP/1.1\r\nHost: awp\r\nTransfer-Encoding: chunked\r\n\r\n")
-            for _ in range(3):
-                s.sendall(b"200\r\n" + b"a" * 0x200 + b"\r\n")
+            try:
+                for _ in range(3):
+                    s.sendall(b"200\r\n" + b"a" * 0x200 + b"\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server may answer 413 and close before the last chunk
             data = s.recv(65536)
         assert data.startswith(b"HTTP/1.1 413 ")
         with LocalClient(path) as c:

@@ -20,20 +20,6 @@ from awp.wire.keys import Identity, auth_transcript
 DELIVERY = 10.0  # deadline for anything the protocol should do "promptly"
 
 
-@pytest.fixture
-def node(make_node):
-    return make_node("d").start()
-
-
-@pytest.fixture
-def peer(node):
-    p = RawPeer(node.address)
-    assert p.handshake()["t"] == "resume"
-    p.resume()
-    yield p
-    p.close()
-
-
 def records(node, **body) -> list[dict]:
     return node.api("POST", "/v1/read", {"n": 1_000_000, "mark": False, **body})["records"]
 

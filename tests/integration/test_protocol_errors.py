@@ -19,20 +19,6 @@ from awp.localapi.client import ApiFailure
 MAX_LINE = 1_048_576
 
 
-@pytest.fixture
-def node(make_node):
-    return make_node("d").start()
-
-
-@pytest.fixture
-def peer(node):
-    p = RawPeer(node.address)
-    assert p.handshake()["t"] == "resume"
-    p.resume()
-    yield p
-    p.close()
-
-
 def stored(node, ident: str) -> list[dict]:
     return [r for r in node.inbound() if r["id"] == ident]
 
