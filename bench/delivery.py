@@ -48,18 +48,23 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
-def latency(a: Node, b: Node, n: int, rate: float) -> list[float]:
-    th = a.send(b.key, "warm-up", subject="latency bench")["th"]
-    for _ in range(20):
-        a.send(None, "warm", th=th, wait_ack=2)
+def latency(a, b, n: int, rate: float, *, warm: int = 20, ack_timeout: float = 5.0,
+            subject: str = "latency bench") -> list[float]:
+    """Queue-to-ack times (ms) of ``n`` msgs from ``a`` to ``b`` sent at ``rate`` a second.
+
+    Shared by the tailcat bench, so both transports are measured the same way.
+    """
+    th = a.send(b.key, "warm-up", subject=subject, wait_ack=ack_timeout)["th"]
+    for _ in range(warm):
+        a.send(None, "warm", th=th, wait_ack=ack_timeout)
     out = []
     period = 1.0 / rate
     nxt = time.perf_counter()
     for i in range(n):
         nxt += period
-        r = a.send(None, f"latency probe {i}", th=th, wait_ack=5)
+        r = a.send(None, f"latency probe {i}", th=th, wait_ack=ack_timeout)
         if r["ack_ms"] is None:
-            raise SystemExit(f"message {i} was not acked in 5 s")
+            raise SystemExit(f"message {i} was not acked in {ack_timeout:g} s")
         out.append(r["ack_ms"])
         delay = nxt - time.perf_counter()
         if delay > 0:

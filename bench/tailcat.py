@@ -42,6 +42,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from fixtures.tailcat_env import NetNS, Relay, TailcatNode, tailcat_binary  # noqa: E402
 from nodes import free_port, wait_for  # noqa: E402
 
+sys.path.insert(0, HERE)
+from delivery import latency  # noqa: E402  (the same probe as the TCP-only bench)
+
 
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
@@ -74,25 +77,6 @@ def ready(node: TailcatNode, kind: str) -> float:
     return time.perf_counter() - t0
 
 
-def latency(a: TailcatNode, b: TailcatNode, n: int, rate: float) -> list[float]:
-    th = a.send(b.key, "warm-up", subject="tailcat bench", wait_ack=10)["th"]
-    for _ in range(10):
-        a.send(None, "warm", th=th, wait_ack=5)
-    out = []
-    period = 1.0 / rate
-    nxt = time.perf_counter()
-    for i in range(n):
-        nxt += period
-        r = a.send(None, f"probe {i}", th=th, wait_ack=10)
-        if r["ack_ms"] is None:
-            raise SystemExit(f"message {i} was not acked in 10 s")
-        out.append(r["ack_ms"])
-        delay = nxt - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-    return out
-
-
 def run(kind: str, root: str, ns: NetNS, relay: Relay, args) -> dict:
     nodes: list[TailcatNode] = []
     try:
@@ -109,7 +93,8 @@ def run(kind: str, root: str, ns: NetNS, relay: Relay, args) -> dict:
             connects.append(time.perf_counter() - t0)
         a = nodes[-1]
         before = relay.stats()["packets"]
-        lat = latency(a, b, args.messages, 20.0)
+        lat = latency(a, b, args.messages, 20.0, warm=10, ack_timeout=10.0,
+                      subject="tailcat bench")
         relayed = relay.stats()["packets"] - before
         return {"ready": t_ready, "connects": connects, "lat": lat, "relayed": relayed}
     finally:

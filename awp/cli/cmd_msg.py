@@ -132,17 +132,24 @@ def send(
         body["subject"] = subject
     if re_id:
         body["re"] = re_id
+    res = _post_delivery(home, "/v1/send", body, wait_ack, as_json)
+    if res is not None:
+        _delivery_line(res, f"sent {res.get('id')}")
+
+
+def _post_delivery(home: str | None, path: str, body: dict, wait_ack: str | None,
+                   as_json: bool) -> dict | None:
+    """Post a send or state with its --wait-ack; the response, or None once printed as JSON."""
     wait_s = 1.0
     if wait_ack is not None:
         wait_s = parse_seconds(wait_ack, "--wait-ack")
         body["wait_ack"] = wait_s
-    client = daemon(home_of(home), timeout=wait_s + 60)
-    res = client.post("/v1/send", body)
+    res = daemon(home_of(home), timeout=wait_s + 60).post(path, body)
     assert isinstance(res, dict)
     if as_json:
         out_json(res)
-        return
-    _delivery_line(res, f"sent {res.get('id')}")
+        return None
+    return res
 
 
 # -- state ---------------------------------------------------------------------------
@@ -183,16 +190,9 @@ def state(
         body["peer"] = peer
     if note_text:
         body["note"] = note_text
-    wait_s = 1.0
-    if wait_ack is not None:
-        wait_s = parse_seconds(wait_ack, "--wait-ack")
-        body["wait_ack"] = wait_s
-    res = daemon(home_of(home), timeout=wait_s + 60).post("/v1/state", body)
-    assert isinstance(res, dict)
-    if as_json:
-        out_json(res)
-        return
-    _delivery_line(res, f"state {word} sent")
+    res = _post_delivery(home, "/v1/state", body, wait_ack, as_json)
+    if res is not None:
+        _delivery_line(res, f"state {word} sent")
 
 
 # -- tail ----------------------------------------------------------------------------
