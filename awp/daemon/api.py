@@ -131,6 +131,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                          "origins": await engine.read(
                              lambda c: c.execute("SELECT count(*) FROM presence").fetchone()[0])},
             "shares": list(engine.shares or []),
+            "store": {"commits": engine.writer.commits,
+                      "sent_before_commit": engine.writer.early_batches},
             **counts, "peers": peer_list,
         }
 

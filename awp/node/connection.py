@@ -279,9 +279,12 @@ class Connection:
             contents.clear()
             self._inflight += len(batch)
             texts = [(line, raw.decode("utf-8")) for line, raw in batch]
+            # Copies for dashboard hosts are handed over in commit order, like
+            # our own sends, so a host's lines leave in outbox order.
             pending = self.engine.writer.submit_nowait(
                 lambda c: [self.engine.store_inbound(c, self, line, text, now)
-                           for line, text in texts])
+                           for line, text in texts],
+                self._hand_over_copies if self.engine.shares else None)
             await self._post_send.send((pending, self._after_store_batch, batch))
         if acks:
             done, key = list(acks), self.peer_key
@@ -328,6 +331,14 @@ class Connection:
         for result, (line, _raw) in zip(results, batch, strict=True):  # type: ignore[call-overload]
             await self._after_store(result, line)
 
+    def _hand_over_copies(self, results: list) -> None:
+        """Writer hook, in commit order: pass mirror copies to their hosts."""
+        for _seq, replies in results:
+            for i, reply in enumerate(replies):
+                if isinstance(reply, tuple) and reply[0] == "queued":
+                    self.engine.hand_over(*reply[1])
+                    replies[i] = ("handed", reply[1])
+
     async def _after_acks(self, ids: object, _unused: object) -> None:
         self.engine.on_acked(self.peer_key, list(ids))  # type: ignore[call-overload]
 
@@ -338,8 +349,9 @@ class Connection:
         for reply in replies:
             if callable(reply):  # work to start now that the line is stored
                 self.engine.spawn(reply)
-            elif isinstance(reply, tuple):  # a line queued for another peer (a mirror copy)
-                self.engine.queued_elsewhere(reply[1][0])
+            elif isinstance(reply, tuple):  # a mirror copy, handed over at commit
+                if reply[0] != "handed":  # sharing began while the line was stored
+                    self.engine.queued_elsewhere(reply[1][0])
             else:
                 self._held.append(self._line(reply))
         self.engine.on_inbound_committed(self, line, seq)
@@ -499,7 +511,7 @@ class Connection:
                 await self._send_rows([(r[0], r[2], r[3]) for r in rows])
             if self._pushed and not self._bye_sent:
                 rows, self._pushed = self._pushed, []
-                await self._send_rows([r for r in rows if r[0] > self._last_sent_seq])
+                await self._send_rows(rows)
                 continue
             await self._wake_sender.wait()
 
@@ -507,6 +519,8 @@ class Connection:
         """Write queued lines in order, many per write; chunks get their data now."""
         batch: list[str] = []
         for seq, t, text in rows:
+            if seq <= self._last_sent_seq:  # sent already (a rescan overtook a push)
+                continue
             if t == "chunk":
                 if batch:
                     await self._send_raw("".join(batch).encode("utf-8"))

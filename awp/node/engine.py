@@ -23,6 +23,7 @@ from ..store import blobs as blobstore
 from ..store import grants as grantstore
 from ..store import ops
 from ..store.db import connect, open_store
+from ..store.idfloor import IdFloor
 from ..store.writer import Writer
 from ..transport import streams
 from ..wire.address import Address, AddressError, parse_address
@@ -111,8 +112,9 @@ class Engine:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         conn = await trio.to_thread.run_sync(open_store, self.db_path)
-        self.ids.seed(await trio.to_thread.run_sync(ops.last_issued_id, conn))
-        self.writer = Writer(conn, after_commit=self._persist_last_id)
+        floor = IdFloor(self.ids, os.path.dirname(os.path.abspath(self.db_path)))
+        await trio.to_thread.run_sync(floor.load, conn)
+        self.writer = Writer(conn, policy=floor)
         self.writer.start()
         try:
             async with trio.open_nursery() as nursery:
@@ -135,6 +137,10 @@ class Engine:
                     except Exception:
                         pass
                 await self.writer.stop()
+                try:  # autocommit: the writer thread is gone
+                    await trio.to_thread.run_sync(floor.release, conn)
+                except sqlite3.Error as e:
+                    log.warning("could not drop the id reservation: %s", e)
 
     def spawn(self, make: Callable[[], Any]) -> None:
         """Start background work (an async call) that must not die with a connection."""
@@ -146,11 +152,6 @@ class Engine:
 
         assert self._nursery is not None
         self._nursery.start_soon(run)
-
-    def _persist_last_id(self, conn: sqlite3.Connection) -> None:
-        last = self.ids.last
-        if last:
-            ops.set_meta(conn, "last_id", last)
 
     def _peers_with_business(self, conn: sqlite3.Connection) -> list[str]:
         since = now_ms() - int(self.config.outbox_ttl * 1000)
@@ -592,21 +593,39 @@ class Engine:
         else:
             self.peers.kick(key)
 
-    def _queued(self, key: str, result: tuple) -> None:
-        """Post-commit, in commit order: hand the line to a live connection."""
+    def hand_over(self, key: str, result: tuple, pushed: dict | None = None,
+                  committed: bool = True) -> None:
+        """Writer hook, in commit order: give a queued line to ``key``'s connection.
+
+        Our own sends call it twice (see :meth:`_send_hooks`): possibly before
+        the commit, while its fsync runs, and again after it; ``pushed`` records
+        which connection already has the line so it is handed over once.  A
+        redial is only started after the commit, when the line can be found.
+        """
         for host, copy in result[4] if len(result) > 4 else ():
-            self._queued(host, copy)
-        if len(self._ack_waiters) > 10_000:  # lines whose ack nobody awaits
-            for stale in list(self._ack_waiters)[:5_000]:
-                del self._ack_waiters[stale]
-        self._ack_waiters[result[1]["id"]] = trio.Event()
+            self.hand_over(host, copy, pushed, committed)
+        ident = result[1]["id"]
+        if ident not in self._ack_waiters and ident not in self._recent_acks:
+            if len(self._ack_waiters) > 10_000:  # lines whose ack nobody awaits
+                for stale in list(self._ack_waiters)[:5_000]:
+                    del self._ack_waiters[stale]
+            self._ack_waiters[ident] = trio.Event()
         conn = self.peers.active(key)
         if conn is not None:
-            for seq, t, text in result[3]:
-                conn.push(seq, t, text)
-            conn.push(result[0], result[1]["t"], result[2])
-        else:
+            if pushed is None or pushed.get(key) is not conn:
+                for seq, t, text in result[3]:
+                    conn.push(seq, t, text)
+                conn.push(result[0], result[1]["t"], result[2])
+                if pushed is not None:
+                    pushed[key] = conn
+        elif committed:
             self.peers.kick(key)
+
+    def _send_hooks(self, key: str) -> dict:
+        """Writer hooks for a line we queue: early hand-over, then the committed one."""
+        pushed: dict = {}
+        return {"early": lambda r: self.hand_over(key, r, pushed, committed=False),
+                "on_commit": lambda r: self.hand_over(key, r, pushed)}
 
     def _mirror_copies(self, c: sqlite3.Connection, key: str, line: dict, now: int) -> list:
         return self.mirror.queue_copies(c, key, line, "out", now) if self.mirror else []
@@ -676,7 +695,7 @@ class Engine:
                 also(c)
             return (*res, chunks, self._mirror_copies(c, key, res[1], now))
 
-        res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
+        res = await self.writer.run_with_hook(job, **self._send_hooks(key))
         self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
         return {"id": res[1]["id"], "th": th, "line": res[1]}
 
@@ -695,7 +714,7 @@ class Engine:
             ops.touch_thread_out(c, key, th, now, state=state, note=note)
             return (*res, [], self._mirror_copies(c, key, res[1], now))
 
-        res = await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
+        res = await self.writer.run_with_hook(job, **self._send_hooks(key))
         self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
         return {"id": res[1]["id"], "th": th, "line": res[1]}
 
@@ -772,7 +791,7 @@ class Engine:
             ops.touch_thread_out(c, to, th, now, subject=f"introduction to {about['name'] or peer}")
             return (*res, [])
 
-        res = await self.writer.run_with_hook(job, lambda r: self._queued(to, r))
+        res = await self.writer.run_with_hook(job, lambda r: self.hand_over(to, r))
         return {"id": res[1]["id"], "th": th, "grant": g, "peer": peer_info}
 
     async def private(self, key: str, th: str) -> None:
@@ -788,7 +807,7 @@ class Engine:
             copies = self.mirror.withdraw(c, th, now) if self.mirror else []
             return (*res, [], copies)
 
-        await self.writer.run_with_hook(job, lambda r: self._queued(key, r))
+        await self.writer.run_with_hook(job, lambda r: self.hand_over(key, r))
 
     async def set_shares(self, hosts: list[str]) -> None:
         """Replace the list of hosts we mirror to (remembered)."""
