@@ -1,15 +1,18 @@
 """Delivery bench: two daemons on loopback TCP.
 
 Prints
-- queue-to-ack latency at 100 msg/s (p50, p99): from the sender's daemon
-  starting the enqueue transaction to the peer's ack arriving, so it covers
-  the sender's commit, the receiver's durable commit and the ack's way back
-  (an upper bound on "queued until the peer has it committed");
+- one-way latency at 100 msg/s (p50, p99): from the sender's daemon starting
+  to queue a msg to the receiver's daemon having it committed (its post-commit
+  step, just before the ack is written).  Both daemons stamp CLOCK_MONOTONIC,
+  which every process on one host shares (the receiver reports its stamps on
+  ``GET /v1/timings``);
+- queue-to-ack latency at 100 msg/s (p50, p99): the same start until the
+  peer's ack is back at the sender, which adds the ack's way back;
 - the drain rate of a 20,000 x 1 KiB backlog after the receiver reconnects,
   with every message durably stored and acked (the sender's outbox empty);
 - each daemon's RSS at rest and at its peak.
 
-Targets (issue 2): p50 <= 1.0 ms, p99 <= 5 ms, drain >= 7,000 msg/s,
+Targets (issue 2): one-way p50 <= 1.0 ms, p99 <= 5 ms, drain >= 7,000 msg/s,
 idle RSS <= 60 MB.  Run: python bench/delivery.py [--messages N] [--backlog N]
 """
 
@@ -49,15 +52,18 @@ def pct(values: list[float], p: float) -> float:
 
 
 def latency(a, b, n: int, rate: float, *, warm: int = 20, ack_timeout: float = 5.0,
-            subject: str = "latency bench") -> list[float]:
+            subject: str = "latency bench", one_way: list[float] | None = None) -> list[float]:
     """Queue-to-ack times (ms) of ``n`` msgs from ``a`` to ``b`` sent at ``rate`` a second.
 
     Shared by the tailcat bench, so both transports are measured the same way.
+    With ``one_way``, also fills it with queue-to-committed-at-the-peer times
+    (ms): both daemons stamp CLOCK_MONOTONIC, which one host shares.
     """
     th = a.send(b.key, "warm-up", subject=subject, wait_ack=ack_timeout)["th"]
     for _ in range(warm):
         a.send(None, "warm", th=th, wait_ack=ack_timeout)
-    out = []
+    out: list[float] = []
+    queued: list[tuple[str, int]] = []
     period = 1.0 / rate
     nxt = time.perf_counter()
     for i in range(n):
@@ -66,9 +72,13 @@ def latency(a, b, n: int, rate: float, *, warm: int = 20, ack_timeout: float = 5
         if r["ack_ms"] is None:
             raise SystemExit(f"message {i} was not acked in {ack_timeout:g} s")
         out.append(r["ack_ms"])
+        queued.append((r["id"], r["queued_ns"]))
         delay = nxt - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
+    if one_way is not None:
+        committed = b.api("GET", "/v1/timings")["committed"]
+        one_way.extend((committed[i] - q) / 1e6 for i, q in queued if i in committed)
     return out
 
 
@@ -106,7 +116,11 @@ def main() -> int:
         time.sleep(1.0)
         idle_a, idle_b = rss_mb(a.proc.pid)[0], rss_mb(b.proc.pid)[0]
 
-        lat = latency(a, b, args.messages, 100.0)
+        one_way: list[float] = []
+        lat = latency(a, b, args.messages, 100.0, one_way=one_way)
+        print(f"one-way latency at 100 msg/s, queued until committed at the peer, over "
+              f"{len(one_way)} msgs: p50 {pct(one_way, 50):.3f} ms  p99 {pct(one_way, 99):.3f} ms"
+              f"  max {max(one_way):.3f} ms")
         print(f"queue-to-ack latency at 100 msg/s over {len(lat)} msgs: "
               f"p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  max {max(lat):.3f} ms")
 

@@ -132,7 +132,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                              lambda c: c.execute("SELECT count(*) FROM presence").fetchone()[0])},
             "shares": list(engine.shares or []),
             "store": {"commits": engine.writer.commits,
-                      "sent_before_commit": engine.writer.early_batches},
+                      "sent_before_commit": engine.writer.early_batches,
+                      "inline": engine.writer.inline_batches},
             **counts, "peers": peer_list,
         }
 
@@ -451,7 +452,12 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         name = await engine.read(lambda c: queries.peer_label(c, key))
         return {"id": res["id"], "th": res["th"], "thread": res["th"], "peer": key,
                 "peer_name": name, "status": status, "acked": acked, "ack_ms": ack_ms,
-                "note": note}
+                "queued_ns": int(t0 * 1e9), "note": note}
+
+    @r.route("GET", "/v1/timings")
+    async def timings(req: Request) -> dict:
+        """Diagnostics for benches: when recent inbound lines were committed."""
+        return {"clock": "CLOCK_MONOTONIC ns", "committed": dict(engine.commit_stamps)}
 
     @r.route("POST", "/v1/wait_ack")
     async def wait_ack(req: Request) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -29,6 +30,7 @@ from ..wire.timefmt import format_ts, now_ms
 from .handshake import Handshake
 
 if TYPE_CHECKING:
+    from ..store.writer import Pending
     from .engine import Engine
 
 log = logging.getLogger("awp.node")
@@ -81,6 +83,8 @@ class Connection:
         self._bye_received = trio.Event()
         # Bounded: a fast sender waits for our store instead of filling memory.
         self._post_send, self._post_recv = trio.open_memory_channel(256)
+        self._post_lock = trio.Lock()  # one follow-up at a time, in order
+        self._post_inflight = 0  # follow-ups queued or running
         self._drained = trio.Event()
         self._chunk_slots = trio.Semaphore(8)
         self._held: list[bytes] = []  # acks waiting for the end of a burst
@@ -88,6 +92,7 @@ class Connection:
         self._inflight_drop = trio.Event()
         self._resumed_by_peer = trio.Event()
         self._pushed: list[tuple[int, str, str]] = []
+        self._sending = False  # the sender loop is writing pushed lines
 
     # -- public -------------------------------------------------------------------
 
@@ -281,17 +286,17 @@ class Connection:
             texts = [(line, raw.decode("utf-8")) for line, raw in batch]
             # Copies for dashboard hosts are handed over in commit order, like
             # our own sends, so a host's lines leave in outbox order.
-            pending = self.engine.writer.submit_nowait(
+            pending = self.engine.writer.submit(
                 lambda c: [self.engine.store_inbound(c, self, line, text, now)
                            for line, text in texts],
                 self._hand_over_copies if self.engine.shares else None)
-            await self._post_send.send((pending, self._after_store_batch, batch))
+            await self._post(pending, self._after_store_batch, batch)
         if acks:
             done, key = list(acks), self.peer_key
             acks.clear()
             pending = self.engine.writer.submit_nowait(
                 lambda c: [re for th, re in done if ops.apply_ack(c, key, th, re) or True])
-            await self._post_send.send((pending, self._after_acks, None))
+            await self._post(pending, self._after_acks, None)
 
     def _seen_line(self, t: str) -> None:
         self._last_recv = trio.current_time()
@@ -366,21 +371,21 @@ class Connection:
         now = now_ms()
         pending = self.engine.writer.submit_nowait(
             lambda c: self.engine.store_chunk(c, self, line, now))
-        await self._post_send.send((pending, self._after_chunk, line))
+        await self._post(pending, self._after_chunk, line)
 
     async def _on_grant(self, line: dict) -> None:
         """A grant line is stored if valid, never acked, never answered."""
         now = now_ms()
         pending = self.engine.writer.submit_nowait(
             lambda c: self.engine.store_grants(c, self, [line.get("grant")], now))
-        await self._post_send.send((pending, self._after_nothing, None))
+        await self._post(pending, self._after_nothing, None)
 
     async def _on_introduce(self, line: dict, raw: bytes) -> None:
         now = now_ms()
         text = raw.decode("utf-8")
         pending = self.engine.writer.submit_nowait(
             lambda c: self.engine.store_introduce(c, self, line, text, now))
-        await self._post_send.send((pending, self._after_nothing, None))
+        await self._post(pending, self._after_nothing, None)
 
     async def _after_nothing(self, result: object, arg: object) -> None:
         if result:
@@ -408,7 +413,7 @@ class Connection:
         pending = self.engine.writer.submit_nowait(
             lambda c: ops.apply_resume(c, self.peer_key, clean)
         )
-        await self._post_send.send((pending, self._after_resume, None))
+        await self._post(pending, self._after_resume, None)
 
     async def _after_resume(self, acked: object, _unused: object) -> None:
         if acked:
@@ -450,29 +455,52 @@ class Connection:
 
     # -- ordered post-commit work -------------------------------------------------
 
+    async def _post(self, pending: Pending, then: Callable, arg: object) -> None:
+        """Queue ``then(result, arg)`` for when ``pending`` commits, in arrival order.
+
+        A job that already committed inline, with nothing ahead of it, is
+        finished right here: that saves a task switch before the ack.
+        """
+        self._post_inflight += 1
+        if self._post_inflight == 1 and pending.event.is_set():
+            async with self._post_lock:
+                await self._post_one((pending, then, arg))
+                await self._flush_held()
+            return
+        await self._post_send.send((pending, then, arg))
+
     async def _post_commit_loop(self) -> None:
         """Act on committed jobs strictly in arrival order (acks keep line order)."""
         async for item in self._post_recv:
             if item is None:
                 break
-            pending, then, arg = item
-            try:
-                result = await pending.wait()
-            except Exception as e:
-                log.error("storing a line from %s failed: %s", self.peer_key[:18], e)
-                first = arg[0][0] if isinstance(arg, list) and arg else arg
-                re = first.get("id") if isinstance(first, dict) else None
-                await self._send_line({"t": "err", "code": errors.INTERNAL, "re": re,
-                                       "detail": "could not store the line"} if re else
-                                      {"t": "err", "code": errors.INTERNAL,
-                                       "detail": "could not store"})
-                self.close("store failure")
-                break
-            await then(result, arg)
-            if self._held and self._post_recv.statistics().current_buffer_used == 0:
-                await self._flush_held()
+            async with self._post_lock:
+                if not await self._post_one(item):
+                    break
+                if self._held and self._post_recv.statistics().current_buffer_used == 0:
+                    await self._flush_held()
         await self._flush_held()
         self._drained.set()
+
+    async def _post_one(self, item: tuple) -> bool:
+        """Run one item's follow-up; False (and the connection closing) if it failed."""
+        pending, then, arg = item
+        try:
+            result = await pending.wait()
+        except Exception as e:
+            log.error("storing a line from %s failed: %s", self.peer_key[:18], e)
+            first = arg[0][0] if isinstance(arg, list) and arg else arg
+            re = first.get("id") if isinstance(first, dict) else None
+            await self._send_line({"t": "err", "code": errors.INTERNAL, "re": re,
+                                   "detail": "could not store the line"} if re else
+                                  {"t": "err", "code": errors.INTERNAL,
+                                   "detail": "could not store"})
+            self.close("store failure")
+            return False
+        finally:
+            self._post_inflight -= 1
+        await then(result, arg)
+        return True
 
     async def _flush_held(self) -> None:
         """Write the acks (and their follow-ups) gathered from one burst at once."""
@@ -486,6 +514,23 @@ class Connection:
         """Lines were queued for this peer out of commit order: reread the outbox."""
         self._rescan = True
         self._wake_sender.set()
+
+    def caught_up(self) -> bool:
+        """Everything queued for this peer has been written: a new line is next."""
+        return (self._resumed_by_peer.is_set() and not self._pushed and not self._rescan
+                and not self._sending and not self._bye_sent and not self.closed.is_set())
+
+    async def send_first(self, text: str) -> None:
+        """Write a line before it is stored (the caller holds the store, see Engine)."""
+        self._sending = True
+        try:
+            await self._send_raw(text.encode("utf-8") + b"\n")
+        finally:
+            self._sending = False
+
+    def sent_first(self, seq: int) -> None:
+        """The line written by :meth:`send_first` got outbox position ``seq``."""
+        self._last_sent_seq = max(self._last_sent_seq, seq)
 
     def push(self, seq: int, t: str, text: str) -> None:
         """A line for this peer was just committed (called in commit order)."""
@@ -511,7 +556,11 @@ class Connection:
                 await self._send_rows([(r[0], r[2], r[3]) for r in rows])
             if self._pushed and not self._bye_sent:
                 rows, self._pushed = self._pushed, []
-                await self._send_rows(rows)
+                self._sending = True
+                try:
+                    await self._send_rows(rows)
+                finally:
+                    self._sending = False
                 continue
             await self._wake_sender.wait()
 

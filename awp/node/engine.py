@@ -14,6 +14,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,12 +29,13 @@ from ..store.writer import Writer
 from ..transport import streams
 from ..wire.address import Address, AddressError, parse_address
 from ..wire.b64 import b64std
+from ..wire.canonical import compact_json
 from ..wire.framing import MAX_LINE
 from ..wire.grants import make_grant
 from ..wire.ids import IdGenerator, new_thread_id
 from ..wire.keys import Identity, KeyError_, normalize_key
 from ..wire.messages import default_subject
-from ..wire.timefmt import now_ms
+from ..wire.timefmt import format_ts, now_ms
 from .config import NodeConfig
 from .connection import Connection
 from .events import Broadcaster
@@ -97,6 +99,9 @@ class Engine:
         self._listeners: list[Any] = []
         self._ack_waiters: dict[str, trio.Event] = {}
         self._recent_acks: dict[str, None] = {}
+        # When recent inbound lines were committed (CLOCK_MONOTONIC ns), so a
+        # bench on the same host can measure one-way latency (GET /v1/timings).
+        self.commit_stamps: dict[str, int] = {}
         self._local = threading.local()
         self._nursery: trio.Nursery | None = None
         self.writer: Writer
@@ -440,6 +445,10 @@ class Engine:
         return (template[:-1] + ',"data":"' + b64std(data) + '"}\n').encode("utf-8")
 
     def on_inbound_committed(self, conn: Connection, line: dict, seq: object) -> None:
+        self.commit_stamps[line["id"]] = time.perf_counter_ns()
+        if len(self.commit_stamps) > 4096:
+            for old in list(self.commit_stamps)[:2048]:
+                del self.commit_stamps[old]
         if seq:
             self.changes.publish({"kind": line["t"], "peer": conn.peer_key,
                                   "th": line.get("th") or "", "seq": seq})
@@ -612,20 +621,52 @@ class Engine:
             self._ack_waiters[ident] = trio.Event()
         conn = self.peers.active(key)
         if conn is not None:
-            if pushed is None or pushed.get(key) is not conn:
+            how, to = pushed.get(key, ("", None)) if pushed is not None else ("", None)
+            if to is not conn:
                 for seq, t, text in result[3]:
                     conn.push(seq, t, text)
                 conn.push(result[0], result[1]["t"], result[2])
                 if pushed is not None:
-                    pushed[key] = conn
+                    pushed[key] = ("pushed", conn)
+            elif how == "written":  # written before it was stored: now it has its place
+                conn.sent_first(result[0])
         elif committed:
             self.peers.kick(key)
 
+    async def _send_first(self, key: str, build: Callable[[str, str], dict], now: int,
+                          pushed: dict) -> str | None:
+        """With the store held: write the line now if the connection is idle.
+
+        Returns the id drawn for it (None if nothing was drawn).  A write that
+        stalls for a second closes the connection rather than keep the store.
+        """
+        conn = self.peers.active(key)
+        if conn is None or not conn.caught_up():
+            return None
+        ident = self.ids.next()
+        text = compact_json(build(ident, format_ts(now)))
+        if len(text.encode("utf-8")) > MAX_LINE or not self.writer.may_send_early():
+            return ident
+        pushed[key] = ("written", conn)
+        with trio.move_on_after(1) as stalled:
+            try:
+                await conn.send_first(text)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # the connection is going; the line is replayed on resume
+        if stalled.cancelled_caught:
+            conn.close("a write stalled")
+        return ident
+
     def _send_hooks(self, key: str) -> dict:
-        """Writer hooks for a line we queue: early hand-over, then the committed one."""
+        """Writer hooks for a line we queue: early hand-over, then the committed one.
+
+        ``pushed`` (also returned) maps a peer to how (``"pushed"`` to its send
+        queue or ``"written"`` before it was stored) and to which connection
+        the line was already handed.
+        """
         pushed: dict = {}
         return {"early": lambda r: self.hand_over(key, r, pushed, committed=False),
-                "on_commit": lambda r: self.hand_over(key, r, pushed)}
+                "on_commit": lambda r: self.hand_over(key, r, pushed), "pushed": pushed}
 
     def _mirror_copies(self, c: sqlite3.Connection, key: str, line: dict, now: int) -> list:
         return self.mirror.queue_copies(c, key, line, "out", now) if self.mirror else []
@@ -682,11 +723,12 @@ class Engine:
             line["parts"] = parts
             return line
 
-        def job(c: sqlite3.Connection) -> tuple:
+        def job(c: sqlite3.Connection, ident: str | None) -> tuple:
             ops.ensure_peer(c, key, now)
             chunks = [row for b in staged
                       for row in ops.queue_chunks(c, self.ids, key, th, b, now)]
-            res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE)
+            res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE,
+                                 ident=ident)
             for b in staged:
                 c.execute("UPDATE blobs SET msg_id = ? WHERE peer = ? AND dir = 'out' AND ref = ?",
                           (res[1]["id"], key, b["ref"]))
@@ -695,9 +737,7 @@ class Engine:
                 also(c)
             return (*res, chunks, self._mirror_copies(c, key, res[1], now))
 
-        res = await self.writer.run_with_hook(job, **self._send_hooks(key))
-        self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
-        return {"id": res[1]["id"], "th": th, "line": res[1]}
+        return await self._queue_own(key, build, job, now, direct=not staged)
 
     async def send_state(self, key: str, th: str, state: str, note: str = "") -> dict:
         now = now_ms()
@@ -708,15 +748,44 @@ class Engine:
                 line["note"] = note
             return line
 
-        def job(c: sqlite3.Connection) -> tuple:
+        def job(c: sqlite3.Connection, ident: str | None) -> tuple:
             ops.ensure_peer(c, key, now)
-            res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE)
+            res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE,
+                                 ident=ident)
             ops.touch_thread_out(c, key, th, now, state=state, note=note)
             return (*res, [], self._mirror_copies(c, key, res[1], now))
 
-        res = await self.writer.run_with_hook(job, **self._send_hooks(key))
-        self.changes.publish({"kind": "sent", "peer": key, "th": th, "seq": res[0]})
-        return {"id": res[1]["id"], "th": th, "line": res[1]}
+        return await self._queue_own(key, build, job, now)
+
+    async def _queue_own(self, key: str, build: Callable[[str, str], dict],
+                         job: Callable[[sqlite3.Connection, str | None], tuple], now: int,
+                         direct: bool = True) -> dict:
+        """Queue a msg or state of ours and get it to the peer as soon as it may go.
+
+        The fast way, when the store is quiet and the connection has written
+        everything queued before: hold the store (no other line can be queued
+        meanwhile, so this id is next in outbox order too), write the line,
+        then store it; the id reservation and disk checks of ``may_send_early``
+        make that as safe as sending after the commit.  Otherwise the line is
+        queued and handed over by the writer's hooks.
+        """
+        hooks = self._send_hooks(key)
+        on_commit, early = hooks["on_commit"], hooks["early"]
+        if not self.writer.hold():
+            res = await self.writer.submit_nowait(lambda c: job(c, None), on_commit,
+                                                  early=early).wait()
+        else:
+            with trio.CancelScope(shield=True):  # the store is held: finish what we start
+                try:
+                    ident = await self._send_first(key, build, now, hooks["pushed"]) \
+                        if direct else None
+                except BaseException:
+                    self.writer.release()
+                    raise
+                res = await self.writer.run_held(lambda c: job(c, ident), on_commit,
+                                                 early=early)
+        self.changes.publish({"kind": "sent", "peer": key, "th": res[1]["th"], "seq": res[0]})
+        return {"id": res[1]["id"], "th": res[1]["th"], "line": res[1]}
 
     async def wait_ack(self, ident: str, timeout: float) -> bool:
         """True once the peer acked our line ``ident`` (or had already).

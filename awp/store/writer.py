@@ -7,12 +7,23 @@ only then resolves the callers.  That keeps "stored, then acked" true while
 paying one fsync for a whole burst instead of one per line, and keeps the
 blocking fsync off the event loop.
 
-A job may also carry an ``early`` hook: when every hooked job of a batch has
-one and the durability policy allows it (see :mod:`awp.store.idfloor`), those
-hooks run as soon as the batch's statements have succeeded, while the commit's
-fsync is still under way, so a queued line can already be on the wire.
-Otherwise they run just before ``on_commit``.  Callers still learn the outcome
-only after the commit.
+Two refinements matter for latency at low load, where a message is alone:
+
+* **Inline runs.**  Handing a job to the thread and its result back costs two
+  cross-thread wake-ups, which on a small VM are as slow as the fsync.  When
+  the writer is quiet (nothing queued, nothing unresolved, no commit for a few
+  milliseconds, and commits are fast on this disk) a job may run on the
+  calling trio thread instead.  Under load everything goes through the
+  thread again and group commit takes over.
+* **Early hooks.**  A job may carry an ``early`` hook: when every hooked job of
+  a batch has one and the durability policy allows it (see
+  :mod:`awp.store.idfloor`), those hooks run as soon as the batch's statements
+  have succeeded, while the commit's fsync is still under way, so a queued
+  line can already be on the wire.  Otherwise they run just before
+  ``on_commit``.  Callers still learn the outcome only after the commit.
+
+Hooks always run on the trio thread in commit order, across inline and
+threaded batches alike; connections rely on that to send in outbox order.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,7 +41,10 @@ import trio
 log = logging.getLogger("awp.store")
 
 Job = Callable[[sqlite3.Connection], Any]
+Hook = Callable[[Any], None]
 _MAX_BATCH = 4000
+_QUIET_S = 0.002  # no commit for this long: a new job is probably alone
+_FAST_COMMIT_S = 0.0015  # inline only while commits take less than this
 
 
 class CommitPolicy(Protocol):
@@ -46,8 +61,8 @@ class Pending:
 
     __slots__ = ("job", "event", "value", "error", "on_commit", "early")
 
-    def __init__(self, job: Job, on_commit: Callable[[Any], None] | None = None,
-                 early: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, job: Job, on_commit: Hook | None = None,
+                 early: Hook | None = None) -> None:
         self.job = job
         self.on_commit = on_commit
         self.early = early
@@ -71,16 +86,22 @@ class Writer:
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
         self._policy = policy
+        # Held while a batch runs, by the thread or by an inline run.
+        self._lock = threading.Lock()
+        self._outstanding = 0  # queued jobs not yet resolved (trio thread only)
+        self._last_commit = 0.0
+        self._commit_s = 0.0  # moving average of the COMMIT itself
         self.commits = 0
         self.early_batches = 0
+        self.inline_batches = 0
 
     def start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
         self._thread = threading.Thread(target=self._run, name="awp-writer", daemon=True)
         self._thread.start()
 
-    def submit_nowait(self, job: Job, on_commit: Callable[[Any], None] | None = None,
-                      *, early: Callable[[Any], None] | None = None) -> Pending:
+    def submit_nowait(self, job: Job, on_commit: Hook | None = None, *,
+                      early: Hook | None = None) -> Pending:
         """Queue a job; await ``.wait()`` on the result for the committed value.
 
         ``on_commit`` runs on the trio thread right after the commit, in commit
@@ -90,15 +111,76 @@ class Writer:
         ``on_commit``.
         """
         p = Pending(job, on_commit, early)
+        self._outstanding += 1
         self._q.put(p)
         return p
+
+    def submit(self, job: Job, on_commit: Hook | None = None) -> Pending:
+        """Like :meth:`submit_nowait`, but run it right here if the writer is quiet.
+
+        An inline run blocks the event loop for the commit (well under
+        ``_FAST_COMMIT_S``), and saves two thread hand-overs; the returned
+        ``Pending`` is then already resolved.
+        """
+        if self._enter_inline():
+            p = Pending(job, on_commit)
+            try:
+                staged = self._stage([p])
+                self._finish(p, staged, staged and self._commit([p], 0))
+            finally:
+                self._lock.release()
+            return p
+        return self.submit_nowait(job, on_commit)
 
     async def run(self, job: Job) -> Any:
         return await self.submit_nowait(job).wait()
 
-    async def run_with_hook(self, job: Job, on_commit: Callable[[Any], None], *,
-                            early: Callable[[Any], None] | None = None) -> Any:
-        return await self.submit_nowait(job, on_commit, early=early).wait()
+    async def run_with_hook(self, job: Job, on_commit: Hook, *,
+                            early: Hook | None = None) -> Any:
+        """Run a job that queues lines: inline when quiet (see :meth:`run_held`)."""
+        if not self.hold():
+            return await self.submit_nowait(job, on_commit, early=early).wait()
+        return await self.run_held(job, on_commit, early=early)
+
+    def hold(self) -> bool:
+        """Take the store for an inline run, if the writer is quiet.
+
+        While held, nothing else can queue a line, so a caller may draw an id
+        and act on it before its job runs.  Follow with :meth:`run_held`, which
+        releases it.
+        """
+        return self._enter_inline()
+
+    def release(self) -> None:
+        """Give back a store taken with :meth:`hold` without running a job."""
+        self._lock.release()
+
+    async def run_held(self, job: Job, on_commit: Hook | None = None, *,
+                       early: Hook | None = None) -> Any:
+        """Run a job inline while holding the store; the fsync runs off the loop.
+
+        The early hooks run on this thread before the commit starts in a
+        worker thread, so a connection can send while the disk syncs; the store
+        is released only after every hook ran, which keeps hooks in commit order.
+        """
+        p = Pending(job, on_commit, early)
+        try:
+            staged = self._stage([p])
+            sent = 0
+            if staged and self._policy is not None and self._early_allowed([p]):
+                sent = _call(p.early, p.value)
+                p.early = None
+                self.early_batches += 1
+            with trio.CancelScope(shield=True):
+                ok = await trio.to_thread.run_sync(self._commit, [p], sent) if staged else False
+            self._finish(p, staged, ok)
+        finally:
+            self._lock.release()
+        return await p.wait()
+
+    def may_send_early(self) -> bool:
+        """Whether a line whose id was just drawn may leave before its commit."""
+        return self._policy is not None and self._policy.early_ok()
 
     async def stop(self) -> None:
         """Finish queued jobs, then end the thread."""
@@ -107,6 +189,80 @@ class Writer:
         self._q.put(None)
         await trio.to_thread.run_sync(self._thread.join)
         self._thread = None
+
+    # -- shared steps -------------------------------------------------------------
+
+    def _enter_inline(self) -> bool:
+        """On the trio thread: take the connection if nothing else needs it."""
+        if (self._thread is None or self._outstanding
+                or time.monotonic() - self._last_commit < _QUIET_S
+                or self._commit_s > _FAST_COMMIT_S
+                or not self._lock.acquire(blocking=False)):
+            return False
+        self.inline_batches += 1
+        return True
+
+    def _stage(self, batch: list[Pending]) -> bool:
+        """BEGIN and run every job in its savepoint; False if nothing could start."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            self._fail_all(batch, e)
+            return False
+        for p in batch:
+            try:
+                conn.execute("SAVEPOINT job")
+                p.value = p.job(conn)
+                conn.execute("RELEASE job")
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                p.error = e
+                try:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                except sqlite3.Error:
+                    pass
+        return True
+
+    def _commit(self, batch: list[Pending], sent_early: int) -> bool:
+        """The policy's bookkeeping, then COMMIT; on failure every job fails."""
+        conn, policy = self._conn, self._policy
+        try:
+            if policy is not None:
+                policy.before_commit(conn)
+            started = time.monotonic()
+            conn.execute("COMMIT")
+            self._last_commit = time.monotonic()
+            self._commit_s = 0.8 * self._commit_s + 0.2 * (self._last_commit - started)
+            self.commits += 1
+        except BaseException as e:  # noqa: BLE001
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            if policy is not None:
+                policy.failed()
+            if sent_early:
+                log.error("%d lines had already been sent when this commit failed", sent_early)
+            self._fail_all(batch, e)
+            return False
+        if policy is not None:
+            policy.committed()
+        return True
+
+    def _early_allowed(self, batch: list[Pending]) -> bool:
+        live = [p for p in batch if p.error is None]
+        return (any(p.early for p in live)
+                and not any(p.on_commit is not None and p.early is None for p in live)
+                and self._policy is not None and self._policy.early_ok())
+
+    @staticmethod
+    def _finish(p: Pending, staged: bool, ok: bool) -> None:
+        """On the trio thread, after an inline commit: hooks, then wake the caller."""
+        if staged and ok and p.error is None:
+            _call(p.early, p.value)
+            _call(p.on_commit, p.value)
+        p.event.set()
 
     # -- writer thread ------------------------------------------------------------
 
@@ -127,67 +283,23 @@ class Writer:
                     stopping = True
                     break
                 batch.append(nxt)
-            self._commit_batch(batch)
+            with self._lock:
+                if self._stage(batch):
+                    sent = self._run_early_hooks(batch)
+                    if self._commit(batch, sent):
+                        self._resolve(batch)
 
-    def _commit_batch(self, batch: list[Pending]) -> None:
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            self._fail_all(batch, e)
-            return
-        for p in batch:
-            try:
-                conn.execute("SAVEPOINT job")
-                p.value = p.job(conn)
-                conn.execute("RELEASE job")
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                p.error = e
-                try:
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                except sqlite3.Error:
-                    pass
-        policy = self._policy
-        sent_early = 0
-        try:
-            if policy is not None:
-                policy.before_commit(conn)
-                sent_early = self._run_early_hooks(batch, policy)
-            conn.execute("COMMIT")
-            self.commits += 1
-        except BaseException as e:  # noqa: BLE001
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            if policy is not None:
-                policy.failed()
-            if sent_early:
-                log.error("%d lines had already been sent when this commit failed", sent_early)
-            self._fail_all(batch, e)
-            return
-        if policy is not None:
-            policy.committed()
-        self._resolve(batch)
-
-    def _run_early_hooks(self, batch: list[Pending], policy: CommitPolicy) -> int:
-        """Hand the batch's hooks to the trio thread now, if all may go early."""
-        live = [p for p in batch if p.error is None]
-        if (not any(p.early for p in live)
-                or any(p.on_commit is not None and p.early is None for p in live)
-                or not policy.early_ok()):
+    def _run_early_hooks(self, batch: list[Pending]) -> int:
+        """Hand the batch's early hooks to the trio thread now, if allowed."""
+        if not self._early_allowed(batch):
             return 0
-        hooks = [(p.early, p.value) for p in live if p.early is not None]
-        for p in live:
+        hooks = [(p.early, p.value) for p in batch if p.error is None and p.early is not None]
+        for p in batch:
             p.early = None  # ran already; not again after the commit
 
         def run_hooks() -> None:
             for hook, value in hooks:
-                try:
-                    hook(value)  # type: ignore[misc]
-                except Exception:
-                    log.exception("early hook failed")
+                _call(hook, value)
 
         assert self._token is not None
         try:
@@ -202,18 +314,17 @@ class Writer:
         for p in batch:
             p.error = error
             p.value = None
-        self._resolve(batch)
+        if threading.current_thread() is self._thread:
+            self._resolve(batch)
 
     def _resolve(self, batch: list[Pending]) -> None:
+        """From the writer thread: run the hooks and wake the callers on trio."""
         def wake() -> None:
+            self._outstanding -= len(batch)
             for p in batch:
                 if p.error is None:
-                    for hook in (p.early, p.on_commit):
-                        if hook is not None:
-                            try:
-                                hook(p.value)
-                            except Exception:
-                                log.exception("post-commit hook failed")
+                    _call(p.early, p.value)
+                    _call(p.on_commit, p.value)
                 p.event.set()
 
         try:
@@ -221,3 +332,13 @@ class Writer:
             self._token.run_sync_soon(wake)
         except trio.RunFinishedError:
             pass
+
+
+def _call(hook: Hook | None, value: Any) -> int:
+    if hook is None:
+        return 0
+    try:
+        hook(value)
+    except Exception:
+        log.exception("store hook failed")
+    return 1

@@ -1,0 +1,130 @@
+"""The id reservation that lets a line leave before its commit."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from awp.store import ops
+from awp.store.db import open_store
+from awp.store.idfloor import AHEAD_MS, MIN_FREE, RENEW_MS, IdFloor
+from awp.wire.ids import IdGenerator, decode_ulid, ulid_time_ms
+
+
+class Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def _vfs(free: int, readonly: bool = False):
+    def statvfs(_path: str):
+        return os.statvfs_result((4096, 4096, 10**6, free // 4096, free // 4096, 0, 0, 0,
+                                  os.ST_RDONLY if readonly else 0, 255))
+    return statvfs
+
+
+def _commit(conn: sqlite3.Connection, floor: IdFloor) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    floor.before_commit(conn)
+    conn.execute("COMMIT")
+    floor.committed()
+
+
+def test_no_early_send_before_the_first_reservation_commits(tmp_path):
+    conn = open_store(str(tmp_path / "awp.db"))
+    clock = Clock(1_000_000)
+    gen = IdGenerator(clock=clock)
+    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    floor.load(conn)
+    gen.next()
+    assert not floor.early_ok()
+    _commit(conn, floor)
+    assert floor.early_ok()
+    assert floor.committed_ms == clock.now + AHEAD_MS
+
+
+def test_an_id_past_the_reservation_waits_for_the_renewal(tmp_path):
+    conn = open_store(str(tmp_path / "awp.db"))
+    clock = Clock(1_000_000)
+    gen = IdGenerator(clock=clock)
+    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    _commit(conn, floor)
+    clock.now += AHEAD_MS + 1
+    gen.next()
+    assert not floor.early_ok()
+    _commit(conn, floor)
+    assert floor.early_ok()
+
+
+def test_renewal_only_when_running_short(tmp_path):
+    conn = open_store(str(tmp_path / "awp.db"))
+    clock = Clock(1_000_000)
+    gen = IdGenerator(clock=clock)
+    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    _commit(conn, floor)
+    first = ops.get_meta(conn, "id_floor")
+    clock.now += AHEAD_MS - RENEW_MS - 1
+    _commit(conn, floor)
+    assert ops.get_meta(conn, "id_floor") == first
+    clock.now += 2
+    _commit(conn, floor)
+    assert ops.get_meta(conn, "id_floor") != first
+
+
+def test_a_crash_restart_issues_ids_above_anything_that_may_have_left(tmp_path):
+    path = str(tmp_path / "awp.db")
+    conn = open_store(path)
+    clock = Clock(5_000_000)
+    gen = IdGenerator(clock=clock)
+    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    _commit(conn, floor)
+    sent = gen.next()  # went out early, its transaction never committed
+    assert floor.early_ok()
+    conn.close()  # "kill -9": no release
+    clock.now -= 3_600_000  # and the clock stepped back an hour
+    conn = open_store(path)
+    gen2 = IdGenerator(clock=clock)
+    IdFloor(gen2, str(tmp_path), clock=clock).load(conn)
+    assert gen2.next() > sent
+
+
+def test_clean_release_keeps_the_last_id_and_drops_the_reservation(tmp_path):
+    path = str(tmp_path / "awp.db")
+    conn = open_store(path)
+    clock = Clock(5_000_000)
+    gen = IdGenerator(clock=clock)
+    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    _commit(conn, floor)
+    last = gen.next()
+    floor.release(conn)
+    assert ops.get_meta(conn, "id_floor") is None
+    gen2 = IdGenerator(clock=clock)
+    IdFloor(gen2, str(tmp_path), clock=clock).load(conn)
+    nxt = gen2.next()
+    assert nxt > last
+    assert ulid_time_ms(nxt) == clock.now  # not pushed ahead by the old reservation
+
+
+def test_full_or_readonly_disk_or_a_failed_commit_turns_early_sending_off(tmp_path):
+    conn = open_store(str(tmp_path / "awp.db"))
+    clock = Clock(1_000_000)
+    for vfs in (_vfs(MIN_FREE - 1), _vfs(10 * MIN_FREE, readonly=True)):
+        gen = IdGenerator(clock=clock)
+        floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=vfs)
+        _commit(conn, floor)
+        gen.next()
+        assert not floor.early_ok()
+    gen = IdGenerator(clock=clock)
+    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    _commit(conn, floor)
+    gen.next()
+    floor.failed()
+    assert not floor.early_ok()
+    floor.release(conn)  # after a failure the reservation must stay
+    assert ops.get_meta(conn, "id_floor") is not None
+    _commit(conn, floor)
+    assert floor.early_ok()
+    assert decode_ulid(ops.get_meta(conn, "id_floor")) >> 80 >= clock.now

@@ -1,0 +1,140 @@
+"""The group-commit writer: inline runs, early hooks, commit order."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import trio
+
+from awp.store import writer as writer_mod
+from awp.store.db import open_store
+from awp.store.writer import Writer
+
+
+class Policy:
+    """Allows early hooks; records what the writer asked."""
+
+    def __init__(self, early: bool = True) -> None:
+        self.early = early
+        self.events: list[str] = []
+
+    def before_commit(self, conn: sqlite3.Connection) -> None:
+        self.events.append("before")
+
+    def committed(self) -> None:
+        self.events.append("committed")
+
+    def failed(self) -> None:
+        self.events.append("failed")
+
+    def early_ok(self) -> bool:
+        return self.early
+
+
+def _store(tmp_path) -> sqlite3.Connection:
+    conn = open_store(str(tmp_path / "awp.db"))
+    conn.execute("CREATE TABLE t (n INTEGER)")
+    return conn
+
+
+def _insert(n: int):
+    def job(c: sqlite3.Connection) -> int:
+        c.execute("INSERT INTO t (n) VALUES (?)", (n,))
+        return n
+    return job
+
+
+def test_quiet_writer_runs_inline_and_hooks_see_the_commit(tmp_path, monkeypatch):
+    conn = _store(tmp_path)
+    seen: list = []
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        monkeypatch.setattr(writer_mod, "_QUIET_S", 0.0)
+        p = w.submit(_insert(1), lambda v: seen.append(("hook", v)))
+        assert p.event.is_set()  # resolved before submit returned: ran inline
+        assert await p.wait() == 1
+        assert w.inline_batches == 1
+        await w.stop()
+
+    trio.run(main)
+    assert seen == [("hook", 1)]
+    assert conn.execute("SELECT n FROM t").fetchall()[0][0] == 1
+
+
+def test_early_hook_runs_before_the_commit_and_hooks_keep_job_order(tmp_path, monkeypatch):
+    conn = _store(tmp_path)
+    order: list = []
+    monkeypatch.setattr(writer_mod, "_QUIET_S", 3600.0)  # never inline: threaded batches
+
+    async def main() -> None:
+        policy = Policy()
+        w = Writer(conn, policy=policy)
+        w.start()
+
+        def early(v: int) -> None:
+            order.append(("early", v, "committed" in policy.events[-1:]))
+
+        pending = [w.submit_nowait(_insert(i), lambda v: order.append(("commit", v)),
+                                   early=early) for i in range(50)]
+        for p in pending:
+            await p.wait()
+        await w.stop()
+
+    trio.run(main)
+    early_seen = [o[1] for o in order if o[0] == "early"]
+    commit_seen = [o[1] for o in order if o[0] == "commit"]
+    assert early_seen == list(range(50)) and commit_seen == list(range(50))
+    # Each job's early hook ran before that job's commit hook.
+    assert all(order.index(("commit", i)) > [k for k, o in enumerate(order)
+                                             if o[:2] == ("early", i)][0] for i in range(50))
+
+
+def test_a_batch_with_a_commit_only_hook_runs_no_hook_early(tmp_path):
+    conn = _store(tmp_path)
+    ran: list = []
+
+    async def main() -> Writer:
+        w = Writer(conn, policy=Policy())
+        # Queued before the thread starts, so both land in one batch.
+        a = w.submit_nowait(_insert(1), lambda v: ran.append("c1"),
+                            early=lambda v: ran.append("e1"))
+        b = w.submit_nowait(_insert(2), lambda v: ran.append("c2"))
+        w.start()
+        await a.wait()
+        await b.wait()
+        await w.stop()
+        return w
+
+    w = trio.run(main)
+    assert (w.commits, w.early_batches) == (1, 0)
+    assert ran == ["e1", "c1", "c2"]
+
+
+def test_failed_commit_fails_the_job_and_tells_the_policy(tmp_path, monkeypatch):
+    conn = _store(tmp_path)
+    policy = Policy()
+    monkeypatch.setattr(writer_mod, "_QUIET_S", 0.0)
+
+    def boom(c: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    hooked: list = []
+
+    async def main() -> None:
+        w = Writer(conn, policy=policy)
+        w.start()
+        policy.before_commit = boom  # the commit step itself fails
+        try:
+            await w.run_with_hook(_insert(5), hooked.append, early=hooked.append)
+        except sqlite3.OperationalError as e:
+            assert "full" in str(e)
+        else:
+            raise AssertionError("the failure must reach the caller")
+        await w.stop()
+
+    trio.run(main)
+    assert "failed" in policy.events
+    assert hooked == [5]  # the early hook ran (the line left), the commit hook did not
+    assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 0
