@@ -85,6 +85,7 @@ class Connection:
         self._post_send, self._post_recv = trio.open_memory_channel(256)
         self._post_lock = trio.Lock()  # one follow-up at a time, in order
         self._post_inflight = 0  # follow-ups queued or running
+        self.committed_ns = 0  # when the job being followed up committed
         self._drained = trio.Event()
         self._chunk_slots = trio.Semaphore(8)
         self._held: list[bytes] = []  # acks waiting for the end of a burst
@@ -359,7 +360,7 @@ class Connection:
                     self.engine.queued_elsewhere(reply[1][0])
             else:
                 self._held.append(self._line(reply))
-        self.engine.on_inbound_committed(self, line, seq)
+        self.engine.on_inbound_committed(self, line, seq, self.committed_ns)
 
     async def _on_chunk(self, line: dict) -> None:
         """Chunks are stored in line order like content, but never acked.
@@ -487,6 +488,7 @@ class Connection:
         pending, then, arg = item
         try:
             result = await pending.wait()
+            self.committed_ns = pending.committed_ns
         except Exception as e:
             log.error("storing a line from %s failed: %s", self.peer_key[:18], e)
             first = arg[0][0] if isinstance(arg, list) and arg else arg

@@ -444,8 +444,9 @@ class Engine:
         data = await trio.to_thread.run_sync(read)
         return (template[:-1] + ',"data":"' + b64std(data) + '"}\n').encode("utf-8")
 
-    def on_inbound_committed(self, conn: Connection, line: dict, seq: object) -> None:
-        self.commit_stamps[line["id"]] = time.perf_counter_ns()
+    def on_inbound_committed(self, conn: Connection, line: dict, seq: object,
+                             committed_ns: int = 0) -> None:
+        self.commit_stamps[line["id"]] = committed_ns or time.perf_counter_ns()
         if len(self.commit_stamps) > 4096:
             for old in list(self.commit_stamps)[:2048]:
                 del self.commit_stamps[old]

@@ -59,7 +59,7 @@ class CommitPolicy(Protocol):
 class Pending:
     """The outcome of one job, awaited on the trio side."""
 
-    __slots__ = ("job", "event", "value", "error", "on_commit", "early")
+    __slots__ = ("job", "event", "value", "error", "on_commit", "early", "committed_ns")
 
     def __init__(self, job: Job, on_commit: Hook | None = None,
                  early: Hook | None = None) -> None:
@@ -69,6 +69,7 @@ class Pending:
         self.event = trio.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.committed_ns = 0  # when its commit finished (CLOCK_MONOTONIC)
 
     async def wait(self) -> Any:
         await self.event.wait()
@@ -232,6 +233,7 @@ class Writer:
                 policy.before_commit(conn)
             started = time.monotonic()
             conn.execute("COMMIT")
+            done_ns = time.perf_counter_ns()
             self._last_commit = time.monotonic()
             self._commit_s = 0.8 * self._commit_s + 0.2 * (self._last_commit - started)
             self.commits += 1
@@ -246,6 +248,8 @@ class Writer:
                 log.error("%d lines had already been sent when this commit failed", sent_early)
             self._fail_all(batch, e)
             return False
+        for p in batch:
+            p.committed_ns = done_ns
         if policy is not None:
             policy.committed()
         return True

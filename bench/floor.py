@@ -1,0 +1,86 @@
+"""The machine's floor for one durable hop, with no awp code at all.
+
+Two plain Python processes on loopback TCP: the sender writes a small JSON
+line with a blocking socket; the receiver reads it, parses it, inserts it in
+a WAL-mode SQLite table (``synchronous=FULL``, two indexes), commits, stamps
+CLOCK_MONOTONIC and writes an ack.  Same pacing as bench/delivery.py (100
+msg/s), so the figures show what any Python peer that commits before it acks
+pays on this machine: a lower bound to read awp's one-way latency against.
+
+Run: python bench/floor.py [--messages N] [--sync FULL|OFF]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import sqlite3
+import statistics
+import tempfile
+import time
+
+
+def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str) -> None:
+    home = tempfile.mkdtemp(prefix="awpfloor", dir="/tmp")
+    db = sqlite3.connect(os.path.join(home, "floor.db"), isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute(f"PRAGMA synchronous = {sync}")
+    db.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY AUTOINCREMENT, peer TEXT,"
+               " id TEXT, th TEXT, line TEXT)")
+    db.execute("CREATE UNIQUE INDEX log_id ON log (peer, id)")
+    db.execute("CREATE INDEX log_th ON log (peer, th, seq)")
+    lst = socket.create_server(("127.0.0.1", 0))
+    ports.put(lst.getsockname()[1])
+    sock, _ = lst.accept()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reader = sock.makefile("rb")
+    out = []
+    for _ in range(n):
+        raw = reader.readline()
+        msg = json.loads(raw)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO log (peer, id, th, line) VALUES (?, ?, ?, ?)",
+                   ("peer", msg["id"], msg["th"], raw))
+        db.execute("COMMIT")
+        out.append(time.perf_counter_ns())
+        sock.sendall(b'{"t":"ack"}\n')
+    stamps.put(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=500)
+    ap.add_argument("--sync", choices=("FULL", "OFF"), default="FULL")
+    args = ap.parse_args()
+    ports: mp.Queue = mp.Queue()
+    stamps: mp.Queue = mp.Queue()
+    proc = mp.Process(target=_receiver, args=(ports, stamps, args.messages, args.sync))
+    proc.start()
+    sock = socket.create_connection(("127.0.0.1", ports.get()))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    acks = sock.makefile("rb")
+    sent, round_trips = [], []
+    for i in range(args.messages):
+        line = json.dumps({"t": "msg", "id": f"{i:026d}", "th": "thr_floor",
+                           "parts": [{"k": "text", "text": f"probe {i}"}]}).encode() + b"\n"
+        t0 = time.perf_counter_ns()
+        sock.sendall(line)
+        acks.readline()
+        round_trips.append((time.perf_counter_ns() - t0) / 1e6)
+        sent.append(t0)
+        time.sleep(0.01)
+    got = stamps.get()
+    proc.join()
+    warm = min(50, args.messages // 5)
+    one_way = [(b - a) / 1e6 for a, b in zip(sent, got, strict=True)][warm:]
+    print(f"floor (synchronous={args.sync}) over {len(one_way)} msgs at 100 msg/s: "
+          f"one-way to committed p50 {statistics.median(one_way):.3f} ms, "
+          f"msg-to-ack p50 {statistics.median(round_trips[warm:]):.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
