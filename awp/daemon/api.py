@@ -128,6 +128,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
             "presence": {"publishing": s.presence,
                          "lines_sent": getattr(getattr(engine, "presence", None), "sent_lines", 0),
+                         "lines_by_peer": dict(getattr(getattr(engine, "presence", None),
+                                                       "lines_to", {})),
                          "origins": await engine.read(
                              lambda c: c.execute("SELECT count(*) FROM presence").fetchone()[0])},
             "shares": list(engine.shares or []),

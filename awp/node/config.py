@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DEFAULT_CAPS = ["chat", "blob", "grant", "introduce", "presence", "mirror"]
+DEFAULT_CAPS = ["chat", "blob", "grant", "introduce", "presence", "mirror", "presence-batch"]
 MiB = 1024 * 1024
 
 

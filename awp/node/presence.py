@@ -6,6 +6,10 @@ Every node, publishing or not, verifies what it receives, keeps the newest
 document per origin, and forwards a document it had not seen to its other
 presence-speaking peers, up to 8 hops.  On connect, both sides send what they
 know (anti-entropy).  Documents older than 10 minutes are forgotten.
+
+When documents leave is decided per link by :mod:`awp.node.presence_sched`
+(changes at once, heartbeats gathered); a peer that lists ``presence-batch``
+gets all of a link's due documents in one line, an older peer one line each.
 """
 
 from __future__ import annotations
@@ -13,17 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import socket
 import sqlite3
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
 from .. import __version__
 from ..store import ops, queries
-from ..wire.presence import MAX_HOPS, check_doc, presence_line, raw_member, sign_doc
+from ..wire.presence import MAX_HOPS, check_doc, line_entries, presence_line, sign_doc
 from ..wire.timefmt import format_ts, now_ms, parse_ts
+from .presence_sched import PresenceSchedule
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -39,7 +45,8 @@ MAX_ORIGINS = 1000
 MAX_PEERS = 64
 MAX_THREADS = 64
 ACTIVITY_GRAIN_MS = 30_000
-RELAY_HEARTBEAT = 110.0  # seconds between relays of an unchanged document
+BATCH_CAP = "presence-batch"
+MAX_BATCH_BYTES = 512 * 1024  # keep a batch line well under the 1 MiB limit
 
 
 def clip(text: str, n: int) -> str:
@@ -60,15 +67,18 @@ class Presence:
         self.describe = describe or (lambda: {})
         self.own_raw: str | None = None
         self.sent_lines = 0  # presence lines written, for the bench
+        self.lines_to: dict[str, int] = {}  # per peer key
         self._changed = trio.Event()
-        # origin -> (content digest, when we last relayed it), to thin heartbeats
-        self._relayed: dict[str, tuple[str, float]] = {}
+        self._schedule = PresenceSchedule()
+        self._scheduled = trio.Event()
+        self._digests: dict[str, str] = {}  # origin -> content digest last stored
 
     # -- publishing ------------------------------------------------------------------
 
     async def on_start(self) -> None:
         async with trio.open_nursery() as n:
             n.start_soon(self._expiry_loop)
+            n.start_soon(self._flush_loop)
             if self.publish:
                 n.start_soon(self._watch_changes)
                 n.start_soon(self._publish_loop)
@@ -102,7 +112,7 @@ class Presence:
             digest = content_digest(doc)
             if digest == last_digest and trio.current_time() - last_sent < HEARTBEAT - 1:
                 continue
-            await self.emit(doc)
+            await self.emit(doc, changed=digest != last_digest)
             last_digest, last_sent = digest, trio.current_time()
 
     def _local_doc(self, c: sqlite3.Connection) -> dict:
@@ -144,13 +154,13 @@ class Presence:
         doc["unread"] = counts["unread"]
         return doc
 
-    async def emit(self, doc: dict) -> None:
-        """Sign and send our document to every connected presence peer."""
+    async def emit(self, doc: dict, changed: bool = True) -> None:
+        """Sign our document and queue it for every connected presence peer."""
         seq = await self.engine.writer.run(self._next_seq)
         doc = dict(doc, seq=seq, ts=format_ts(now_ms()))
         raw = sign_doc(self.engine.identity, doc)
         self.own_raw = raw
-        await self._forward(raw, 0)
+        self._queue(self.engine.identity.key, raw, 0, 0.0, changed)
 
     def _next_seq(self, c: sqlite3.Connection) -> int:
         """Larger than any seq we used, across restarts and clock steps."""
@@ -168,65 +178,102 @@ class Presence:
                 out.append(conn)
         return out
 
-    async def _forward(self, raw: str, hops: int, *, except_keys: tuple[str, ...] = ()) -> None:
-        for conn in self._presence_conns(except_keys=except_keys):
-            await self._send(conn, raw, hops)
+    def _queue(self, origin: str, raw: str, hops: int, age_s: float, changed: bool, *,
+               except_keys: tuple[str, ...] = (), only: Connection | None = None) -> None:
+        """Hand a document to the schedule of every presence link (or just ``only``)."""
+        now = trio.current_time()
+        conns = [only] if only is not None else self._presence_conns(except_keys=except_keys)
+        for conn in conns:
+            self._schedule.add(conn, origin, raw, hops, now=now, age_s=age_s, changed=changed)
+        if conns:
+            self._scheduled.set()
 
-    async def _send(self, conn: Connection, raw: str, hops: int) -> None:
-        data = presence_line(self.engine.ids.next(), format_ts(now_ms()), hops, raw)
+    async def _flush_loop(self) -> None:
+        """Write each link's documents when the schedule says they are due.
+
+        Each write runs in its own task, so a peer that stops reading holds up
+        its own link only.
+        """
+        async with trio.open_nursery() as writers:
+            while True:
+                due = self._schedule.next_due()
+                with trio.move_on_at(due if due is not None else math.inf):
+                    await self._scheduled.wait()
+                self._scheduled = trio.Event()
+                for conn, items in self._schedule.take_due(trio.current_time()):
+                    conn = cast("Connection", conn)
+                    if conn.closed.is_set():
+                        self._schedule.drop(conn)
+                        continue
+                    writers.start_soon(self._send, conn,
+                                       [(hops, raw) for _origin, raw, hops in items])
+
+    async def _send(self, conn: Connection, items: list[tuple[int, str]]) -> None:
+        """Write documents to one peer: batched if it speaks ``presence-batch``."""
         try:
-            await conn.send_raw_line(data)
+            await self._write(conn, items)
+        except Exception:
+            log.exception("presence: writing to %s failed", conn.peer_key[:18])
+
+    async def _write(self, conn: Connection, items: list[tuple[int, str]]) -> None:
+        if BATCH_CAP in conn.peer_caps:
+            lines, size = [[]], 0  # type: list[list[tuple[int, str]]], int
+            for hops, raw in items:
+                if lines[-1] and size + len(raw) > MAX_BATCH_BYTES:
+                    lines.append([])
+                    size = 0
+                lines[-1].append((hops, raw))
+                size += len(raw) + 20
+        else:
+            lines = [[item] for item in items]
+        for group in lines:
+            (hops, raw), more = group[0], group[1:]
+            data = presence_line(self.engine.ids.next(), format_ts(now_ms()), hops, raw, more)
+            try:
+                await conn.send_raw_line(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return
             self.sent_lines += 1
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+            self.lines_to[conn.peer_key] = self.lines_to.get(conn.peer_key, 0) + 1
 
     # -- receiving ---------------------------------------------------------------------
 
     async def on_line(self, conn: Connection, line: dict, raw: bytes) -> bool:
         if line.get("t") != "presence":
             return False
-        text = raw.decode("utf-8")
-        raw_doc = raw_member(text, "doc")
-        doc = line.get("doc")
-        hops = line.get("hops")
-        if raw_doc is None or not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
-            return True
-        why = check_doc(doc, len(raw_doc.encode("utf-8")))
-        if why:
-            log.info("presence from %s dropped: %s", conn.peer_key[:18], why)
-            return True
-        origin = doc["origin"]
-        if origin == self.engine.identity.key:
-            return True
         now = now_ms()
-        ts = parse_ts(doc["ts"])
-        if now - ts > MAX_AGE_MS or ts - now > FUTURE_MS:
+        docs = []
+        for hops, raw_doc, doc in line_entries(raw.decode("utf-8"), line, MAX_ORIGINS):
+            why = check_doc(doc, len(raw_doc.encode("utf-8")))
+            if why:
+                log.info("presence from %s dropped: %s", conn.peer_key[:18], why)
+                continue
+            assert isinstance(doc, dict)
+            if doc["origin"] == self.engine.identity.key:
+                continue
+            ts = parse_ts(doc["ts"])
+            if now - ts > MAX_AGE_MS or ts - now > FUTURE_MS:
+                continue
+            docs.append((hops, raw_doc, doc, ts))
+        if not docs:
             return True
-        stored = await self.engine.writer.run(
-            lambda c: self._store(c, origin, doc, raw_doc, ts, now, conn.peer_key, hops))
-        if not stored:
-            return True  # already had it: this is what ends the gossip
-        self.engine.changes.publish({"kind": "presence", "origin": origin,
-                                     "joined": stored == "new"})
-        if hops + 1 < MAX_HOPS and self._worth_relaying(origin, doc):
-            await self._forward(raw_doc, hops + 1, except_keys=(conn.peer_key, origin))
-        return True
-
-    def _worth_relaying(self, origin: str, doc: dict) -> bool:
-        """Relay every change at once, but a bare heartbeat only every other minute.
-
-        Watchers call an agent stale after 150 s without news, so passing on
-        an unchanged document every ~2 minutes keeps it fresh everywhere while
-        halving the traffic a relay adds at rest.
-        """
-        digest = content_digest(doc)
-        now = trio.current_time()
-        prev = self._relayed.get(origin)
-        if prev is not None and prev[0] == digest and now - prev[1] < RELAY_HEARTBEAT:
-            return False
-        self._relayed[origin] = (digest, now)
-        if len(self._relayed) > MAX_ORIGINS * 2:
-            self._relayed.pop(next(iter(self._relayed)))
+        stored = await self.engine.writer.run(lambda c: [
+            self._store(c, doc["origin"], doc, raw_doc, ts, now, conn.peer_key, hops)
+            for hops, raw_doc, doc, ts in docs])
+        for (hops, raw_doc, doc, ts), how in zip(docs, stored, strict=True):
+            if not how:
+                continue  # already had it: this is what ends the gossip
+            origin = doc["origin"]
+            self.engine.changes.publish({"kind": "presence", "origin": origin,
+                                         "joined": how == "new"})
+            digest = content_digest(doc)
+            changed = self._digests.get(origin) != digest
+            self._digests[origin] = digest
+            if len(self._digests) > MAX_ORIGINS * 2:
+                self._digests.pop(next(iter(self._digests)))
+            if hops + 1 < MAX_HOPS:
+                self._queue(origin, raw_doc, hops + 1, max(0.0, (now - ts) / 1000), changed,
+                            except_keys=(conn.peer_key, origin))
         return True
 
     @staticmethod
@@ -250,17 +297,19 @@ class Presence:
         return "new" if row is None else "newer"
 
     async def on_established(self, conn: Connection, prev: dict) -> None:
-        """Anti-entropy: our own document and every fresh one we hold."""
+        """Anti-entropy: our own document and every fresh one we hold, in one go."""
         if not speaks_presence(conn):
             return
         if self.publish and self.own_raw:
-            await self._send(conn, self.own_raw, 0)
-        cutoff = now_ms() - MAX_AGE_MS
+            self._queue(self.engine.identity.key, self.own_raw, 0, 0.0, True, only=conn)
+        now = now_ms()
         rows = await self.engine.read(lambda c: c.execute(
-            "SELECT origin, doc, hops FROM presence WHERE doc_ts >= ?", (cutoff,)).fetchall())
-        for origin, raw, hops in rows:
+            "SELECT origin, doc, hops, doc_ts FROM presence WHERE doc_ts >= ?",
+            (now - MAX_AGE_MS,)).fetchall())
+        for origin, raw, hops, doc_ts in rows:
             if origin != conn.peer_key and hops + 1 < MAX_HOPS:
-                await self._send(conn, raw, hops + 1)
+                self._queue(origin, raw, hops + 1, max(0.0, (now - doc_ts) / 1000), True,
+                            only=conn)
         if self.publish:
             self._changed.set()
 
@@ -274,8 +323,16 @@ class Presence:
 
 
 def content_digest(doc: dict) -> str:
-    """What a document says, ignoring seq, ts and sig (which every heartbeat changes)."""
+    """What a document says, ignoring what every heartbeat may change.
+
+    That is ``seq``, ``ts`` and ``sig``, and the link round-trip times, which
+    wobble by a millisecond from one ping to the next: a new RTT alone is
+    news for the next heartbeat, not a change to rush through the network.
+    """
     body = {k: v for k, v in doc.items() if k not in ("seq", "ts", "sig")}
+    if isinstance(body.get("peers"), list):
+        body["peers"] = [{k: v for k, v in p.items() if k != "rtt"} if isinstance(p, dict) else p
+                         for p in body["peers"]]
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 

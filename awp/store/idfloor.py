@@ -9,9 +9,10 @@ can cost nothing:
   committed.  Its resume then reports that id as seen, and the sender drops
   every queued line of the thread at or below it, so after a restart every new
   id must sort above anything that might have left.  Before lines go out early
-  we durably *reserve* ids up to a time ahead of the clock (``id_floor``) and a
-  restart seeds the generator with it.  The reservation is renewed inside the
-  ordinary group commits while traffic flows, so it costs no extra fsync.
+  we durably *reserve* ids up to a time ahead of the clock (``id_floor``), only
+  ids inside the reservation may leave early, and a restart seeds the
+  generator with it.  The reservation is renewed inside the ordinary group
+  commits while traffic flows, so it costs no extra fsync.
 * **The commit must be all but certain to succeed.**  A commit that fails after
   its lines left would report "not queued" for a line the peer has.  Early
   sending is therefore off while the home's file system is read-only or has
@@ -65,16 +66,21 @@ class IdFloor:
     def before_commit(self, conn: sqlite3.Connection) -> None:
         """Inside every group commit: renew the reservation when it runs short.
 
-        The reservation always reaches at least ``RENEW_MS`` past every id
-        drawn so far, so it also stands in for remembering the last id in each
-        commit (ids of acked lines that are not logged leave no other trace),
-        which keeps a page out of every commit's fsync.
+        The reservation is counted from the clock, not from the last id, so a
+        run of crashes cannot push ids further and further ahead: it stays
+        within ``AHEAD_MS`` of the clock.  While ids are near or past it (just
+        after a crash restart seeded them from it, or after the clock stepped
+        back) the last id is written too; otherwise the reservation stands in
+        for it (ids of acked lines that are not logged leave no other trace),
+        which keeps a page out of every ordinary commit's fsync.
         """
-        last = self.gen.last
-        reach = max(self._clock(), decode_ulid(last) >> 80 if last else 0)
-        if self._pending_ms - reach < RENEW_MS:
-            self._pending_ms = reach + AHEAD_MS
+        now = self._clock()
+        if self._pending_ms - now < RENEW_MS:
+            self._pending_ms = now + AHEAD_MS
             ops.set_meta(conn, "id_floor", encode_ulid((self._pending_ms << 80) | ((1 << 80) - 1)))
+        last = self.gen.last
+        if last and decode_ulid(last) >> 80 >= self._pending_ms - RENEW_MS:
+            ops.set_meta(conn, "last_id", last)
 
     def committed(self) -> None:
         self.committed_ms = self._pending_ms

@@ -96,6 +96,66 @@ def raw_member(line: str, name: str) -> str | None:
         return None
 
 
-def presence_line(ident: str, ts: str, hops: int, raw_doc: str) -> bytes:
+def presence_line(ident: str, ts: str, hops: int, raw_doc: str,
+                  more: list[tuple[int, str]] | None = None) -> bytes:
+    """One presence line; ``more`` adds further documents (cap ``presence-batch``).
+
+    Extra documents ride in ``"more":[{"hops":n,"doc":{...}},...]``, each
+    still the origin's exact bytes.
+    """
+    tail = ""
+    if more:
+        tail = ',"more":[' + ",".join(f'{{"hops":{h},"doc":{r}}}' for h, r in more) + "]"
     return (f'{{"t":"presence","id":"{ident}","ts":"{ts}","hops":{hops},"doc":'
-            + raw_doc + "}\n").encode("utf-8")
+            + raw_doc + tail + "}\n").encode("utf-8")
+
+
+def raw_elements(array_text: str, limit: int) -> list[str] | None:
+    """The exact source text of each element of a JSON array (at most ``limit``)."""
+    if not array_text.startswith("["):
+        return None
+    i, n = 1, len(array_text)
+    out: list[str] = []
+    while True:
+        while i < n and array_text[i] in _WS:
+            i += 1
+        if i < n and array_text[i] == "]" and not out:
+            return out
+        start = i
+        try:
+            _val, i = _decoder.raw_decode(array_text, i)
+        except ValueError:
+            return None
+        out.append(array_text[start:i])
+        if len(out) > limit:
+            return None
+        while i < n and array_text[i] in _WS:
+            i += 1
+        if i < n and array_text[i] == ",":
+            i += 1
+            continue
+        return out if i < n and array_text[i] == "]" else None
+
+
+def line_entries(text: str, line: dict, limit: int) -> list[tuple[int, str, object]]:
+    """Every (hops, raw doc, parsed doc) a presence line carries; malformed ones left out."""
+    out: list[tuple[int, str, object]] = []
+    raw = raw_member(text, "doc")
+    if raw is not None and _hops_ok(line.get("hops")):
+        out.append((line["hops"], raw, line.get("doc")))
+    more = line.get("more")
+    raw_more = raw_member(text, "more") if isinstance(more, list) else None
+    elements = raw_elements(raw_more, limit) if raw_more is not None else None
+    if elements is None or len(elements) != len(more):  # type: ignore[arg-type]
+        return out
+    for el_text, el in zip(elements, more, strict=True):  # type: ignore[arg-type]
+        if not isinstance(el, dict) or not _hops_ok(el.get("hops")):
+            continue
+        doc_raw = raw_member(el_text, "doc")
+        if doc_raw is not None:
+            out.append((el["hops"], doc_raw, el.get("doc")))
+    return out
+
+
+def _hops_ok(hops: object) -> bool:
+    return isinstance(hops, int) and not isinstance(hops, bool) and hops >= 0

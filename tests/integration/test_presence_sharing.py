@@ -143,3 +143,44 @@ def test_sharing_notice_mirror_private_and_withdraw(make_node):
     sharer.connect(other)
     wait_for(lambda: [x for x in other.api("POST", "/v1/inbox", {"mark": False})["records"]
                       if "stopped sharing" in x["line"].get("text", "")], 10, "stop notice")
+
+
+def test_batched_presence_in_and_out(make_node):
+    """A batch line is taken apart doc by doc; relays batch for peers that say
+    presence-batch and send one line per document to peers that do not."""
+    a = make_node("a").start()
+    src_id, far1, far2, forger = (Identity.generate() for _ in range(4))
+    src = RawPeer(a.address, src_id, name="src")
+    batcher = RawPeer(a.address, name="batcher")
+    single = RawPeer(a.address, name="single")
+    try:
+        assert batcher.handshake(caps=["chat", "presence", "presence-batch"])["t"] == "resume"
+        assert single.handshake(caps=["chat", "presence"])["t"] == "resume"
+        assert src.handshake(caps=["chat", "presence", "presence-batch"])["t"] == "resume"
+        now = now_ms()
+        d0, d1, d2 = _doc(src_id, 3, now), _doc(far1, 4, now), _doc(far2, 5, now)
+        tampered = _doc(forger, 6, now).replace('"name":"', '"name":"x')
+        line = ('{"t":"presence","id":"' + src.ids.next() + '","ts":"' + format_ts(now)
+                + '","hops":0,"doc":' + d0 + ',"more":[{"hops":1,"doc":' + d1 + '},'
+                + '{"hops":2,"doc":' + tampered + '},{"hops":2,"doc":' + d2 + "}]}")
+        src.send_line(line.encode())
+        wait_for(lambda: {src_id.key, far1.key, far2.key} <= set(_presence(a)), 10,
+                 "the three good documents stored")
+        assert forger.key not in _presence(a)
+        assert _presence(a)[far2.key] == (5, 2)
+        got = batcher.recv_until(lambda x: x.get("t") == "presence", 10)
+        carried = [(got["hops"], got["doc"]["origin"])] + [
+            (m["hops"], m["doc"]["origin"]) for m in got.get("more", [])]
+        assert sorted(carried) == sorted([(1, src_id.key), (2, far1.key), (3, far2.key)])
+        raw = batcher.received[-1]
+        for d in (d0, d1, d2):  # the origins' exact bytes
+            assert d.encode() in raw
+        seen = set()
+        while len(seen) < 3:
+            one = single.recv_until(lambda x: x.get("t") == "presence", 10)
+            assert "more" not in one
+            seen.add(one["doc"]["origin"])
+        assert seen == {src_id.key, far1.key, far2.key}
+    finally:
+        for p in (src, batcher, single):
+            p.close()

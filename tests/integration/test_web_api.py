@@ -542,8 +542,9 @@ def test_presence_and_sharing_end_to_end(make_node, web_factory):
     def shared_and_seen(st):
         agents = {x["key"]: x for x in st["agents"]}
         t = next((t for t in st["threads"] if t["th"] == sent["th"]), None)
+        # C's own document (not just B listing C as a peer) has come through B.
         return (agents.get(c.key, {}).get("status") == "online" and t is not None
-                and t["shared_by"] == b.key)
+                and t["shared_by"] == b.key and agents[c.key].get("via") == b.key)
 
     st = web.wait_state(shared_and_seen, timeout=30, what="C through B, and the shared thread")
     agents = {x["key"]: x for x in st["agents"]}

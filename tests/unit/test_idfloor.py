@@ -8,7 +8,7 @@ import sqlite3
 from awp.store import ops
 from awp.store.db import open_store
 from awp.store.idfloor import AHEAD_MS, MIN_FREE, RENEW_MS, IdFloor
-from awp.wire.ids import IdGenerator, decode_ulid, ulid_time_ms
+from awp.wire.ids import IdGenerator, decode_ulid, encode_ulid, ulid_time_ms
 
 
 class Clock:
@@ -128,3 +128,33 @@ def test_full_or_readonly_disk_or_a_failed_commit_turns_early_sending_off(tmp_pa
     _commit(conn, floor)
     assert floor.early_ok()
     assert decode_ulid(ops.get_meta(conn, "id_floor")) >> 80 >= clock.now
+
+
+def test_repeated_crashes_keep_ids_within_a_minute_of_the_clock(tmp_path):
+    path = str(tmp_path / "awp.db")
+    clock = Clock(9_000_000)
+    for _crash in range(10):
+        conn = open_store(path)
+        gen = IdGenerator(clock=clock)
+        floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+        floor.load(conn)
+        gen.next()
+        _commit(conn, floor)
+        gen.next()
+        conn.close()  # kill -9
+        clock.now += 500  # and back up half a second later
+    assert ulid_time_ms(gen.last) <= clock.now + AHEAD_MS
+
+
+def test_ids_ahead_of_the_reservation_are_remembered_in_each_commit(tmp_path):
+    conn = open_store(str(tmp_path / "awp.db"))
+    clock = Clock(9_000_000)
+    gen = IdGenerator(clock=clock)
+    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    gen.next()
+    _commit(conn, floor)
+    assert ops.get_meta(conn, "last_id") is None  # an ordinary commit writes no last id
+    gen.seed(encode_ulid((clock.now + AHEAD_MS + 5_000) << 80))  # e.g. the clock stepped back
+    gen.next()
+    _commit(conn, floor)
+    assert ops.get_meta(conn, "last_id") == gen.last
