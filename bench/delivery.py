@@ -8,6 +8,8 @@ Prints
   ``GET /v1/timings``);
 - queue-to-ack latency at 100 msg/s (p50, p99): the same start until the
   peer's ack is back at the sender, which adds the ack's way back;
+- a bare client's msg-to-ack time against the receiving daemon alone (how an
+  independent peer's "acks a msg in X ms" is measured);
 - the drain rate of a 20,000 x 1 KiB backlog after the receiver reconnects,
   with every message durably stored and acked (the sender's outbox empty);
 - each daemon's RSS at rest and at its peak.
@@ -28,6 +30,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from nodes import Node, wait_for  # noqa: E402
+from rawpeer import RawPeer  # noqa: E402
 
 from awp.store import ops  # noqa: E402
 from awp.store.db import open_store  # noqa: E402
@@ -82,6 +85,32 @@ def latency(a, b, n: int, rate: float, *, warm: int = 20, ack_timeout: float = 5
     return out
 
 
+def raw_msg_to_ack(b, n: int, rate: float) -> list[float]:
+    """A bare client (no sending daemon) sends msgs to ``b``: ms until each ack.
+
+    This is how an independent peer's "acks a msg in X ms" is measured: the
+    client's socket write to the ack being read back, ``b`` committing first.
+    """
+    peer = RawPeer(b.address, name="bench-raw")
+    try:
+        if peer.handshake(caps=["chat"])["t"] != "resume":
+            raise SystemExit("raw peer handshake failed")
+        th = new_thread_id()
+        out = []
+        for i in range(n):
+            line = peer.envelope({"t": "msg", "th": th,
+                                  "parts": [{"k": "text", "text": f"raw probe {i}"}]})
+            t0 = time.perf_counter()
+            peer.send_line(line)
+            peer.recv_until(lambda x, ident=line["id"]: x.get("t") == "ack"
+                            and x.get("re") == ident, 5)
+            out.append((time.perf_counter() - t0) * 1000)
+            time.sleep(1.0 / rate)
+        return out[min(50, n // 5):]
+    finally:
+        peer.close()
+
+
 def queue_backlog(db_path: str, peer: str, count: int, size: int) -> None:
     """Queue lines straight into a stopped daemon's store, the way send does."""
     conn = open_store(db_path)
@@ -123,6 +152,9 @@ def main() -> int:
               f"  max {max(one_way):.3f} ms")
         print(f"queue-to-ack latency at 100 msg/s over {len(lat)} msgs: "
               f"p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  max {max(lat):.3f} ms")
+        raw = raw_msg_to_ack(b, min(args.messages, 500), 100.0)
+        print(f"a bare client's msg until b's ack at 100 msg/s over {len(raw)} msgs: "
+              f"p50 {pct(raw, 50):.3f} ms  p99 {pct(raw, 99):.3f} ms")
 
         # Backlog: stop the sender, queue straight into its store, start it again.
         a.stop()

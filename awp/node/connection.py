@@ -332,8 +332,18 @@ class Connection:
             await self.engine.on_other_line(self, line, raw)
 
     async def _after_store_batch(self, results: object, batch: list) -> None:
+        """The lines of one job are stored: ack them, then do what follows.
+
+        At the end of a burst the acks are written before anything else (the
+        peer is waiting on them; events and replies can wait a moment).
+        """
         self._inflight -= len(batch)
         self._inflight_drop.set()
+        for line, _raw in batch:
+            self._held.append(self._line({"t": "ack", "th": line.get("th") or "",
+                                          "re": line["id"]}))
+        if self._post_recv.statistics().current_buffer_used == 0:
+            await self._flush_held()
         for result, (line, _raw) in zip(results, batch, strict=True):  # type: ignore[call-overload]
             await self._after_store(result, line)
 
@@ -350,8 +360,6 @@ class Connection:
 
     async def _after_store(self, result: object, line: dict) -> None:
         seq, replies = result  # type: ignore[misc]
-        # Acks of a burst go out together once the burst is stored (see the loop).
-        self._held.append(self._line({"t": "ack", "th": line.get("th") or "", "re": line["id"]}))
         for reply in replies:
             if callable(reply):  # work to start now that the line is stored
                 self.engine.spawn(reply)

@@ -204,13 +204,31 @@ class Writer:
         return True
 
     def _stage(self, batch: list[Pending]) -> bool:
-        """BEGIN and run every job in its savepoint; False if nothing could start."""
+        """BEGIN and run every job in its savepoint; False if nothing is left to commit.
+
+        A job alone in its batch needs no savepoint: if it fails, the
+        transaction is rolled back and there is nothing to commit.
+        """
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             self._fail_all(batch, e)
             return False
+        if len(batch) == 1:  # alone: its failure undoes the whole transaction
+            p = batch[0]
+            try:
+                p.value = p.job(conn)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                p.error = e
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                if threading.current_thread() is self._thread:
+                    self._resolve(batch)
+                return False
+            return True
         for p in batch:
             try:
                 conn.execute("SAVEPOINT job")

@@ -35,6 +35,9 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # built once: lines are many
+
+
 def _replace_surrogates(v: object) -> object:
     """Lone surrogates become U+FFFD, as Go's decoder does; they cannot be
     encoded as UTF-8, so keeping them would break storing or relaying the line."""
@@ -58,7 +61,7 @@ def parse_line(line: bytes) -> dict:
     if not stripped.startswith(b"{"):
         raise ProtocolError(BAD_FRAME, "line is not a JSON object")
     try:
-        obj = json.loads(line.decode("utf-8"), parse_constant=_no_constant)
+        obj = _DECODER.decode(line.decode("utf-8"))
         if _SURROGATE_ESCAPE.search(line):
             obj = _replace_surrogates(obj)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:

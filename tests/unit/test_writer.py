@@ -138,3 +138,29 @@ def test_failed_commit_fails_the_job_and_tells_the_policy(tmp_path, monkeypatch)
     assert "failed" in policy.events
     assert hooked == [5]  # the early hook ran (the line left), the commit hook did not
     assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 0
+
+
+def test_a_failing_job_alone_fails_only_itself_threaded_and_inline(tmp_path, monkeypatch):
+    conn = _store(tmp_path)
+
+    def bad(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO t (n) VALUES (99)")
+        raise ValueError("no")
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        for quiet in (3600.0, 0.0):  # first through the thread, then inline
+            monkeypatch.setattr(writer_mod, "_QUIET_S", quiet)
+            p = w.submit(bad)
+            try:
+                await p.wait()
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("the job's error must reach its caller")
+            assert await w.submit(_insert(int(quiet))).wait() == int(quiet)
+        await w.stop()
+
+    trio.run(main)
+    assert sorted(r[0] for r in conn.execute("SELECT n FROM t")) == [0, 3600]
