@@ -471,10 +471,13 @@ class Connection:
         finished right here: that saves a task switch before the ack.
         """
         self._post_inflight += 1
-        if self._post_inflight == 1 and pending.event.is_set():
-            async with self._post_lock:
+        if self._post_inflight == 1 and pending.event.is_set() and not self._post_lock.locked():
+            self._post_lock.acquire_nowait()  # no scheduler trip on the way to the ack
+            try:
                 await self._post_one((pending, then, arg))
                 await self._flush_held()
+            finally:
+                self._post_lock.release()
             return
         await self._post_send.send((pending, then, arg))
 
@@ -495,7 +498,7 @@ class Connection:
         """Run one item's follow-up; False (and the connection closing) if it failed."""
         pending, then, arg = item
         try:
-            result = await pending.wait()
+            result = pending.result() if pending.event.is_set() else await pending.wait()
             self.committed_ns = pending.committed_ns
         except Exception as e:
             log.error("storing a line from %s failed: %s", self.peer_key[:18], e)
@@ -647,8 +650,16 @@ class Connection:
         if self.engine.config.trace:
             for ln in data.splitlines():
                 self._trace(">", ln)
-        async with self._send_lock:
+        # An uncontended lock is taken without a trip through the scheduler
+        # (``async with`` yields before it returns), so the bytes leave now.
+        if self._send_lock.locked():
+            await self._send_lock.acquire()
+        else:
+            self._send_lock.acquire_nowait()
+        try:
             await self.stream.send_all(data)
+        finally:
+            self._send_lock.release()
 
     def _trace(self, arrow: str, raw: bytes) -> None:
         if self.engine.config.trace:

@@ -73,6 +73,10 @@ class Pending:
 
     async def wait(self) -> Any:
         await self.event.wait()
+        return self.result()
+
+    def result(self) -> Any:
+        """The committed value (or the error) of a job that is done."""
         if self.error is not None:
             raise self.error
         return self.value
