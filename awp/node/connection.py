@@ -427,9 +427,11 @@ class Connection:
     async def _after_resume(self, acked: object, _unused: object) -> None:
         if acked:
             self.engine.on_acked(self.peer_key, list(acked))  # type: ignore[arg-type]
+        # Replay from the outbox.  Lines already handed over stay queued: one
+        # handed over before its commit may not be visible to the rescan yet,
+        # and whatever the rescan does send is skipped by seq when they go.
         self._last_sent_seq = 0
         self._rescan = True
-        self._pushed = []
         self._resumed_by_peer.set()
         self.wake()
         self.engine.on_peer_resumed(self)

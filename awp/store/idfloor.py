@@ -57,11 +57,35 @@ class IdFloor:
         self._disk_checked = -1e9
 
     def load(self, conn: sqlite3.Connection) -> None:
-        """Seed the generator above every id a crashed run may have sent."""
+        """Seed the generator above every id a crashed run may have sent, then reserve afresh.
+
+        Seeded from a reservation, the generator counts up from it by one, so
+        two runs seeded from the same reservation would draw the same ids (a
+        crash before the first renewal would make the next run repeat them,
+        and a peer that logged one, say in an ``err``, would take a later msg
+        with that id for a duplicate).  So before any id is drawn, a new
+        reservation beyond the old one is committed.
+        """
         self.gen.seed(ops.last_issued_id(conn))
         floor = ops.get_meta(conn, "id_floor")
+        old_ms = 0
         if floor:
             self.gen.seed(floor)
+            old_ms = decode_ulid(floor) >> 80
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            self._pending_ms = max(self._clock() + AHEAD_MS, old_ms + 1)
+            ops.set_meta(conn, "id_floor", encode_ulid((self._pending_ms << 80) | ((1 << 80) - 1)))
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            # A read-only or full store: nothing will be sent early (or stored) anyway.
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            self._pending_ms = 0
+            return
+        self.committed_ms = self._pending_ms
 
     def before_commit(self, conn: sqlite3.Connection) -> None:
         """Inside every group commit: renew the reservation when it runs short.

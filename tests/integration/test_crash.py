@@ -13,6 +13,7 @@ at most one per kill of the sender, which is what the check allows.
 from __future__ import annotations
 
 import random
+import sqlite3
 import threading
 import time
 
@@ -56,6 +57,19 @@ def _in_ids(node: Node, peer: str) -> dict[str, list[str]]:
         if r["t"] == "msg":
             by.setdefault(r["th"], []).append(r["id"])
     return by
+
+
+def _why_missing(src: Node, dst: Node, th: str, sent: list[str], got: list[str],
+                 x: str) -> tuple:
+    """What a failure needs to be understood: the ids around the lost one."""
+    with sqlite3.connect(dst.home + "/awp.db") as con:
+        seen = con.execute("SELECT last_id FROM seen WHERE peer = ? AND th = ?",
+                           (src.key, th)).fetchone()
+    ids = sorted(sent)
+    k = ids.index(x)
+    around = ids[max(0, k - 3):k + 4]
+    return (src.name, th, "lost", x, "peer's seen", seen, "sent around", around,
+            "got around", [i for i in sorted(got) if around[0] <= i <= around[-1]])
 
 
 def test_kill9_both_sides_loses_and_duplicates_nothing(make_node):
@@ -111,7 +125,7 @@ def test_kill9_both_sides_loses_and_duplicates_nothing(make_node):
             assert len(got[th]) == len(set(got[th])), (src.name, th, "duplicate")
             assert got[th] == sorted(got[th]), (src.name, th, "out of order")
             missing = set(sent[th]) - set(got[th])
-            assert not missing, (src.name, th, sorted(missing)[:5])
+            assert not missing, _why_missing(src, dst, th, sent[th], got[th], min(missing))
             unrecorded += len(got[th]) - len(sent[th])
         assert unrecorded <= kills_of[src.name], (src.name, unrecorded)
 

@@ -33,17 +33,32 @@ def _commit(conn: sqlite3.Connection, floor: IdFloor) -> None:
     floor.committed()
 
 
-def test_no_early_send_before_the_first_reservation_commits(tmp_path):
+def test_no_early_send_before_a_reservation_commits(tmp_path):
     conn = open_store(str(tmp_path / "awp.db"))
     clock = Clock(1_000_000)
     gen = IdGenerator(clock=clock)
     floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
-    floor.load(conn)
     gen.next()
     assert not floor.early_ok()
-    _commit(conn, floor)
+    floor.load(conn)  # reserves and commits before the first id of the run
     assert floor.early_ok()
     assert floor.committed_ms == clock.now + AHEAD_MS
+
+
+def test_two_runs_from_one_reservation_never_draw_the_same_ids(tmp_path):
+    """A run that dies before renewing must not be repeated id for id by the next."""
+    path = str(tmp_path / "awp.db")
+    clock = Clock(7_000_000)
+    runs = []
+    for _ in range(3):
+        conn = open_store(path)
+        gen = IdGenerator(clock=clock)
+        IdFloor(gen, str(tmp_path), clock=clock).load(conn)
+        runs.append([gen.next() for _ in range(5)])  # acks, pings: never stored
+        conn.close()  # kill -9 before any commit of its own
+    flat = [i for run in runs for i in run]
+    assert len(set(flat)) == len(flat)
+    assert flat == sorted(flat)
 
 
 def test_an_id_past_the_reservation_waits_for_the_renewal(tmp_path):
