@@ -648,14 +648,15 @@ class Engine:
         text = compact_json(build(ident, format_ts(now)))
         if len(text.encode("utf-8")) > MAX_LINE or not self.writer.may_send_early():
             return ident
-        pushed[key] = ("written", conn)
         with trio.move_on_after(1) as stalled:
             try:
                 await conn.send_first(text)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass  # the connection is going; the line is replayed on resume
+                return ident  # the connection is going; the line is replayed on resume
         if stalled.cancelled_caught:
-            conn.close("a write stalled")
+            conn.close("a write stalled")  # part of the line may be out: end it here
+        else:
+            pushed[key] = ("written", conn)
         return ident
 
     def _send_hooks(self, key: str) -> dict:
