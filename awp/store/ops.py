@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from ..wire.canonical import compact_json
 from ..wire.ids import IdGenerator
+from ..wire.messages import default_subject
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 
 SOURCE_RANK = {"connect": 0, "introduce": 1, "hello": 2}
@@ -204,14 +205,25 @@ def touch_thread_out(
         )
 
 
+THREAD_RECENCY_MS = 1000
+
 
 def _ensure_thread(conn: sqlite3.Connection, peer: str, th: str, subject: str, now: int) -> None:
+    """Create a thread, or move its ``updated`` forward.
+
+    ``updated`` only orders threads by recency, so within a second of the
+    last move it is left alone: the row and its index stay out of the
+    commit, which is two pages less to sync for each message of a busy
+    thread.
+    """
     conn.execute(
         "INSERT INTO threads (peer, th, subject, created, updated, my_since, their_since)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (peer, th) DO UPDATE SET"
         " subject = CASE WHEN threads.subject = '' THEN excluded.subject ELSE threads.subject END,"
-        " updated = max(threads.updated, excluded.updated)",
-        (peer, th, subject[:500], now, now, now, now),
+        " updated = max(threads.updated, excluded.updated)"
+        " WHERE excluded.updated >= threads.updated + ?"
+        " OR (threads.subject = '' AND excluded.subject != '')",
+        (peer, th, subject[:500], now, now, now, now, THREAD_RECENCY_MS),
     )
 
 
@@ -369,8 +381,6 @@ def store_inbound(
     if t == "msg" and th:
         subject = line.get("subject") if isinstance(line.get("subject"), str) else ""
         if not subject:
-            from ..wire.messages import default_subject
-
             parts = line.get("parts") if isinstance(line.get("parts"), list) else []
             subject = default_subject(parts)
         _ensure_thread(conn, peer, th, subject, now)
