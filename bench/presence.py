@@ -32,15 +32,23 @@ def seq_of(node: Node, origin: str) -> int:
     return row[0] if row else 0
 
 
+def distances(adj: dict[int, set[int]], src: int) -> dict[int, int]:
+    """Links from ``src`` to every node it can reach (breadth first)."""
+    dist, frontier = {src: 0}, [src]
+    while frontier:
+        nxt = []
+        for i in frontier:
+            for j in adj[i]:
+                if j not in dist:
+                    dist[j] = dist[i] + 1
+                    nxt.append(j)
+        frontier = nxt
+    return dist
+
+
 def watch_ages(nodes: list[Node], adj: dict[int, set[int]], rest: float) -> float:
     """Sleep ``rest`` seconds, sampling the age of every document each node should hold."""
-    reach: dict[int, list[int]] = {}
-    for src in adj:
-        dist, frontier = {src: 0}, [src]
-        while frontier:
-            frontier = [j for i in frontier for j in adj[i] if j not in dist
-                        and not dist.__setitem__(j, dist[i] + 1)]
-        reach[src] = [o for o, d in dist.items() if 0 < d <= 8]
+    reach = {src: [o for o, d in distances(adj, src).items() if 0 < d <= 8] for src in adj}
     oldest = 0.0
     end = time.monotonic() + rest
     while time.monotonic() < end:
@@ -75,16 +83,7 @@ def run(kind: str, n: int, rest: float) -> None:
         for a, b in edges:
             adj[a].add(b)
             adj[b].add(a)
-        dist = {n - 1: 0}
-        frontier = [n - 1]
-        while frontier:
-            nxt = []
-            for i in frontier:
-                for j in adj[i]:
-                    if j not in dist:
-                        dist[j] = dist[i] + 1
-                        nxt.append(j)
-            frontier = nxt
+        dist = distances(adj, n - 1)
         others = [nodes[i] for i, d in dist.items() if 0 < d <= 8]
         # let the first round of documents settle
         wait_for(lambda: all(seq_of(x, far.key) for x in others), 60, "first documents",

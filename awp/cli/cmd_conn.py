@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from ..localapi.client import LocalClient
+from ..localapi.client import LocalClient, wait_for_address
 from .common import (
     CliError,
     command,
@@ -90,19 +90,7 @@ def up(
     elif given:
         note(f"awp up: the daemon is already running; {', '.join(given)} take effect from its"
              " next start: run awp down, then awp up with them again")
-    deadline = time.monotonic() + UP_WAIT
-    started = time.monotonic()
-    while True:
-        st = client.get("/v1/status")
-        assert isinstance(st, dict)
-        if st.get("address") or st.get("tailcat_error"):
-            break
-        # Without tailcat news, other listeners' results are final after a grace.
-        if (st.get("listen_errors") or st.get("addresses")) and time.monotonic() - started > 2:
-            break
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.25)
+    st = wait_for_address(client, UP_WAIT)
     if as_json:
         out_json({k: st.get(k) for k in ("name", "key", "address", "addresses", "tailcat_error",
                                           "listen_errors", "pid", "home")})

@@ -17,6 +17,7 @@ import _socket as socket
 import errno
 import json
 import time
+from collections.abc import Callable
 
 from awp.localapi.sockpath import find_socket
 
@@ -622,3 +623,25 @@ class NdjsonStream:
             self._conn.close()
         except Exception:
             pass
+
+
+def wait_for_address(client: LocalClient, timeout: float,
+                     stop: Callable[[], bool] = lambda: False) -> dict:
+    """Poll ``/v1/status`` until the daemon has an address to share (or says why not).
+
+    Tailcat takes a few seconds to come up, so its address or its error ends
+    the wait; without tailcat news, the other listeners' results count as
+    final after a 2 s grace.  Returns the last status seen.
+    """
+    started = time.monotonic()
+    while True:
+        st = client.get("/v1/status")
+        assert isinstance(st, dict)
+        if st.get("address") or st.get("tailcat_error"):
+            return st
+        waited = time.monotonic() - started
+        if (st.get("listen_errors") or st.get("addresses")) and waited > 2:
+            return st
+        if waited >= timeout or stop():
+            return st
+        time.sleep(0.25)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hooks.text import FRAMING, batch, reply_hint
-from ..localapi.client import LocalClient
+from ..localapi.client import LocalClient, wait_for_address
 
 #: Longest block allowed for awp_read's wait_seconds.
 MAX_WAIT = 600.0
@@ -112,18 +112,7 @@ def _short(key: str) -> str:
 
 def listen(args: dict, ctx: Context) -> str:
     client = ctx.client(30.0)
-    deadline = time.monotonic() + LISTEN_WAIT
-    started = time.monotonic()
-    while True:
-        st = client.get("/v1/status")
-        assert isinstance(st, dict)
-        if st.get("address") or st.get("tailcat_error"):
-            break
-        if (st.get("listen_errors") or st.get("addresses")) and time.monotonic() - started > 2:
-            break
-        if time.monotonic() >= deadline or ctx.cancelled():
-            break
-        time.sleep(0.25)
+    st = wait_for_address(client, LISTEN_WAIT, ctx.cancelled)
     lines = [f"awp is up as {st.get('name')}", f"key: {st.get('key')}"]
     addr = st.get("address") or ""
     if addr:
