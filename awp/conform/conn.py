@@ -299,9 +299,9 @@ class PeerConn:
                     ": got nothing"
                 raise Fail(f"expected {what} within {waited:.1f}s{got}") from None
             if line is None:
-                how = "reset" if self.reset else "closed"
+                how = " (reset)" if self.reset else ""
                 before = (" after " + ", ".join(describe(x) for x in seen[-6:])) if seen else ""
-                raise Fail(f"expected {what}, but the peer {how} the connection{before}")
+                raise Fail(f"expected {what}, but the peer closed the connection{how}{before}")
             if pred(line):
                 return line
             if reject(line):
