@@ -135,7 +135,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "shares": list(engine.shares or []),
             "store": {"commits": engine.writer.commits,
                       "sent_before_commit": engine.writer.early_batches,
-                      "inline": engine.writer.inline_batches},
+                      "inline": engine.writer.inline_batches,
+                      "intake": engine.intake.status() if engine.intake else None},
             **counts, "peers": peer_list,
         }
 

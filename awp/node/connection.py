@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -283,21 +285,65 @@ class Connection:
                 await self._inflight_drop.wait()
             batch, now = list(contents), now_ms()
             contents.clear()
-            self._inflight += len(batch)
-            texts = [(line, raw.decode("utf-8")) for line, raw in batch]
-            # Copies for dashboard hosts are handed over in commit order, like
-            # our own sends, so a host's lines leave in outbox order.
-            pending = self.engine.writer.submit(
-                lambda c: [self.engine.store_inbound(c, self, line, text, now)
-                           for line, text in texts],
-                self._hand_over_copies if self.engine.shares else None)
-            await self._post(pending, self._after_store_batch, batch)
+            if len(batch) > 1 or not await self._take_in_journaled(*batch[0], now):
+                await self._store_run(batch, now)
         if acks:
             done, key = list(acks), self.peer_key
             acks.clear()
             pending = self.engine.writer.submit_nowait(
                 lambda c: [re for th, re in done if ops.apply_ack(c, key, th, re) or True])
             await self._post(pending, self._after_acks, None)
+
+    async def _store_run(self, batch: list, now: int) -> None:
+        """Store a run of content lines in one job; they are acked after its commit."""
+        self._inflight += len(batch)
+        texts = [(line, raw.decode("utf-8")) for line, raw in batch]
+        # Copies for dashboard hosts are handed over in commit order, like
+        # our own sends, so a host's lines leave in outbox order.
+        pending = self.engine.writer.submit(
+            lambda c: [self.engine.store_inbound(c, self, line, text, now)
+                       for line, text in texts],
+            self._hand_over_copies if self.engine.shares else None)
+        await self._post(pending, self._after_store_batch, batch)
+
+    async def _take_in_journaled(self, line: dict, raw: bytes, now: int) -> bool:
+        """A lone line on a quiet daemon: journal it, ack it, then store it.
+
+        The ack leaves once the line is synced to the intake journal (see
+        :mod:`awp.store.intake`), ahead of the SQLite transaction, and the
+        store is held from before the journal write until that transaction
+        has committed, with no yield to the event loop in between: nothing
+        else is stored meanwhile, and nothing reads the store before the line
+        is in it.  False, with nothing done, when the line must take the
+        ordinary way.
+        """
+        eng, intake = self.engine, self.engine.intake
+        if (intake is None or self._post_inflight or self._held or self._send_lock.locked()
+                or not intake.eligible(line, len(raw), mirrored=bool(eng.shares))
+                or not eng.writer.healthy() or not eng.writer.hold()):
+            return False
+        text = raw.decode("utf-8")
+        if not intake.append(self.peer_key, now, text):
+            eng.writer.release()
+            return False
+        journaled_ns = time.perf_counter_ns()
+        self._send_lock.acquire_nowait()
+        try:
+            ack = self._line({"t": "ack", "th": line.get("th") or "", "re": line["id"]})
+            unsent = self._write_now(ack)
+            pending = eng.writer.run_now(lambda c: eng.store_inbound(c, self, line, text, now))
+            if unsent:
+                await self.stream.send_all(unsent)
+        finally:
+            self._send_lock.release()
+        if pending.error is not None:
+            intake.store_failed(self.peer_key, now, text, pending.error)
+            self.close("store failure")
+            return True
+        intake.stored()
+        pending.committed_ns = journaled_ns  # durable from the journal's sync on
+        await self._post(pending, self._after_store, line)
+        return True
 
     def _seen_line(self, t: str) -> None:
         self._last_recv = trio.current_time()
@@ -648,10 +694,29 @@ class Connection:
     async def _send_line(self, line: dict, ident: str | None = None) -> None:
         await self._send_raw(self._line(line, ident))
 
-    async def _send_raw(self, data: bytes) -> None:
+    def _write_now(self, data: bytes) -> bytes:
+        """Write to a socket without yielding to the event loop; returns what
+        did not go (all of it when the stream is not a plain socket).
+
+        The caller holds the send lock, so nothing can come between these
+        bytes and the rest of them.
+        """
+        self._trace_out(data)
+        if type(self.stream) is not trio.SocketStream:
+            return data
+        try:
+            n = os.write(self.stream.socket.fileno(), data)
+        except OSError:  # would block, or broken: send_all will say which
+            return data
+        return data[n:]
+
+    def _trace_out(self, data: bytes) -> None:
         if self.engine.config.trace:
             for ln in data.splitlines():
                 self._trace(">", ln)
+
+    async def _send_raw(self, data: bytes) -> None:
+        self._trace_out(data)
         # An uncontended lock is taken without a trip through the scheduler
         # (``async with`` yields before it returns), so the bytes leave now.
         if self._send_lock.locked():

@@ -40,6 +40,7 @@ from .config import NodeConfig
 from .connection import Connection
 from .events import Broadcaster
 from .handshake import LocalHello
+from .intake import Intake
 from .peers import PeerManager
 
 log = logging.getLogger("awp.node")
@@ -108,6 +109,7 @@ class Engine:
         self.extensions: list[Any] = []  # later features hook in here
         self.waiting = 0  # local API calls blocked in wait (activity reporting)
         self.mirror: Any = None  # the conversation-sharing extension, when loaded
+        self.intake: Intake | None = None  # lone inbound lines acked from a journal
         # When the agent last acted through awp (Unix ms) and through what
         # (hook, send, mcp, ...); kept by awp.daemon.api_agent for presence/web.
         self.activity: dict[str, Any] = {"at": 0, "source": ""}
@@ -119,6 +121,8 @@ class Engine:
         conn = await trio.to_thread.run_sync(open_store, self.db_path)
         floor = IdFloor(self.ids, os.path.dirname(os.path.abspath(self.db_path)))
         await trio.to_thread.run_sync(floor.load, conn)
+        self.intake = await trio.to_thread.run_sync(
+            Intake.start, os.path.dirname(os.path.abspath(self.db_path)), conn)
         self.writer = Writer(conn, policy=floor)
         self.writer.start()
         try:
@@ -142,6 +146,8 @@ class Engine:
                     except Exception:
                         pass
                 await self.writer.stop()
+                if self.intake is not None:
+                    self.intake.close()
                 try:  # autocommit: the writer thread is gone
                     await trio.to_thread.run_sync(floor.release, conn)
                 except sqlite3.Error as e:
@@ -387,6 +393,8 @@ class Engine:
         ack (refusals of the blobs it names, a ``forbidden``...).
         """
         replies: list = []
+        if self.intake is not None:
+            self.intake.store_unstored(c)
         if line["t"] in ("mirror", "private"):
             # Extension lines: kept by their extension, never in the agent's inbox.
             th = line.get("th") or ""

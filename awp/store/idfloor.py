@@ -118,9 +118,13 @@ class IdFloor:
     def early_ok(self) -> bool:
         """May the lines of the batch just run leave before its commit?"""
         last = self.gen.last
-        if self._failing or not last or decode_ulid(last) >> 80 > self.committed_ms:
+        if not last or decode_ulid(last) >> 80 > self.committed_ms:
             return False
-        return self._disk_healthy()
+        return self.store_ok()
+
+    def store_ok(self) -> bool:
+        """No commit is failing, and the disk is writable with room to spare."""
+        return not self._failing and self._disk_healthy()
 
     def release(self, conn: sqlite3.Connection) -> None:
         """On a clean stop: keep the last id, drop the reservation.

@@ -54,6 +54,7 @@ class CommitPolicy(Protocol):
     def committed(self) -> None: ...
     def failed(self) -> None: ...
     def early_ok(self) -> bool: ...
+    def store_ok(self) -> bool: ...
 
 
 class Pending:
@@ -128,14 +129,19 @@ class Writer:
         ``Pending`` is then already resolved.
         """
         if self._enter_inline():
-            p = Pending(job, on_commit)
-            try:
-                staged = self._stage([p])
-                self._finish(p, staged, staged and self._commit([p], 0))
-            finally:
-                self._lock.release()
-            return p
+            return self.run_now(job, on_commit)
         return self.submit_nowait(job, on_commit)
+
+    def run_now(self, job: Job, on_commit: Hook | None = None) -> Pending:
+        """Run a job on this thread with the store taken by :meth:`hold`, commit
+        it, and give the store back; the returned ``Pending`` is resolved."""
+        p = Pending(job, on_commit)
+        try:
+            staged = self._stage([p])
+            self._finish(p, staged, staged and self._commit([p], 0))
+        finally:
+            self._lock.release()
+        return p
 
     async def run(self, job: Job) -> Any:
         return await self.submit_nowait(job).wait()
@@ -151,8 +157,8 @@ class Writer:
         """Take the store for an inline run, if the writer is quiet.
 
         While held, nothing else can queue a line, so a caller may draw an id
-        and act on it before its job runs.  Follow with :meth:`run_held`, which
-        releases it.
+        and act on it before its job runs.  Follow with :meth:`run_held` or
+        :meth:`run_now`, which release it.
         """
         return self._enter_inline()
 
@@ -182,6 +188,10 @@ class Writer:
         finally:
             self._lock.release()
         return await p.wait()
+
+    def healthy(self) -> bool:
+        """No commit is failing and the disk has room (per the policy, if any)."""
+        return self._policy is None or self._policy.store_ok()
 
     def may_send_early(self) -> bool:
         """Whether a line whose id was just drawn may leave before its commit."""

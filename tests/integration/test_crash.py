@@ -171,3 +171,79 @@ def test_lone_messages_written_before_commit_survive_kill9(make_node):
     assert len(got) == len(set(got)) and got == sorted(got)
     assert not set(sent) - set(got)
     assert len(got) - len(sent) <= kills
+
+
+def _paced_sender(src: Node, dst_key: str, th: str, stop: threading.Event, acked: list,
+                  tag: str) -> None:
+    """Lone messages with a pause between them (so each takes the journal path);
+    ``acked`` gets the id of every one whose ack came back."""
+    i = 0
+    while not stop.is_set():
+        try:
+            r = src.send(dst_key, f"{tag} {i}", th=th, wait_ack=1)
+            if r.get("ack_ms") is not None:
+                acked.append(r["id"])
+        except (DaemonNotRunning, ConnectionError, OSError, TimeoutError, ApiFailure):
+            pass
+        i += 1
+        time.sleep(0.004)
+
+
+def test_lines_acked_from_the_intake_journal_survive_kill9_of_the_receiver(make_node):
+    """The receiver acks a lone line once it is synced to its intake journal,
+    before SQLite has it; kill -9 the receiver among such lines, again and
+    again: every acked line is there afterwards, once, in order."""
+    a = make_node("a").start()
+    b = make_node("b").start()
+    a.connect(b)
+    th = a.send(b.key, "open", subject="journal kills", wait_ack=5)["th"]
+    rnd = random.Random(20261130)
+    acked: list[str] = []
+    for k in range(6):
+        before = b.api("GET", "/v1/status")["store"]["intake"]["journaled"]
+        stop = threading.Event()
+        t = threading.Thread(target=_paced_sender, args=(a, b.key, th, stop, acked, f"r{k}"))
+        t.start()
+        wait_for(lambda n=before: b.api("GET", "/v1/status")["store"]["intake"]["journaled"]
+                 > n + 5, 20, "lines to be journaled")
+        time.sleep(rnd.uniform(0.0, 0.2))
+        b.kill()
+        stop.set()
+        t.join(timeout=30)
+        b.start()
+    wait_for(lambda: a.api("GET", "/v1/status")["queued"] == 0, 60, "a's outbox to drain")
+    got = _in_ids(b, a.key)[th]
+    assert len(got) == len(set(got)), "duplicate"
+    assert got == sorted(got), "out of order"
+    assert not set(acked) - set(got), sorted(set(acked) - set(got))[:5]
+    assert not set(_out_ids(a, b.key)[th]) - set(got)
+
+
+def test_a_line_left_in_the_intake_journal_is_stored_at_start(make_node):
+    """A crash after the ack but before the SQLite commit leaves the line only
+    in the journal: the next start stores it before serving anyone, once."""
+    from awp.node.intake import FILENAME
+    from awp.store.intake import IntakeJournal, Record
+    from awp.wire.canonical import compact_json
+    from awp.wire.ids import IdGenerator
+    from awp.wire.timefmt import format_ts, now_ms
+
+    a = make_node("a").start()
+    b = make_node("b").start()
+    a.connect(b)
+    th = a.send(b.key, "open", subject="left in the journal", wait_ack=5)["th"]
+    b.kill()
+    ident = IdGenerator().next()
+    text = compact_json({"t": "msg", "id": ident, "ts": format_ts(now_ms()), "th": th,
+                         "parts": [{"k": "text", "text": "acked, then the receiver died"}]})
+    j = IntakeJournal.open(f"{b.home}/{FILENAME}")
+    assert j.append(Record(a.key, now_ms(), text))
+    j.close()
+    b.start()
+    assert _in_ids(b, a.key)[th][-1] == ident
+    b.stop()
+    b.start()
+    assert _in_ids(b, a.key)[th].count(ident) == 1
+    later = a.send(b.key, "after the restart", th=th, wait_ack=10)
+    assert later["ack_ms"] is not None
+    assert _in_ids(b, a.key)[th][-2:] == [ident, later["id"]]

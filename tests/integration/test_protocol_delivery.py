@@ -755,3 +755,22 @@ def test_redial_backs_off_when_connections_keep_dropping(node):
                     pass
         # Backoff allows about four attempts in 4 s; a hot loop makes dozens.
         assert dials <= 6, f"{dials} redials in 4 s"
+
+
+def test_a_lone_line_is_acked_from_the_journal_and_readable_at_once(make_node):
+    """Paced lines are acked once synced to the receiver's intake journal; the
+    receiver has them in SQLite before it serves anything else, so a read
+    right after the ack sees each one."""
+    a = make_node("a").start()
+    b = make_node("b").start()
+    a.connect(b)
+    th = a.send(b.key, "first", wait_ack=5)["th"]
+    before = b.api("GET", "/v1/status")["store"]["intake"]["journaled"]
+    for i in range(20):
+        r = a.send(b.key, f"paced {i}", th=th, wait_ack=5)
+        assert r["ack_ms"] is not None
+        assert b.inbound(th=th)[-1]["id"] == r["id"]
+        time.sleep(0.005)
+    intake = b.api("GET", "/v1/status")["store"]["intake"]
+    assert intake["journaled"] >= before + 15, intake
+    assert intake["off"] == "" and intake["pending"] == 0

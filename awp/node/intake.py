@@ -1,0 +1,141 @@
+"""Which inbound lines may go through the intake journal, and getting them
+into SQLite afterwards (the journal itself: :mod:`awp.store.intake`).
+
+A line qualifies when storing it is nothing but :func:`ops.store_inbound`:
+a ``msg`` or ``state`` that names no file, asks for no capability, and is not
+mirrored to a dashboard host.  Those are exactly the lines a restart can
+re-store from the journal without the connection they came on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+
+from ..serve import requests as rq
+from ..store import ops
+from ..store.intake import MAX_RECORD, IntakeJournal, Record
+
+log = logging.getLogger("awp.node")
+
+FILENAME = "intake.journal"
+
+
+class Intake:
+    """The journal of one daemon plus the lines it could not hand to SQLite."""
+
+    def __init__(self, journal: IntakeJournal) -> None:
+        self.journal = journal
+        # Journaled (so acked) lines whose SQLite commit failed.  Every later
+        # inbound job stores them first, which keeps them ahead of newer lines.
+        self._unstored: list[Record] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def start(cls, home: str, conn: sqlite3.Connection) -> Intake | None:
+        """Open the journal and store what an earlier run left in it (worker thread).
+
+        Returns None, and lines take the ordinary way, when the journal cannot
+        be opened (the daemon still works; it only acks a little later).
+        """
+        try:
+            journal = IntakeJournal.open(os.path.join(home, FILENAME))
+        except OSError as e:
+            log.warning("no intake journal (%s): inbound lines are acked after SQLite commits",
+                        e)
+            return None
+        try:
+            records = journal.recover()
+            if records:
+                n = replay(conn, records)
+                log.info("stored %d of %d lines from the intake journal (the rest were"
+                         " already stored)", n, len(records))
+            journal.clear()
+        except BaseException:
+            journal.close()
+            raise
+        return cls(journal)
+
+    def eligible(self, line: dict, size: int, *, mirrored: bool) -> bool:
+        if mirrored or size > MAX_RECORD or not self.journal.fits(size) or self._unstored:
+            return False
+        t = line["t"]
+        if t == "state":
+            return True
+        if t != "msg":
+            return False
+        parts = line.get("parts")
+        return isinstance(parts, list) and rq.request_in(parts) is None and not any(
+            isinstance(p, dict) and p.get("k") == "blob" for p in parts)
+
+    def append(self, peer: str, at: int, text: str) -> bool:
+        return self.journal.append(Record(peer, at, text))
+
+    def stored(self) -> None:
+        self.journal.stored()
+
+    def store_failed(self, peer: str, at: int, text: str, error: BaseException) -> None:
+        """A journaled line did not reach SQLite: keep it for the next inbound job.
+
+        The journal keeps its round for the rest of this run (it is read again
+        at the next start) and takes no more lines.
+        """
+        log.error("a journaled line from %s could not be stored yet: %s", peer[:18], error)
+        self.journal.broken = self.journal.broken or f"a journaled line was not stored: {error}"
+        with self._lock:
+            self._unstored.append(Record(peer, at, text))
+
+    def store_unstored(self, c: sqlite3.Connection) -> None:
+        """Writer thread, inside an inbound job: store lines left by a failed commit.
+
+        A line found already stored was committed by an earlier job and is
+        dropped from the list; the others stay until a later job sees them so.
+        """
+        with self._lock:
+            if not self._unstored:
+                return
+            keep = [rec for rec in self._unstored if _store(c, rec)]
+            self._unstored = keep
+
+    def status(self) -> dict:
+        j = self.journal
+        return {"journaled": j.appended, "pending": j.pending, "off": j.broken}
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+def replay(conn: sqlite3.Connection, records: list[Record]) -> int:
+    """Store recovered lines in one transaction; returns how many were new."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        n = sum(1 for rec in records if _store(conn, rec))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return n
+
+
+def _store(c: sqlite3.Connection, rec: Record) -> bool:
+    """Store one journaled line; True if it was not in the log yet."""
+    try:
+        line = json.loads(rec.text)
+    except ValueError:
+        line = None
+    if not isinstance(line, dict) or line.get("t") not in ("msg", "state") or not isinstance(
+            line.get("id"), str):
+        log.error("skipping an unreadable intake journal record from %s", rec.peer[:18])
+        return False
+    c.execute("SAVEPOINT intake")
+    try:
+        seq = ops.store_inbound(c, rec.peer, line, rec.text, rec.at)
+    except (KeyError, TypeError, ValueError) as e:
+        c.execute("ROLLBACK TO intake")
+        log.error("skipping a malformed intake journal record from %s: %s", rec.peer[:18], e)
+        seq = 0
+    c.execute("RELEASE intake")
+    return bool(seq)

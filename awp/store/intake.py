@@ -1,0 +1,156 @@
+"""The intake journal: a lone inbound line made durable with one write.
+
+Storing a line in SQLite costs a transaction: a lock, B-tree updates across
+half a dozen pages, a write per page and an fsync.  On a quiet daemon that
+work sits between a peer's line arriving and our ack leaving.  The journal
+takes it off that path: the line is appended to a small preallocated file
+and ``fdatasync``-ed (one write, one sync), the ack goes out, and only then
+is the line stored in SQLite the usual way.  Once everything journaled is
+stored, the journal starts again from its beginning.
+
+A crash between the ack and the SQLite commit leaves the line in the
+journal; :meth:`IntakeJournal.recover` hands it back at the next start,
+before any peer is served, and storing it again is harmless (inbound lines
+are deduplicated by sender and id).  So the ack still promises what it
+always did: the line survives ``kill -9`` and power loss.
+
+File layout: records back to back from offset 0, each
+
+    magic "AWPi" | payload length (u32) | serial (u64) | crc32 (u32) | payload
+
+with the payload ``peer key \\n received-at ms \\n raw line``.  Serials grow
+by one from record to record; recovery reads from the start and stops at the
+first record whose magic, length, checksum or serial does not follow, so a
+torn write (never acked) and the leftovers of an earlier round are ignored.
+The file is filled with zeros when created, so appends overwrite blocks the
+file already owns and the sync has no file size or block map to update.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+
+log = logging.getLogger("awp.store")
+
+MAGIC = b"AWPi"
+_HEADER = struct.Struct("<4sIQI")
+SIZE = 1 << 20  # the file; a round of journaled lines must fit in it
+MAX_RECORD = 64 * 1024  # larger lines take the ordinary path
+_sync = getattr(os, "fdatasync", os.fsync)
+
+
+@dataclass(frozen=True)
+class Record:
+    peer: str
+    at: int  # Unix ms when the line was received
+    text: str  # the raw line, without its newline
+
+
+def encode(serial: int, rec: Record) -> bytes:
+    payload = f"{rec.peer}\n{rec.at}\n{rec.text}".encode()
+    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<IQ", len(payload), serial)))
+    return _HEADER.pack(MAGIC, len(payload), serial, crc) + payload
+
+
+def decode_all(data: bytes) -> tuple[list[Record], int]:
+    """The records of the current round, in order, and the last serial (0 if none)."""
+    out: list[Record] = []
+    off, last = 0, 0
+    while off + _HEADER.size <= len(data):
+        magic, length, serial, crc = _HEADER.unpack_from(data, off)
+        end = off + _HEADER.size + length
+        if magic != MAGIC or length > MAX_RECORD or end > len(data):
+            break
+        if out and serial != last + 1:
+            break
+        payload = data[off + _HEADER.size:end]
+        if zlib.crc32(payload, zlib.crc32(struct.pack("<IQ", length, serial))) != crc:
+            break
+        try:
+            peer, at, text = payload.decode().split("\n", 2)
+            rec = Record(peer, int(at), text)
+        except ValueError:
+            break
+        out.append(rec)
+        last, off = serial, end
+    return out, last
+
+
+class IntakeJournal:
+    """The journal file of one home; used from one thread (the event loop)."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self._fd = fd
+        self.path = path
+        self._off = 0
+        self._serial = time.time_ns()  # above any serial a past round can have left
+        self.pending = 0  # journaled lines not yet committed to SQLite
+        self.broken = ""  # why appends stopped (a failed write or sync)
+        self.appended = 0
+
+    @classmethod
+    def open(cls, path: str) -> IntakeJournal:
+        """Open (creating and zero-filling) the journal; refuses a symlink."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            if os.fstat(fd).st_size < SIZE:
+                os.pwrite(fd, bytes(SIZE), 0)
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, path)
+
+    def recover(self) -> list[Record]:
+        """Lines journaled by an earlier run (all acked; maybe not in SQLite)."""
+        records, _ = decode_all(os.pread(self._fd, SIZE, 0))
+        return records
+
+    def clear(self) -> None:
+        """After the recovered lines are committed: zero the journal's start."""
+        os.pwrite(self._fd, bytes(_HEADER.size), 0)
+        _sync(self._fd)
+        self._off, self.pending = 0, 0
+
+    def fits(self, size: int) -> bool:
+        return not self.broken and size <= MAX_RECORD and (
+            self.pending == 0 or self._off + _HEADER.size + size + 64 <= SIZE)
+
+    def append(self, rec: Record) -> bool:
+        """Write and sync one record; False (and the line goes the ordinary way)
+        when it does not fit or the disk refused."""
+        data = encode(self._serial + 1, rec)
+        off = 0 if self.pending == 0 else self._off
+        if self.broken or off + len(data) > SIZE:
+            return False
+        try:
+            n = os.pwrite(self._fd, data, off)
+            if n != len(data):
+                raise OSError(f"short write to the intake journal ({n} of {len(data)} bytes)")
+            _sync(self._fd)
+        except OSError as e:
+            # What reached the disk may be a record: keep the round open so the
+            # next start still reads (and harmlessly re-stores) it.
+            self.broken = str(e)
+            self.pending += 1
+            log.error("intake journal disabled: %s", e)
+            return False
+        self._serial += 1
+        self._off = off + len(data)
+        self.pending += 1
+        self.appended += 1
+        return True
+
+    def stored(self) -> None:
+        """A journaled line is committed to SQLite."""
+        if self.pending > 0:
+            self.pending -= 1
+
+    def close(self) -> None:
+        os.close(self._fd)

@@ -1,0 +1,227 @@
+"""The intake journal: record format, rounds, torn writes, recovery into a store."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from awp.node.intake import FILENAME, Intake
+from awp.store import intake as ij
+from awp.store.db import open_store
+from awp.store.intake import IntakeJournal, Record, decode_all, encode
+
+PEER = "ed25519:" + "A" * 43
+OTHER = "ed25519:" + "B" * 43
+
+
+def _msg(ident: str, text: str = "hello", th: str = "thr_aaaaaaaa", **extra) -> str:
+    line = {"t": "msg", "id": ident, "ts": "2026-11-30T03:00:00.000Z", "th": th,
+            "parts": [{"k": "text", "text": text}], **extra}
+    return json.dumps(line, separators=(",", ":"))
+
+
+def _id(n: int) -> str:
+    return f"01M8N8{n:020d}"
+
+
+@pytest.fixture
+def journal(tmp_path):
+    j = IntakeJournal.open(str(tmp_path / FILENAME))
+    yield j
+    j.close()
+
+
+def test_records_round_trip_in_order():
+    recs = [Record(PEER, 1000 + i, _msg(_id(i), f"text {i} \u00e9\u4e2d")) for i in range(5)]
+    data = b"".join(encode(41 + i, r) for i, r in enumerate(recs)) + bytes(100)
+    got, last = decode_all(data)
+    assert got == recs and last == 45
+
+
+def test_a_torn_or_altered_record_ends_the_round():
+    recs = [Record(PEER, i, _msg(_id(i))) for i in range(3)]
+    blobs = [encode(7 + i, r) for i, r in enumerate(recs)]
+    whole = b"".join(blobs)
+    assert decode_all(whole[:-5])[0] == recs[:2]  # the last write was cut short
+    flipped = bytearray(whole)
+    flipped[len(blobs[0]) + 30] ^= 0x01  # one bit of the second record's payload
+    assert decode_all(bytes(flipped))[0] == recs[:1]
+
+
+def test_a_serial_that_does_not_follow_ends_the_round():
+    a, b = Record(PEER, 1, _msg(_id(1))), Record(PEER, 2, _msg(_id(2)))
+    assert decode_all(encode(10, a) + encode(12, b))[0] == [a]
+    assert decode_all(encode(10, a) + encode(9, b))[0] == [a]
+
+
+def test_journal_file_is_private_zero_filled_and_refuses_a_symlink(tmp_path):
+    path = tmp_path / FILENAME
+    IntakeJournal.open(str(path)).close()
+    st = os.stat(path)
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == ij.SIZE
+    assert IntakeJournal.open(str(path)).recover() == []
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"")
+    link = tmp_path / "linked.journal"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        IntakeJournal.open(str(link))
+    assert target.read_bytes() == b""
+
+
+def test_appended_lines_are_recovered_until_stored(tmp_path, journal):
+    recs = [Record(PEER, i, _msg(_id(i))) for i in range(3)]
+    assert all(journal.append(r) for r in recs)
+    assert journal.pending == 3
+    reopened = IntakeJournal.open(journal.path)
+    assert reopened.recover() == recs
+    reopened.close()
+
+
+def test_a_new_round_starts_at_the_beginning_and_hides_the_old_one(journal):
+    old = [Record(PEER, i, _msg(_id(i), "an older, longer line " * 3)) for i in range(3)]
+    for r in old:
+        assert journal.append(r)
+        journal.stored()
+    assert journal.pending == 0
+    new = Record(OTHER, 99, _msg(_id(50), "new"))
+    assert journal.append(new)
+    assert journal.recover() == [new]
+    # the same length as the record it overwrites: the next old record's
+    # serial is lower than the new one's, so it is not read as a follower
+    for _ in range(2):
+        journal.stored()
+    same = Record(PEER, 0, _msg(_id(0), "an older, longer line " * 3))
+    assert journal.append(same)
+    assert journal.recover() == [same]
+
+
+def test_clear_empties_the_journal(journal):
+    journal.append(Record(PEER, 1, _msg(_id(1))))
+    journal.clear()
+    assert journal.recover() == [] and journal.pending == 0
+
+
+def test_oversized_lines_and_a_full_round_take_the_ordinary_way(journal):
+    assert not journal.fits(ij.MAX_RECORD + 1)
+    big = Record(PEER, 1, _msg(_id(1), "x" * (ij.MAX_RECORD - 500)))
+    n = 0
+    while journal.fits(len(big.text)) and journal.append(big):
+        n += 1
+    size = len(encode(0, big))
+    assert n == ij.SIZE // size or n == ij.SIZE // size - 1  # as many as fit
+    assert not journal.append(big)
+    assert len(journal.recover()) == n
+    for _ in range(n):
+        journal.stored()
+    assert journal.fits(len(big.text)) and journal.append(big)  # a new round
+
+
+def test_a_failed_sync_stops_the_journal_and_keeps_its_round(journal, monkeypatch):
+    journal.append(Record(PEER, 1, _msg(_id(1))))
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ij, "_sync", broken)
+    assert not journal.append(Record(PEER, 2, _msg(_id(2))))
+    assert "Input/output error" in journal.broken and not journal.fits(10)
+    journal.stored()
+    assert journal.pending == 1  # the round stays: the next start reads it again
+
+
+def _inbound(conn, peer: str = PEER) -> list[tuple[str, str]]:
+    return [(r[0], r[1]) for r in conn.execute(
+        "SELECT id, th FROM log WHERE dir = 'in' AND peer = ? ORDER BY seq", (peer,))]
+
+
+def test_start_stores_what_a_crashed_run_acked_exactly_once(tmp_path):
+    home = str(tmp_path)
+    conn = open_store(os.path.join(home, "awp.db"))
+    j = IntakeJournal.open(os.path.join(home, FILENAME))
+    lines = [_msg(_id(i), f"m{i}") for i in range(4)]
+    state = json.dumps({"t": "state", "id": _id(9), "ts": "2026-11-30T03:00:00.000Z",
+                        "th": "thr_aaaaaaaa", "state": "working", "note": "on it"},
+                       separators=(",", ":"))
+    for i, text in enumerate([*lines, state]):
+        assert j.append(Record(PEER, 1_700_000_000_000 + i, text))
+    j.close()
+    # one of them had reached SQLite before the crash
+    conn.execute("BEGIN IMMEDIATE")
+    from awp.store import ops
+    ops.store_inbound(conn, PEER, json.loads(lines[0]), lines[0], 1)
+    conn.execute("COMMIT")
+
+    intake = Intake.start(home, conn)
+    assert intake is not None
+    assert _inbound(conn) == [(_id(i), "thr_aaaaaaaa") for i in range(4)] + [
+        (_id(9), "thr_aaaaaaaa")]
+    row = conn.execute("SELECT theirs, their_note FROM threads WHERE th = 'thr_aaaaaaaa'"
+                       ).fetchone()
+    assert tuple(row) == ("working", "on it")
+    seen = conn.execute("SELECT last_id FROM seen WHERE peer = ?", (PEER,)).fetchone()[0]
+    assert seen == _id(9)
+    intake.close()
+    again = Intake.start(home, conn)  # the journal was cleared: nothing more
+    assert again is not None and len(_inbound(conn)) == 5
+    again.close()
+
+
+def test_an_unreadable_record_is_skipped_not_fatal(tmp_path):
+    home = str(tmp_path)
+    conn = open_store(os.path.join(home, "awp.db"))
+    j = IntakeJournal.open(os.path.join(home, FILENAME))
+    j.append(Record(PEER, 1, "not json"))
+    j.append(Record(PEER, 2, '{"t":"state","id":"' + _id(3) + '","th":"thr_aaaaaaaa"}'))
+    j.append(Record(PEER, 3, _msg(_id(4))))
+    j.close()
+    intake = Intake.start(home, conn)
+    assert intake is not None and _inbound(conn) == [(_id(4), "thr_aaaaaaaa")]
+    intake.close()
+
+
+def test_which_lines_may_be_journaled(tmp_path):
+    home = str(tmp_path)
+    conn = open_store(os.path.join(home, "awp.db"))
+    intake = Intake.start(home, conn)
+    assert intake is not None
+    msg = json.loads(_msg(_id(1)))
+    assert intake.eligible(msg, 200, mirrored=False)
+    assert not intake.eligible(msg, 200, mirrored=True)  # copies go to a dashboard host
+    assert not intake.eligible(msg, ij.MAX_RECORD + 1, mirrored=False)
+    blob = dict(msg, parts=[{"k": "blob", "ref": "b_1", "name": "f", "size": 3}])
+    assert not intake.eligible(blob, 200, mirrored=False)
+    request = dict(msg, parts=[{"k": "data", "mime": "application/vnd.awp.fs-read+json",
+                                "data": {"path": "x"}}])
+    assert not intake.eligible(request, 200, mirrored=False)
+    plain_data = dict(msg, parts=[{"k": "data", "mime": "application/json", "data": {}}])
+    assert intake.eligible(plain_data, 200, mirrored=False)
+    assert intake.eligible({"t": "state", "id": _id(2), "th": "t", "state": "done"}, 90,
+                           mirrored=False)
+    assert not intake.eligible({"t": "mirror", "id": _id(3)}, 90, mirrored=False)
+    intake.close()
+
+
+def test_a_line_that_missed_sqlite_is_stored_before_newer_ones(tmp_path):
+    home = str(tmp_path)
+    conn = open_store(os.path.join(home, "awp.db"))
+    intake = Intake.start(home, conn)
+    assert intake is not None
+    first = _msg(_id(1), "acked from the journal, then the commit failed")
+    assert intake.append(PEER, 5, first)
+    intake.store_failed(PEER, 5, first, OSError("disk trouble"))
+    assert not intake.eligible(json.loads(_msg(_id(2))), 100, mirrored=False)
+    from awp.store import ops
+
+    for n in (2, 3):  # later jobs store the missed line first, then their own
+        conn.execute("BEGIN IMMEDIATE")
+        intake.store_unstored(conn)
+        text = _msg(_id(n))
+        ops.store_inbound(conn, PEER, json.loads(text), text, 6)
+        conn.execute("COMMIT")
+    assert [i for i, _ in _inbound(conn)] == [_id(1), _id(2), _id(3)]
+    assert intake._unstored == []  # seen stored by the second job: dropped
+    intake.close()
