@@ -2,10 +2,14 @@
 
 Prints
 - one-way latency at 100 msg/s (p50, p99): from the sender's daemon starting
-  to queue a msg to the receiver's daemon having it committed (its post-commit
-  step, just before the ack is written).  Both daemons stamp CLOCK_MONOTONIC,
-  which every process on one host shares (the receiver reports its stamps on
-  ``GET /v1/timings``);
+  to queue a msg to the receiver's daemon having it durably stored (synced to
+  its intake journal or committed to SQLite, whichever acks it).  Both daemons
+  stamp CLOCK_MONOTONIC, which every process on one host shares (the receiver
+  reports its stamps on ``GET /v1/timings``).  Measured twice: first with both
+  daemons placed by the kernel, which on a small machine often stacks them on
+  one CPU so the sender's bookkeeping after a send delays the receiver; then,
+  when the machine has two CPUs or more, with each daemon held to a CPU of its
+  own, as two peers on two hosts are;
 - queue-to-ack latency at 100 msg/s (p50, p99): the same start until the
   peer's ack is back at the sender, which adds the ack's way back;
 - a bare client's msg-to-ack time against the receiving daemon alone (how an
@@ -48,6 +52,21 @@ def rss_mb(pid: int) -> tuple[float, float]:
             elif line.startswith("VmHWM:"):
                 peak = int(line.split()[1]) / 1024
     return cur, peak
+
+
+def pin(pid: int, cpu: int) -> None:
+    """Hold every thread of a process to one CPU (threads it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def own_cpus() -> tuple[int, int] | None:
+    """Two CPUs this process may use, for the sender and the receiver."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
 
 
 def pct(values: list[float], p: float) -> float:
@@ -156,13 +175,21 @@ def main() -> int:
         time.sleep(1.0)
         idle_a, idle_b = rss_mb(a.proc.pid)[0], rss_mb(b.proc.pid)[0]
 
-        one_way: list[float] = []
-        lat = latency(a, b, args.messages, 100.0, one_way=one_way)
-        print(f"one-way latency at 100 msg/s, queued until committed at the peer, over "
-              f"{len(one_way)} msgs: p50 {pct(one_way, 50):.3f} ms  p99 {pct(one_way, 99):.3f} ms"
-              f"  max {max(one_way):.3f} ms")
-        print(f"queue-to-ack latency at 100 msg/s over {len(lat)} msgs: "
-              f"p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  max {max(lat):.3f} ms")
+        cpus = own_cpus()
+        placements = [("placed by the kernel", None)]
+        if cpus:
+            placements.append((f"each on its own CPU ({cpus[0]}, {cpus[1]})", cpus))
+        for how, where in placements:
+            if where:
+                pin(a.proc.pid, where[0])
+                pin(b.proc.pid, where[1])
+            one_way: list[float] = []
+            lat = latency(a, b, args.messages, 100.0, one_way=one_way)
+            print(f"one-way latency at 100 msg/s, queued until stored at the peer, daemons {how},"
+                  f" over {len(one_way)} msgs: p50 {pct(one_way, 50):.3f} ms"
+                  f"  p99 {pct(one_way, 99):.3f} ms  max {max(one_way):.3f} ms")
+            print(f"queue-to-ack latency at 100 msg/s, daemons {how}, over {len(lat)} msgs: "
+                  f"p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  max {max(lat):.3f} ms")
         raw = raw_msg_to_ack(b, min(args.messages, 500), 100.0)
         print(f"a bare client's msg until b's ack at 100 msg/s over {len(raw)} msgs: "
               f"p50 {pct(raw, 50):.3f} ms  p99 {pct(raw, 99):.3f} ms")
@@ -173,6 +200,8 @@ def main() -> int:
         before = b.api("GET", "/v1/status")["unread"]
         t0 = time.perf_counter()
         a.start()
+        if cpus:
+            pin(a.proc.pid, cpus[0])
         wait_for(lambda: a.peer_state(b.key).startswith("connected"), 30, "reconnect",
                  interval=0.002)
         t1 = time.perf_counter()

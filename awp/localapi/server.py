@@ -28,6 +28,8 @@ from urllib.parse import parse_qsl, unquote
 import h11
 import trio
 
+from ..wire.canonical import compact_json
+
 log = logging.getLogger("awp.localapi")
 
 #: Largest request body accepted; bigger ones get 413 (blobs travel by path,
@@ -51,7 +53,7 @@ Handler = Callable[["Request"], Awaitable[Any]]
 
 def _dumps(obj: Any) -> str:
     """Compact JSON, UTF-8 as is: the form every response and stream line uses."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return compact_json(obj)
 
 
 class ApiError(Exception):

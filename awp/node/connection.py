@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -581,13 +581,38 @@ class Connection:
         return (self._resumed_by_peer.is_set() and not self._pushed and not self._rescan
                 and not self._sending and not self._bye_sent and not self.closed.is_set())
 
-    async def send_first(self, text: str) -> None:
-        """Write a line before it is stored (the caller holds the store, see Engine)."""
+    async def send_first(self, text: str) -> bool:
+        """Write a line before it is stored (the caller holds the store, see Engine).
+
+        Usually the socket takes it at once, with no trip through the event
+        loop.  Returns False when the connection broke or the write stalled
+        for a second; the connection is then closed (part of the line may be
+        out), and the line is replayed on the next resume.
+        """
+        data = text.encode("utf-8") + b"\n"
         self._sending = True
         try:
-            await self._send_raw(text.encode("utf-8") + b"\n")
+            if self._send_lock.locked():
+                return await self._send_within_a_second(data, self._send_raw)
+            self._send_lock.acquire_nowait()
+            try:
+                rest = self._write_now(data)
+                return not rest or await self._send_within_a_second(rest, self.stream.send_all)
+            finally:
+                self._send_lock.release()
         finally:
             self._sending = False
+
+    async def _send_within_a_second(self, data: bytes,
+                                    send: Callable[[bytes], Awaitable[None]]) -> bool:
+        with trio.move_on_after(1):
+            try:
+                await send(data)
+                return True
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                return False
+        self.close("a write stalled")
+        return False
 
     def sent_first(self, seq: int) -> None:
         """The line written by :meth:`send_first` got outbox position ``seq``."""

@@ -567,7 +567,7 @@ class Engine:
         re, ident = line.get("re"), line.get("id")
         if isinstance(re, str) and re and isinstance(ident, str) and ident:
             key, now = conn.peer_key, now_ms()
-            text = json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+            text = compact_json(line)
 
             def keep(c: sqlite3.Connection) -> int:
                 row = c.execute("SELECT th FROM log WHERE peer = ? AND dir = 'out' AND id = ?",
@@ -643,29 +643,23 @@ class Engine:
             self.peers.kick(key)
 
     async def _send_first(self, key: str, build: Callable[[str, str], dict], now: int,
-                          pushed: dict) -> str | None:
+                          pushed: dict) -> tuple[str, dict, str] | None:
         """With the store held: write the line now if the connection is idle.
 
-        Returns the id drawn for it (None if nothing was drawn).  A write that
-        stalls for a second closes the connection rather than keep the store.
+        Returns the id drawn for it with the line and its text, for the job
+        to store as they are (None if nothing was drawn).
         """
         conn = self.peers.active(key)
         if conn is None or not conn.caught_up():
             return None
         ident = self.ids.next()
-        text = compact_json(build(ident, format_ts(now)))
-        if len(text.encode("utf-8")) > MAX_LINE or not self.writer.may_send_early():
-            return ident
-        with trio.move_on_after(1) as stalled:
-            try:
-                await conn.send_first(text)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return ident  # the connection is going; the line is replayed on resume
-        if stalled.cancelled_caught:
-            conn.close("a write stalled")  # part of the line may be out: end it here
-        else:
+        line = build(ident, format_ts(now))
+        first = (ident, line, compact_json(line))
+        if len(first[2].encode("utf-8")) > MAX_LINE or not self.writer.may_send_early():
+            return first
+        if await conn.send_first(first[2]):
             pushed[key] = ("written", conn)
-        return ident
+        return first
 
     def _send_hooks(self, key: str) -> dict:
         """Writer hooks for a line we queue: early hand-over, then the committed one.
@@ -733,12 +727,12 @@ class Engine:
             line["parts"] = parts
             return line
 
-        def job(c: sqlite3.Connection, ident: str | None) -> tuple:
+        def job(c: sqlite3.Connection, first: tuple | None) -> tuple:
             ops.ensure_peer(c, key, now)
             chunks = [row for b in staged
                       for row in ops.queue_chunks(c, self.ids, key, th, b, now)]
             res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE,
-                                 ident=ident)
+                                 first=first)
             for b in staged:
                 c.execute("UPDATE blobs SET msg_id = ? WHERE peer = ? AND dir = 'out' AND ref = ?",
                           (res[1]["id"], key, b["ref"]))
@@ -758,17 +752,17 @@ class Engine:
                 line["note"] = note
             return line
 
-        def job(c: sqlite3.Connection, ident: str | None) -> tuple:
+        def job(c: sqlite3.Connection, first: tuple | None) -> tuple:
             ops.ensure_peer(c, key, now)
             res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE,
-                                 ident=ident)
+                                 first=first)
             ops.touch_thread_out(c, key, th, now, state=state, note=note)
             return (*res, [], self._mirror_copies(c, key, res[1], now))
 
         return await self._queue_own(key, build, job, now)
 
     async def _queue_own(self, key: str, build: Callable[[str, str], dict],
-                         job: Callable[[sqlite3.Connection, str | None], tuple], now: int,
+                         job: Callable[[sqlite3.Connection, tuple | None], tuple], now: int,
                          direct: bool = True) -> dict:
         """Queue a msg or state of ours and get it to the peer as soon as it may go.
 
@@ -787,12 +781,12 @@ class Engine:
         else:
             with trio.CancelScope(shield=True):  # the store is held: finish what we start
                 try:
-                    ident = await self._send_first(key, build, now, hooks["pushed"]) \
+                    first = await self._send_first(key, build, now, hooks["pushed"]) \
                         if direct else None
                 except BaseException:
                     self.writer.release()
                     raise
-                res = await self.writer.run_held(lambda c: job(c, ident), on_commit,
+                res = await self.writer.run_held(lambda c: job(c, first), on_commit,
                                                  early=early)
         self.changes.publish({"kind": "sent", "peer": key, "th": res[1]["th"], "seq": res[0]})
         return {"id": res[1]["id"], "th": res[1]["th"], "line": res[1]}

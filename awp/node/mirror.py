@@ -17,6 +17,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from ..store import ops
+from ..wire.canonical import compact_json
 from ..wire.framing import MAX_LINE
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ class Mirror:
             "INSERT OR IGNORE INTO mirrors (sharer, id, th, of, of_name, subject, dir, line, at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (sharer, line["id"], th, s("of"), s("of_name")[:200], s("subject")[:500],
-             s("dir"), json.dumps(orig, separators=(",", ":"), ensure_ascii=False), now))
+             s("dir"), compact_json(orig), now))
 
     # -- when a peer connects: has its sharing changed? -----------------------------------
 

@@ -161,18 +161,22 @@ def queue_line(
     ref: str = "",
     now: int | None = None,
     max_bytes: int | None = None,
-    ident: str | None = None,
+    first: tuple[str, dict, str] | None = None,
 ) -> tuple[int, dict, str]:
     """Allocate an id, queue the line for ``peer`` and (optionally) log it.
 
     The id is taken inside the transaction, so outbox order equals id order;
-    a caller passing ``ident`` drew it while holding the store (same rule).
+    a caller passing ``first`` (id, line, text) built the line with ``now``
+    from an id it drew while holding the store (same rule).
     Queuing anything un-parks the peer.  Returns ``(seq, line, text)``.
     """
     now = now_ms() if now is None else now
-    ident = ident or gen.next()
-    line = build(ident, format_ts(now))
-    text = compact_json(line)
+    if first is not None:
+        ident, line, text = first
+    else:
+        ident = gen.next()
+        line = build(ident, format_ts(now))
+        text = compact_json(line)
     if max_bytes is not None and len(text.encode("utf-8")) > max_bytes:
         raise LineTooLong(len(text.encode("utf-8")), max_bytes)
     th = line.get("th") or ""

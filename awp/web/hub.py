@@ -11,13 +11,13 @@ other clients.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 from typing import Any
 
 import trio
 
+from ..wire.canonical import compact_json
 from ..wire.timefmt import now_ms
 from . import model
 from .daemon import DaemonDown, DaemonError, DaemonLink
@@ -41,7 +41,7 @@ RETRY_EVERY = 1.0
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return compact_json(obj)
 
 
 def sse(event: str, data: Any, ident: int | None = None) -> bytes:

@@ -19,6 +19,10 @@ def canonical_bytes(value: object) -> bytes:
     return canonical_json(value).encode("utf-8")
 
 
+# One encoder for every call: ``json.dumps`` with options builds a new one each time.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def compact_json(value: object) -> str:
     """How we write wire lines: no whitespace, no HTML or non-ASCII escaping."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _COMPACT.encode(value)

@@ -18,14 +18,24 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_last_second: tuple[int, str] = (-1, "")  # (Unix second, its formatted prefix)
+
+
 def format_ts(ms: int) -> str:
-    """``2026-09-25T17:03:11.123Z`` for a Unix time in milliseconds."""
+    """``2026-09-25T17:03:11.123Z`` for a Unix time in milliseconds.
+
+    Every line we build carries one; the date part only changes once a
+    second, so it is kept (one tuple, swapped whole, safe across threads).
+    """
+    global _last_second
     secs, frac = divmod(ms, 1000)
-    t = time.gmtime(secs)
-    return (
-        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
-        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{frac:03d}Z"
-    )
+    last, prefix = _last_second
+    if secs != last:
+        t = time.gmtime(secs)
+        prefix = (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+                  f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.")
+        _last_second = (secs, prefix)
+    return f"{prefix}{frac:03d}Z"
 
 
 def format_ts_seconds(ms: int) -> str:
