@@ -168,11 +168,14 @@ class Writer:
 
     async def run_held(self, job: Job, on_commit: Hook | None = None, *,
                        early: Hook | None = None) -> Any:
-        """Run a job inline while holding the store; the fsync runs off the loop.
+        """Run a job and its commit on this thread while holding the store.
 
-        The early hooks run on this thread before the commit starts in a
-        worker thread, so a connection can send while the disk syncs; the store
-        is released only after every hook ran, which keeps hooks in commit order.
+        The early hooks run before the commit; the store is released only
+        after every hook ran, which keeps hooks in commit order.  The commit
+        blocks the event loop for one fsync: the store is only held when
+        commits are fast (see :meth:`hold`), and handing the commit to a
+        worker thread cost about as much CPU as it saved, on the CPU a
+        receiving daemon on the same host may be waiting for.
         """
         p = Pending(job, on_commit, early)
         try:
@@ -182,12 +185,10 @@ class Writer:
                 sent = _call(p.early, p.value)
                 p.early = None
                 self.early_batches += 1
-            with trio.CancelScope(shield=True):
-                ok = await trio.to_thread.run_sync(self._commit, [p], sent) if staged else False
-            self._finish(p, staged, ok)
+            self._finish(p, staged, self._commit([p], sent) if staged else False)
         finally:
             self._lock.release()
-        return await p.wait()
+        return p.result()
 
     def healthy(self) -> bool:
         """No commit is failing and the disk has room (per the policy, if any)."""
