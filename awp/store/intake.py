@@ -44,6 +44,14 @@ MAX_RECORD = 64 * 1024  # larger lines take the ordinary path
 _sync = getattr(os, "fdatasync", os.fsync)
 
 
+def _sync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Record:
     peer: str
@@ -102,6 +110,7 @@ class IntakeJournal:
             if os.fstat(fd).st_size < SIZE:
                 os.pwrite(fd, bytes(SIZE), 0)
                 os.fsync(fd)
+                _sync_dir(os.path.dirname(os.path.abspath(path)))  # the new name too
         except BaseException:
             os.close(fd)
             raise
