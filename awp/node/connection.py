@@ -333,15 +333,17 @@ class Connection:
             unsent = self._write_now(ack)
             _give_way()
             pending = eng.writer.run_now(lambda c: eng.store_inbound(c, self, line, text, now))
+            if pending.error is None:
+                intake.stored()
+            else:
+                intake.store_failed(self.peer_key, now, text, pending.error)
             if unsent:
                 await self.stream.send_all(unsent)
         finally:
             self._send_lock.release()
         if pending.error is not None:
-            intake.store_failed(self.peer_key, now, text, pending.error)
             self.close("store failure")
             return True
-        intake.stored()
         pending.committed_ns = journaled_ns  # durable from the journal's sync on
         await self._post(pending, self._after_store, line)
         return True

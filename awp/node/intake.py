@@ -94,9 +94,9 @@ class Intake:
         A line found already stored was committed by an earlier job and is
         dropped from the list; the others stay until a later job sees them so.
         """
+        if not self._unstored:  # the usual case, without the lock
+            return
         with self._lock:
-            if not self._unstored:
-                return
             keep = [rec for rec in self._unstored if _store(c, rec)]
             self._unstored = keep
 
