@@ -247,3 +247,28 @@ def test_a_line_left_in_the_intake_journal_is_stored_at_start(make_node):
     later = a.send(b.key, "after the restart", th=th, wait_ack=10)
     assert later["ack_ms"] is not None
     assert _in_ids(b, a.key)[th][-2:] == [ident, later["id"]]
+
+
+def test_a_journaled_line_whose_commit_fails_is_stored_before_newer_ones(make_node):
+    """The receiver acks a lone line from its journal, then its SQLite commit
+    fails (another process holds the database's write lock past the busy
+    timeout): the line is not lost, and it lands ahead of the next one."""
+    a = make_node("a").start()
+    b = make_node("b").start()
+    a.connect(b)
+    th = a.send(b.key, "open", subject="commit trouble", wait_ack=5)["th"]
+    blocker = sqlite3.connect(b.home + "/awp.db", timeout=0, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # the write lock, held by someone else
+        x = a.send(b.key, "acked from the journal, then the commit failed", th=th,
+                   wait_ack=5)
+        assert x["ack_ms"] is not None
+        wait_for(lambda: b.api("GET", "/v1/status")["store"]["intake"]["off"], 40,
+                 "b's commit to give up on the lock")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    y = a.send(b.key, "the next one", th=th, wait_ack=30)
+    assert y["ack_ms"] is not None
+    got = _in_ids(b, a.key)[th]
+    assert got[-2:] == [x["id"], y["id"]] and got.count(x["id"]) == 1
