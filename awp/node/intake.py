@@ -17,7 +17,7 @@ import threading
 
 from ..serve import requests as rq
 from ..store import ops
-from ..store.intake import MAX_RECORD, IntakeJournal, Record
+from ..store.intake import IntakeJournal, Record
 
 log = logging.getLogger("awp.node")
 
@@ -60,7 +60,7 @@ class Intake:
         return cls(journal)
 
     def eligible(self, line: dict, size: int, *, mirrored: bool) -> bool:
-        if mirrored or size > MAX_RECORD or not self.journal.fits(size) or self._unstored:
+        if mirrored or not self.journal.fits(size) or self._unstored:
             return False
         t = line["t"]
         if t == "state":

@@ -41,6 +41,7 @@ MAGIC = b"AWPi"
 _HEADER = struct.Struct("<4sIQI")
 SIZE = 1 << 20  # the file; a round of journaled lines must fit in it
 MAX_RECORD = 64 * 1024  # larger lines take the ordinary path
+_ROOM = 256  # a record's payload beyond the line: peer key, time, separators
 _sync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -128,16 +129,18 @@ class IntakeJournal:
         self._off, self.pending = 0, 0
 
     def fits(self, size: int) -> bool:
-        return not self.broken and size <= MAX_RECORD and (
-            self.pending == 0 or self._off + _HEADER.size + size + 64 <= SIZE)
+        """Whether a line of ``size`` bytes may be appended now (the peer key
+        and the time take at most ``_ROOM`` bytes more)."""
+        return not self.broken and size + _ROOM <= MAX_RECORD and (
+            self.pending == 0 or self._off + _HEADER.size + size + _ROOM <= SIZE)
 
     def append(self, rec: Record) -> bool:
         """Write and sync one record; False (and the line goes the ordinary way)
         when it does not fit or the disk refused."""
         data = encode(self._serial + 1, rec)
         off = 0 if self.pending == 0 else self._off
-        if self.broken or off + len(data) > SIZE:
-            return False
+        if self.broken or len(data) - _HEADER.size > MAX_RECORD or off + len(data) > SIZE:
+            return False  # (recovery reads no payload over MAX_RECORD)
         try:
             n = os.pwrite(self._fd, data, off)
             if n != len(data):

@@ -120,6 +120,18 @@ def test_oversized_lines_and_a_full_round_take_the_ordinary_way(journal):
     assert journal.fits(len(big.text)) and journal.append(big)  # a new round
 
 
+def test_every_record_the_journal_takes_is_read_back_at_the_size_limit(journal):
+    base = len(_msg(_id(1), ""))
+    taken = []
+    for size in range(ij.MAX_RECORD - 120, ij.MAX_RECORD + 2, 7):
+        rec = Record(PEER, 1, _msg(_id(1), "y" * (size - base)))
+        if journal.append(rec):
+            taken.append(rec)
+        journal.stored()
+        assert journal.recover() == taken[-1:]
+    assert taken and len(taken[-1].text) < ij.MAX_RECORD
+
+
 def test_a_failed_sync_stops_the_journal_and_keeps_its_round(journal, monkeypatch):
     journal.append(Record(PEER, 1, _msg(_id(1))))
 
