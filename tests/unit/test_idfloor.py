@@ -26,6 +26,12 @@ def _vfs(free: int, readonly: bool = False):
     return statvfs
 
 
+def _floor(home, clock: Clock) -> tuple[IdGenerator, IdFloor]:
+    """An id generator and its reservation on a disk with plenty of room."""
+    gen = IdGenerator(clock=clock)
+    return gen, IdFloor(gen, str(home), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+
+
 def _commit(conn: sqlite3.Connection, floor: IdFloor) -> None:
     conn.execute("BEGIN IMMEDIATE")
     floor.before_commit(conn)
@@ -36,8 +42,7 @@ def _commit(conn: sqlite3.Connection, floor: IdFloor) -> None:
 def test_no_early_send_before_a_reservation_commits(tmp_path):
     conn = open_store(str(tmp_path / "awp.db"))
     clock = Clock(1_000_000)
-    gen = IdGenerator(clock=clock)
-    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    gen, floor = _floor(tmp_path, clock)
     gen.next()
     assert not floor.early_ok()
     floor.load(conn)  # reserves and commits before the first id of the run
@@ -64,8 +69,7 @@ def test_two_runs_from_one_reservation_never_draw_the_same_ids(tmp_path):
 def test_an_id_past_the_reservation_waits_for_the_renewal(tmp_path):
     conn = open_store(str(tmp_path / "awp.db"))
     clock = Clock(1_000_000)
-    gen = IdGenerator(clock=clock)
-    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    gen, floor = _floor(tmp_path, clock)
     _commit(conn, floor)
     clock.now += AHEAD_MS + 1
     gen.next()
@@ -77,8 +81,7 @@ def test_an_id_past_the_reservation_waits_for_the_renewal(tmp_path):
 def test_renewal_only_when_running_short(tmp_path):
     conn = open_store(str(tmp_path / "awp.db"))
     clock = Clock(1_000_000)
-    gen = IdGenerator(clock=clock)
-    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    gen, floor = _floor(tmp_path, clock)
     _commit(conn, floor)
     first = ops.get_meta(conn, "id_floor")
     clock.now += AHEAD_MS - RENEW_MS - 1
@@ -93,8 +96,7 @@ def test_a_crash_restart_issues_ids_above_anything_that_may_have_left(tmp_path):
     path = str(tmp_path / "awp.db")
     conn = open_store(path)
     clock = Clock(5_000_000)
-    gen = IdGenerator(clock=clock)
-    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    gen, floor = _floor(tmp_path, clock)
     _commit(conn, floor)
     sent = gen.next()  # went out early, its transaction never committed
     assert floor.early_ok()
@@ -110,8 +112,7 @@ def test_clean_release_keeps_the_last_id_and_drops_the_reservation(tmp_path):
     path = str(tmp_path / "awp.db")
     conn = open_store(path)
     clock = Clock(5_000_000)
-    gen = IdGenerator(clock=clock)
-    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    gen, floor = _floor(tmp_path, clock)
     _commit(conn, floor)
     last = gen.next()
     floor.release(conn)
@@ -132,8 +133,7 @@ def test_full_or_readonly_disk_or_a_failed_commit_turns_early_sending_off(tmp_pa
         _commit(conn, floor)
         gen.next()
         assert not floor.early_ok()
-    gen = IdGenerator(clock=clock)
-    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    gen, floor = _floor(tmp_path, clock)
     _commit(conn, floor)
     gen.next()
     floor.failed()
@@ -150,8 +150,7 @@ def test_repeated_crashes_keep_ids_within_a_minute_of_the_clock(tmp_path):
     clock = Clock(9_000_000)
     for _crash in range(10):
         conn = open_store(path)
-        gen = IdGenerator(clock=clock)
-        floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+        gen, floor = _floor(tmp_path, clock)
         floor.load(conn)
         gen.next()
         _commit(conn, floor)
@@ -164,8 +163,7 @@ def test_repeated_crashes_keep_ids_within_a_minute_of_the_clock(tmp_path):
 def test_ids_ahead_of_the_reservation_are_remembered_in_each_commit(tmp_path):
     conn = open_store(str(tmp_path / "awp.db"))
     clock = Clock(9_000_000)
-    gen = IdGenerator(clock=clock)
-    floor = IdFloor(gen, str(tmp_path), clock=clock, statvfs=_vfs(10 * MIN_FREE))
+    gen, floor = _floor(tmp_path, clock)
     gen.next()
     _commit(conn, floor)
     assert ops.get_meta(conn, "last_id") is None  # an ordinary commit writes no last id

@@ -10,6 +10,7 @@ import pytest
 
 from awp.node.intake import FILENAME, Intake
 from awp.store import intake as ij
+from awp.store import ops
 from awp.store.db import open_store
 from awp.store.intake import IntakeJournal, Record, decode_all, encode
 
@@ -163,7 +164,6 @@ def test_start_stores_what_a_crashed_run_acked_exactly_once(tmp_path):
     j.close()
     # one of them had reached SQLite before the crash
     conn.execute("BEGIN IMMEDIATE")
-    from awp.store import ops
     ops.store_inbound(conn, PEER, json.loads(lines[0]), lines[0], 1)
     conn.execute("COMMIT")
 
@@ -195,11 +195,18 @@ def test_an_unreadable_record_is_skipped_not_fatal(tmp_path):
     intake.close()
 
 
-def test_which_lines_may_be_journaled(tmp_path):
-    home = str(tmp_path)
-    conn = open_store(os.path.join(home, "awp.db"))
-    intake = Intake.start(home, conn)
+@pytest.fixture
+def started(tmp_path):
+    """A store and the intake of a daemon that just started in an empty home."""
+    conn = open_store(str(tmp_path / "awp.db"))
+    intake = Intake.start(str(tmp_path), conn)
     assert intake is not None
+    yield conn, intake
+    intake.close()
+
+
+def test_which_lines_may_be_journaled(started):
+    _conn, intake = started
     msg = json.loads(_msg(_id(1)))
     assert intake.eligible(msg, 200, mirrored=False)
     assert not intake.eligible(msg, 200, mirrored=True)  # copies go to a dashboard host
@@ -214,20 +221,14 @@ def test_which_lines_may_be_journaled(tmp_path):
     assert intake.eligible({"t": "state", "id": _id(2), "th": "t", "state": "done"}, 90,
                            mirrored=False)
     assert not intake.eligible({"t": "mirror", "id": _id(3)}, 90, mirrored=False)
-    intake.close()
 
 
-def test_a_line_that_missed_sqlite_is_stored_before_newer_ones(tmp_path):
-    home = str(tmp_path)
-    conn = open_store(os.path.join(home, "awp.db"))
-    intake = Intake.start(home, conn)
-    assert intake is not None
+def test_a_line_that_missed_sqlite_is_stored_before_newer_ones(started):
+    conn, intake = started
     first = _msg(_id(1), "acked from the journal, then the commit failed")
     assert intake.append(PEER, 5, first)
     intake.store_failed(PEER, 5, first, OSError("disk trouble"))
     assert not intake.eligible(json.loads(_msg(_id(2))), 100, mirrored=False)
-    from awp.store import ops
-
     for n in (2, 3):  # later jobs store the missed line first, then their own
         conn.execute("BEGIN IMMEDIATE")
         intake.store_unstored(conn)
@@ -236,4 +237,3 @@ def test_a_line_that_missed_sqlite_is_stored_before_newer_ones(tmp_path):
         conn.execute("COMMIT")
     assert [i for i, _ in _inbound(conn)] == [_id(1), _id(2), _id(3)]
     assert intake._unstored == []  # seen stored by the second job: dropped
-    intake.close()
