@@ -32,6 +32,13 @@ def _floor(home, clock: Clock) -> tuple[IdGenerator, IdFloor]:
     return gen, IdFloor(gen, str(home), clock=clock, statvfs=_vfs(10 * MIN_FREE))
 
 
+def _started(home, clock: Clock, conn: sqlite3.Connection) -> IdGenerator:
+    """The id generator of a daemon starting on ``conn``'s store."""
+    gen = IdGenerator(clock=clock)
+    IdFloor(gen, str(home), clock=clock).load(conn)
+    return gen
+
+
 def _commit(conn: sqlite3.Connection, floor: IdFloor) -> None:
     conn.execute("BEGIN IMMEDIATE")
     floor.before_commit(conn)
@@ -103,8 +110,7 @@ def test_a_crash_restart_issues_ids_above_anything_that_may_have_left(tmp_path):
     conn.close()  # "kill -9": no release
     clock.now -= 3_600_000  # and the clock stepped back an hour
     conn = open_store(path)
-    gen2 = IdGenerator(clock=clock)
-    IdFloor(gen2, str(tmp_path), clock=clock).load(conn)
+    gen2 = _started(tmp_path, clock, conn)
     assert gen2.next() > sent
 
 
@@ -117,8 +123,7 @@ def test_clean_release_keeps_the_last_id_and_drops_the_reservation(tmp_path):
     last = gen.next()
     floor.release(conn)
     assert ops.get_meta(conn, "id_floor") is None
-    gen2 = IdGenerator(clock=clock)
-    IdFloor(gen2, str(tmp_path), clock=clock).load(conn)
+    gen2 = _started(tmp_path, clock, conn)
     nxt = gen2.next()
     assert nxt > last
     assert ulid_time_ms(nxt) == clock.now  # not pushed ahead by the old reservation
