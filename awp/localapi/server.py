@@ -51,11 +51,6 @@ _RECV_SIZE = 64 * 1024
 Handler = Callable[["Request"], Awaitable[Any]]
 
 
-def _dumps(obj: Any) -> str:
-    """Compact JSON, UTF-8 as is: the form every response and stream line uses."""
-    return compact_json(obj)
-
-
 class ApiError(Exception):
     """An error a handler reports to the client as a status and a JSON body.
 
@@ -270,8 +265,8 @@ def _encode_result(result: Any) -> tuple[int, bytes]:
         if len(result) != 2 or not isinstance(result[0], int):
             raise TypeError(f"handler returned a tuple that is not (status, obj): {result!r:.200}")
         status, payload = result
-        return status, _dumps(payload).encode()
-    return 200, _dumps(result).encode()
+        return status, compact_json(payload).encode()
+    return 200, compact_json(result).encode()
 
 
 class _Drop(Exception):
@@ -449,7 +444,7 @@ class _Connection:
         extra: dict[str, str] | None = None,
         close: bool = False,
     ) -> None:
-        await self._send_body(status, _dumps(obj).encode(), extra=extra, close=close)
+        await self._send_body(status, compact_json(obj).encode(), extra=extra, close=close)
 
     async def _send_body(
         self,
@@ -511,7 +506,7 @@ class _Connection:
         """Copy objects from the iterator to the socket; True if it ended cleanly."""
         try:
             async for obj in iterator:
-                line = (_dumps(obj) + "\n").encode()
+                line = (compact_json(obj) + "\n").encode()
                 await self.stream.send_all(self.h11.send(h11.Data(data=line)))
             await self.stream.send_all(self.h11.send(h11.EndOfMessage()))
             return True

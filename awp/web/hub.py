@@ -40,14 +40,10 @@ MIN_GAP = 0.25
 RETRY_EVERY = 1.0
 
 
-def dumps(obj: Any) -> str:
-    return compact_json(obj)
-
-
 def sse(event: str, data: Any, ident: int | None = None) -> bytes:
     """One server-sent event. JSON never contains a raw newline, so one data line."""
     head = f"id: {ident}\n" if ident is not None else ""
-    return f"{head}event: {event}\ndata: {dumps(data)}\n\n".encode()
+    return f"{head}event: {event}\ndata: {compact_json(data)}\n\n".encode()
 
 
 def blob_url(peer: str, direction: str, ref: str) -> str:
@@ -135,7 +131,7 @@ class Hub:
         old = self.state
         self.state = state
         self.error = ""
-        self.state_json = dumps(state).encode()
+        self.state_json = compact_json(state).encode()
         # Unchanged apart from the clock: no event.
         if old is not None and _stable(old) == _stable(state):
             return

@@ -34,8 +34,9 @@ from urllib.parse import parse_qsl, quote
 import h11
 import trio
 
+from ..wire.canonical import compact_json
 from .daemon import DaemonDown, DaemonError
-from .hub import Hub, dumps, sse
+from .hub import Hub, sse
 from .model import RASTER, conversation
 
 log = logging.getLogger("awp.web")
@@ -271,7 +272,7 @@ class WebApp:
     async def _send(self, stream: trio.abc.Stream, conn: h11.Connection, status: int, obj: Any,
                     *, head: bool = False, close: bool = False,
                     extra: list[tuple[str, str]] | None = None) -> None:
-        body = obj if isinstance(obj, bytes) else dumps(obj).encode()
+        body = obj if isinstance(obj, bytes) else compact_json(obj).encode()
         headers = self._headers("application/json; charset=utf-8",
                                 [("cache-control", "no-store"), *(extra or [])])
         await self._send_raw(stream, conn, status, body, headers, head=head, close=close)

@@ -99,27 +99,28 @@ def test_renewal_only_when_running_short(tmp_path):
     assert ops.get_meta(conn, "id_floor") != first
 
 
-def test_a_crash_restart_issues_ids_above_anything_that_may_have_left(tmp_path):
-    path = str(tmp_path / "awp.db")
-    conn = open_store(path)
+def _reserved(tmp_path) -> tuple[sqlite3.Connection, Clock, IdGenerator, IdFloor]:
+    """A store whose id reservation has committed once."""
+    conn = open_store(str(tmp_path / "awp.db"))
     clock = Clock(5_000_000)
     gen, floor = _floor(tmp_path, clock)
     _commit(conn, floor)
+    return conn, clock, gen, floor
+
+
+def test_a_crash_restart_issues_ids_above_anything_that_may_have_left(tmp_path):
+    conn, clock, gen, floor = _reserved(tmp_path)
     sent = gen.next()  # went out early, its transaction never committed
     assert floor.early_ok()
     conn.close()  # "kill -9": no release
     clock.now -= 3_600_000  # and the clock stepped back an hour
-    conn = open_store(path)
+    conn = open_store(str(tmp_path / "awp.db"))
     gen2 = _started(tmp_path, clock, conn)
     assert gen2.next() > sent
 
 
 def test_clean_release_keeps_the_last_id_and_drops_the_reservation(tmp_path):
-    path = str(tmp_path / "awp.db")
-    conn = open_store(path)
-    clock = Clock(5_000_000)
-    gen, floor = _floor(tmp_path, clock)
-    _commit(conn, floor)
+    conn, clock, gen, floor = _reserved(tmp_path)
     last = gen.next()
     floor.release(conn)
     assert ops.get_meta(conn, "id_floor") is None

@@ -25,6 +25,17 @@ def test_format_ts_shape_and_value():
     assert TS_RE.match(format_ts(now_ms()))
 
 
+def test_format_ts_is_right_whichever_second_came_before():
+    # the date part is kept per second: jumping between seconds, forwards and
+    # back, and across midnight must never reuse the wrong one
+    times = [BASE_MS, BASE_MS + 1, BASE_MS + 999, BASE_MS + 1000, BASE_MS - 1,
+             BASE_MS, ms_of(datetime(2026, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)),
+             ms_of(datetime(2027, 1, 1, tzinfo=UTC)), BASE_MS + 1000]
+    for ms in times:
+        want = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        assert format_ts(ms) == f"{want}{ms % 1000:03d}Z", ms
+
+
 def test_format_ts_pads_milliseconds_and_fields():
     assert format_ts(0) == "1970-01-01T00:00:00.000Z"
     assert format_ts(5) == "1970-01-01T00:00:00.005Z"
