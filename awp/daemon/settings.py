@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..durations import parse_duration
+from ..node.limits import Limits, limits_from_config
 from .home import HomeError, default_name, path
 
 REMEMBERED = ("name", "about", "harness", "model", "share_with")
@@ -61,6 +62,7 @@ class Settings:
     trace: bool
     verbose: bool
     allow_plaintext: bool
+    limits: Limits = field(default_factory=Limits)
     remember: dict[str, str] = field(default_factory=dict)
 
 
@@ -176,6 +178,10 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         raise HomeError(f"bad setting: {e}") from None
     if ping <= 0:
         raise HomeError("ping_interval must be positive")
+    try:
+        limits = limits_from_config(cfg.get("limits"))
+    except ValueError as e:
+        raise HomeError(f"{path(home, 'config.json')}: {e}") from None
 
     trace = flags.trace if flags.trace else (
         _truthy(env.get("AWP_TRACE")) or bool(cfg.get("trace", False)))
@@ -188,5 +194,6 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         advertise=None if advertise is None else str(advertise), accept=accept,
         allow=allow, trust=trust, serve=serve, root=root, presence=presence,
         share_with=share_with, blob_limit=blob_limit, ping_interval=ping, outbox_ttl=ttl,
-        trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, remember=remember,
+        trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, limits=limits,
+        remember=remember,
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .limits import Limits
+
 DEFAULT_CAPS = ["chat", "blob", "grant", "introduce", "presence", "mirror", "presence-batch"]
 MiB = 1024 * 1024
 
@@ -35,3 +37,4 @@ class NodeConfig:
     serve: set[str] = field(default_factory=set)  # capabilities fulfilled automatically
     root: str = ""  # directory fs:* are confined to and exec runs in
     stable_after: float = 10.0  # a connection this old resets the redial backoff
+    limits: Limits = field(default_factory=Limits)  # bounds on what others make us hold

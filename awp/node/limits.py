@@ -1,0 +1,132 @@
+"""Every bound the daemon enforces on what others send it, in one place.
+
+A peer's bytes, the files in the home and local callers are untrusted; each
+field here caps one thing they can make us hold or do.  The defaults suit a
+developer machine; ``config.json`` may change any of them under ``"limits"``
+(sizes as integers or ``"8MiB"``-style strings, times as durations), and
+``docs/threat-model.md`` says which attack each one answers.
+
+Pure data: no I/O, so the engine, the store and the tests share it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+
+from ..durations import parse_duration
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+# Units each field is read in: "bytes", "count", "rate" (per second) or "seconds".
+_KINDS: dict[str, str] = {}
+
+
+def _kind(name: str, kind: str) -> None:
+    _KINDS[name] = kind
+
+
+@dataclass
+class Limits:
+    # Grants (a peer's grant lines and the grants we present in auth).
+    grant_bytes: int = 4 * KiB              # one grant's canonical JSON
+    grants_per_issuer: int = 16             # kept per (issuer, kind): held or presented
+    present_bytes: int = 64 * KiB           # all grants we put in one auth line
+    present_count: int = 32                 # grants we put in one auth line
+
+    # Per peer and global budgets for inbound traffic.
+    peer_inflight_bytes: int = 8 * MiB      # received, not yet stored, per connection
+    peer_lines_per_second: float = 2000.0   # sustained; a faster peer is read more slowly
+    peer_burst_lines: int = 4000            # lines a peer may send at once above the rate
+    peer_stored_bytes: int = 1 * GiB        # a peer's inbound log and blobs on disk
+    stored_bytes: int = 8 * GiB             # every peer's inbound log and blobs together
+    peer_connections: int = 4               # open connections from one authenticated key
+    connections: int = 256                  # open peer connections in all
+    handshakes: int = 64                    # connections still in their handshake
+    unclaimed_blob_bytes: int = 256 * MiB   # blob bytes no stored message names yet
+    unclaimed_blob_ttl: float = 3600.0      # an unnamed blob is dropped after this
+
+    # Time.
+    write_timeout: float = 30.0             # any single write to a peer
+    gap_timeout: float = 15.0               # an older line unacked while a newer one is
+
+    # Shape of what we parse.
+    json_depth: int = 64                    # nesting of any JSON we parse (peer or local)
+    api_body_bytes: int = 8 * MiB           # one request body on awp.sock or the web API
+
+
+for _f, _k in (
+    ("grant_bytes", "bytes"), ("grants_per_issuer", "count"), ("present_bytes", "bytes"),
+    ("present_count", "count"), ("peer_inflight_bytes", "bytes"),
+    ("peer_lines_per_second", "rate"), ("peer_burst_lines", "count"),
+    ("peer_stored_bytes", "bytes"), ("stored_bytes", "bytes"),
+    ("peer_connections", "count"), ("connections", "count"), ("handshakes", "count"),
+    ("unclaimed_blob_bytes", "bytes"), ("unclaimed_blob_ttl", "seconds"),
+    ("write_timeout", "seconds"), ("gap_timeout", "seconds"), ("json_depth", "count"),
+    ("api_body_bytes", "bytes"),
+):
+    _kind(_f, _k)
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|KB|MB|GB|K|M|G)?\s*$", re.I)
+_UNIT = {"b": 1, "k": KiB, "kib": KiB, "kb": 1000, "m": MiB, "mib": MiB, "mb": 1000 ** 2,
+         "g": GiB, "gib": GiB, "gb": 1000 ** 3}
+
+
+def parse_size(v: object) -> int:
+    """Bytes for ``4096``, ``"4096"``, ``"64KiB"`` or ``"8MB"``; ``ValueError`` otherwise."""
+    if isinstance(v, bool):
+        raise ValueError("expected a size such as 65536 or \"64KiB\"")
+    if isinstance(v, int):
+        n = v
+    elif isinstance(v, float) and v.is_integer():
+        n = int(v)
+    elif isinstance(v, str) and (m := _SIZE.match(v)):
+        n = int(float(m.group(1)) * _UNIT[(m.group(2) or "b").lower()])
+    else:
+        raise ValueError("expected a size such as 65536 or \"64KiB\"")
+    if n < 0:
+        raise ValueError("a size cannot be negative")
+    return n
+
+
+def _parse(kind: str, v: object) -> float | int:
+    if kind == "bytes":
+        return parse_size(v)
+    if kind == "seconds":
+        if not isinstance(v, int | float | str) or isinstance(v, bool):
+            raise ValueError("expected a duration such as \"30s\"")
+        return parse_duration(v)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError("expected a number")
+    if v < 0:
+        raise ValueError("cannot be negative")
+    if kind == "count":
+        if not float(v).is_integer():
+            raise ValueError("expected a whole number")
+        return int(v)
+    return float(v)
+
+
+def limits_from_config(raw: object) -> Limits:
+    """``Limits`` from the ``"limits"`` object of config.json; ``ValueError`` names the key."""
+    if raw is None:
+        return Limits()
+    if not isinstance(raw, dict):
+        raise ValueError("limits: expected an object such as {\"peer_stored_bytes\": \"1GiB\"}")
+    known = {f.name for f in fields(Limits)}
+    values: dict[str, float | int] = {}
+    for key, v in raw.items():
+        if key not in known:
+            raise ValueError(f"limits.{key}: unknown limit (known: {', '.join(sorted(known))})")
+        try:
+            values[key] = _parse(_KINDS[key], v)
+        except ValueError as e:
+            raise ValueError(f"limits.{key}: {e}") from None
+    return Limits(**values)
+
+
+def describe(lim: Limits) -> dict[str, float | int]:
+    """The limits in force as a plain dict, for ``awp status --json``."""
+    return {f.name: getattr(lim, f.name) for f in fields(Limits)}
