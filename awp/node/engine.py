@@ -176,6 +176,7 @@ class Engine:
                 n = await self.writer.run(lambda c, cut=cutoff: ops.sweep_outbox(c, cut))
                 if n:
                     log.info("dropped %d unacked lines older than the outbox retention", n)
+                await self.writer.run(lambda c, t=now_ms(): grantstore.prune(c, t))
             except Exception as e:
                 log.error("outbox sweep failed: %s", e)
             await trio.sleep(60)
@@ -496,17 +497,23 @@ class Engine:
     def grants_to_present(self, peer: str) -> list[dict]:
         """Held grants for our auth (a quick read on the event loop thread)."""
         try:
-            return self.read_sync(lambda c: grantstore.to_present(c, peer, now_ms()))
+            return self.read_sync(lambda c: grantstore.to_present(
+                c, peer, now_ms(), self.config.limits))
         except sqlite3.Error as e:
             log.error("cannot read grants to present: %s", e)
             return []
 
     def store_grants(self, c: sqlite3.Connection, conn: Connection, grants: list,
                      now: int) -> int:
-        """Runs on the writer thread: keep the valid grants a peer sent."""
+        """Runs on the writer thread: keep the valid grants a peer sent.
+
+        An auth line may list any number of grants; we look at no more than we
+        would present ourselves (``present_count``).
+        """
         n = 0
-        for g in grants:
-            if grantstore.receive(c, g, self.identity.key, conn.peer_key, now):
+        lim = self.config.limits
+        for g in grants[:lim.present_count]:
+            if grantstore.receive(c, g, self.identity.key, conn.peer_key, now, lim):
                 n += 1
         return n
 
@@ -534,7 +541,8 @@ class Engine:
             (conn.peer_key, ident, th, now, now, text))
         if cur.rowcount == 0 or key == self.identity.key:
             return 0
-        grantstore.receive(c, line.get("grant"), self.identity.key, conn.peer_key, now)
+        grantstore.receive(c, line.get("grant"), self.identity.key, conn.peer_key, now,
+                           self.config.limits)
         ops.ensure_peer(c, key, now)
         name = peer.get("name") if isinstance(peer.get("name"), str) else ""
         if name:

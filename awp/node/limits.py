@@ -32,7 +32,8 @@ def _kind(name: str, kind: str) -> None:
 class Limits:
     # Grants (a peer's grant lines and the grants we present in auth).
     grant_bytes: int = 4 * KiB              # one grant's canonical JSON
-    grants_per_issuer: int = 16             # kept per (issuer, kind): held or presented
+    grants_per_issuer: int = 16             # kept per issuer, subject and kind (held, presented)
+    grants_per_peer: int = 64               # kept per peer that sent them (held and presented)
     present_bytes: int = 64 * KiB           # all grants we put in one auth line
     present_count: int = 32                 # grants we put in one auth line
 
@@ -58,7 +59,8 @@ class Limits:
 
 
 for _f, _k in (
-    ("grant_bytes", "bytes"), ("grants_per_issuer", "count"), ("present_bytes", "bytes"),
+    ("grant_bytes", "bytes"), ("grants_per_issuer", "count"), ("grants_per_peer", "count"),
+    ("present_bytes", "bytes"),
     ("present_count", "count"), ("peer_inflight_bytes", "bytes"),
     ("peer_lines_per_second", "rate"), ("peer_burst_lines", "count"),
     ("peer_stored_bytes", "bytes"), ("stored_bytes", "bytes"),

@@ -4,6 +4,12 @@ Kinds: ``issued`` (we signed it), ``held`` (someone granted us), and
 ``presented`` (a peer showed us a grant about itself, e.g. from an
 introduction).  Revoking deletes our copy; the holder may present it again,
 which is why short ttls matter.
+
+Anyone can sign a grant with a key it just made up, so what a peer sends us
+is bounded when we keep it (:func:`receive`) and again when we show it to
+others (:func:`to_present`), and deciding what a peer may do
+(:func:`honored`) starts from the keys we honor rather than from whatever
+grants the peer sent, so its cost does not grow with them.
 """
 
 from __future__ import annotations
@@ -11,8 +17,11 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from ..wire.canonical import compact_json
+from ..node.limits import Limits
+from ..wire.canonical import canonical_bytes, compact_json
 from ..wire.grants import check_grant, expires_ms, grant_hash
+
+_RECEIVED = ("held", "presented")
 
 
 def put(c: sqlite3.Connection, g: dict, kind: str, now: int, via: str = "") -> str:
@@ -25,17 +34,67 @@ def put(c: sqlite3.Connection, g: dict, kind: str, now: int, via: str = "") -> s
     return h
 
 
-def receive(c: sqlite3.Connection, g: object, me: str, peer: str, now: int) -> str | None:
-    """Store a grant a peer sent us (in auth or a grant line); invalid ones are ignored."""
-    if check_grant(g) or not isinstance(g, dict):
+def _size(g: dict) -> int:
+    try:
+        return len(canonical_bytes(g))
+    except (TypeError, ValueError):
+        return -1
+
+
+def receive(c: sqlite3.Connection, g: object, me: str, peer: str, now: int,
+            lim: Limits | None = None) -> str | None:
+    """Keep a grant a peer sent us (in auth, a grant line or an introduction).
+
+    Returns its hash, or None when it is not kept: invalid, expired, larger
+    than ``grant_bytes``, about neither us nor the sender, or one a key gave
+    itself (it can confer nothing that key's own grants do not).  Keeping a
+    new grant first drops expired ones and then, over ``grants_per_issuer``
+    (per issuer and subject) or ``grants_per_peer`` (per sender), the
+    oldest received: a peer can only ever displace grants it sent itself, and
+    the newest grant is the issuer's latest word.
+    """
+    lim = lim or Limits()
+    if not isinstance(g, dict):
         return None
-    if expires_ms(g) <= now:
+    size = _size(g)
+    if size < 0 or size > lim.grant_bytes or check_grant(g):
+        return None
+    if expires_ms(g) <= now or g["iss"] == g["sub"]:
         return None
     if g["sub"] == me:
-        return put(c, g, "held", now, via=peer)
-    if g["sub"] == peer:
-        return put(c, g, "presented", now, via=peer)
-    return None
+        kind = "held"
+    elif g["sub"] == peer:
+        kind = "presented"
+    else:
+        return None
+    h = grant_hash(g)
+    if c.execute("SELECT 1 FROM grants WHERE hash = ? AND kind = ?", (h, kind)).fetchone():
+        return h
+    _make_room(c, kind, g["iss"], g["sub"], peer, now, lim)
+    return put(c, g, kind, now, via=peer)
+
+
+def _make_room(c: sqlite3.Connection, kind: str, iss: str, sub: str, via: str, now: int,
+               lim: Limits) -> None:
+    """Room for one more grant of ``kind`` from ``iss`` about ``sub``, sent by ``via``."""
+    c.execute("DELETE FROM grants WHERE kind = ? AND iss = ? AND sub = ? AND exp <= ?",
+              (kind, iss, sub, now))
+    c.execute("DELETE FROM grants WHERE via = ? AND kind IN ('held', 'presented') AND exp <= ?",
+              (via, now))
+    c.execute(
+        "DELETE FROM grants WHERE rowid IN (SELECT rowid FROM grants WHERE kind = ? AND iss = ?"
+        " AND sub = ? ORDER BY created DESC, rowid DESC LIMIT -1 OFFSET ?)",
+        (kind, iss, sub, max(lim.grants_per_issuer - 1, 0)))
+    c.execute(
+        "DELETE FROM grants WHERE rowid IN (SELECT rowid FROM grants WHERE via = ?"
+        " AND kind IN ('held', 'presented') ORDER BY created DESC, rowid DESC"
+        " LIMIT -1 OFFSET ?)", (via, max(lim.grants_per_peer - 1, 0)))
+
+
+def prune(c: sqlite3.Connection, now: int) -> int:
+    """Drop expired grants others gave us or showed us; ours stay listed as expired."""
+    return c.execute("DELETE FROM grants WHERE kind IN ('held', 'presented') AND exp <= ?",
+                     (now,)).rowcount
 
 
 def issued_to(c: sqlite3.Connection, peer: str, now: int) -> list[dict]:
@@ -43,11 +102,41 @@ def issued_to(c: sqlite3.Connection, peer: str, now: int) -> list[dict]:
         "SELECT grant FROM grants WHERE kind = 'issued' AND sub = ? AND exp > ?", (peer, now))]
 
 
-def to_present(c: sqlite3.Connection, peer: str, now: int) -> list[dict]:
-    """Held grants worth showing ``peer`` in auth: unexpired, and meant for it or anyone."""
-    return [json.loads(r[0]) for r in c.execute(
-        "SELECT grant FROM grants WHERE kind = 'held' AND exp > ? AND (aud = '' OR aud = ?)"
-        " AND iss != ?", (now, peer, peer))]
+def to_present(c: sqlite3.Connection, peer: str, now: int,
+               lim: Limits | None = None) -> list[dict]:
+    """Held grants worth showing ``peer`` in our auth, within the presentation budget.
+
+    Unexpired, at most ``grant_bytes`` each, never one ``peer`` issued (it
+    knows its own), those addressed to ``peer`` first and then those meant
+    for anyone, newest first; at most ``present_count`` of them and
+    ``present_bytes`` together.  The budget is applied here, when the auth
+    line is built, so that whatever the store holds (rows from before these
+    bounds, a changed config) our auth line stays small and one peer's grants
+    can never stop us from shaking hands with another.
+    """
+    lim = lim or Limits()
+    out: list[dict] = []
+    total = 0
+    rows = c.execute(
+        "SELECT grant FROM grants WHERE kind = 'held' AND exp > ? AND (aud = ? OR aud = '')"
+        " AND iss != ? AND length(CAST(grant AS BLOB)) <= ?"
+        " ORDER BY aud = ? DESC, created DESC, rowid DESC LIMIT ?",
+        (now, peer, peer, lim.grant_bytes, peer, lim.present_count))
+    for (text,) in rows:
+        n = len(text.encode("utf-8"))
+        if total + n > lim.present_bytes:
+            break
+        try:
+            g = json.loads(text)
+        except ValueError:
+            continue
+        out.append(g)
+        total += n
+    return out
+
+
+def _for_me(aud: str, me: str) -> bool:
+    return not aud or aud == me
 
 
 def honored(c: sqlite3.Connection, peer: str, me: str, trust: set[str],
@@ -59,28 +148,37 @@ def honored(c: sqlite3.Connection, peer: str, me: str, trust: set[str],
     most the introducer's own capabilities minus ``introduce``).  A grant with
     ``aud`` counts only when the audience is us.  An honored grant may confer
     nothing (an introduction made with ``introduce`` alone) and still admit.
+
+    Every query starts from a key we honor (us, a trusted key, an introducer
+    they named), never from the grants ``peer`` sent, so grants it signed
+    itself or with made-up keys are never read: the cost is 2 queries plus
+    one per introducer, each on an index.  A grant a key gave itself is
+    skipped: through an introducer it confers at most what that key already
+    holds directly.
     """
-    roots = set(trust) | {me}
+    roots = sorted(set(trust) | {me})
+    marks = ",".join("?" * len(roots))
     out: list[set[str]] = []
-    rows = c.execute(
-        "SELECT iss, caps, aud FROM grants WHERE sub = ? AND exp > ?"
-        " AND kind IN ('issued', 'presented')", (peer, now)).fetchall()
-    for iss, caps_json, aud in rows:
-        if aud and aud != me:
-            continue
-        granted = set(json.loads(caps_json))
-        if iss in roots:
-            out.append(granted)
-            continue
-        introducer: set[str] = set()
-        for r_iss, r_caps, r_aud in c.execute(
-                "SELECT iss, caps, aud FROM grants WHERE sub = ? AND exp > ?"
-                " AND kind IN ('issued', 'presented')", (iss, now)):
-            held = set(json.loads(r_caps))
-            if r_iss in roots and "introduce" in held and (not r_aud or r_aud == me):
-                introducer |= held
-        if introducer:
-            out.append(granted & (introducer - {"introduce"}))
+    for caps, aud in c.execute(
+            f"SELECT caps, aud FROM grants WHERE sub = ? AND iss IN ({marks}) AND exp > ?"
+            " AND kind IN ('issued', 'presented')", (peer, *roots, now)):
+        if _for_me(aud, me):
+            out.append(set(json.loads(caps)))
+    introducers: dict[str, set[str]] = {}
+    for sub, caps, aud in c.execute(
+            f"SELECT sub, caps, aud FROM grants WHERE iss IN ({marks}) AND exp > ?"
+            " AND kind IN ('issued', 'presented') AND caps LIKE '%\"introduce\"%'",
+            (*roots, now)):
+        held = set(json.loads(caps))
+        if "introduce" in held and _for_me(aud, me) and sub != peer and sub not in roots:
+            introducers.setdefault(sub, set()).update(held)
+    for iss, held in introducers.items():
+        passable = held - {"introduce"}
+        for caps, aud in c.execute(
+                "SELECT caps, aud FROM grants WHERE sub = ? AND iss = ? AND exp > ?"
+                " AND kind IN ('issued', 'presented')", (peer, iss, now)):
+            if _for_me(aud, me):
+                out.append(set(json.loads(caps)) & passable)
     return out
 
 

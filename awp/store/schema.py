@@ -171,5 +171,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX mirrors_thread ON mirrors (sharer, th, at)
     """,
+    # 4: grants looked up from the keys we honor (issuer, then subject), bounded per
+    # sender; grants a key gave itself are no longer kept (they confer nothing).
+    """
+    DROP INDEX grants_sub;
+    CREATE INDEX grants_sub_iss ON grants (sub, iss, exp);
+    CREATE INDEX grants_iss ON grants (iss, exp);
+    CREATE INDEX grants_via ON grants (via, kind, created);
+    CREATE INDEX grants_kind ON grants (kind, exp);
+    DELETE FROM grants WHERE kind IN ('held', 'presented') AND iss = sub
+    """,
 ]
-

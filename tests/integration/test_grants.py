@@ -131,11 +131,12 @@ def test_forged_expired_and_misaddressed_grants_are_ignored(make_node):
     other = Identity.generate()
     with RawPeer(a.address, me) as p:
         p.handshake()
-        good = make_grant(me, me.key, ["fs:read"], now_ms() + 600_000)
+        good = make_grant(other, me.key, ["fs:read"], now_ms() + 600_000)
         forged = dict(good, caps=["exec"])
-        expired = make_grant(me, me.key, ["fs:read"], now_ms() - 1000)
+        expired = make_grant(other, me.key, ["fs:read"], now_ms() - 1000)
         elsewhere = make_grant(me, other.key, ["fs:read"], now_ms() + 600_000)
-        for g in (forged, expired, elsewhere, {"iss": "nonsense"}):
+        self_signed = make_grant(me, me.key, ["fs:read"], now_ms() + 600_000)
+        for g in (forged, expired, elsewhere, self_signed, {"iss": "nonsense"}):
             p.send_line({"t": "grant", "grant": g})
         assert p.ping()["t"] == "pong"
         assert a.api("GET", "/v1/grants") == []
