@@ -83,3 +83,24 @@ def test_grant_flood_from_one_key_does_not_stall_the_store_or_the_api(make_node)
     kept = [g for g in a.api("GET", "/v1/grants") if g["kind"] == "presented"]
     assert len(kept) <= 64
     wait_for(lambda: a.api("GET", "/v1/status"), 5, "status answers")
+
+
+def test_oversized_grants_stored_before_the_bounds_are_never_presented(make_node):
+    """A store written by an older awp may already hold huge held grants: they
+    stay out of our auth line after the upgrade, so handshakes keep working."""
+    import sqlite3
+
+    from awp.store import grants as gs
+
+    a = make_node("a").start()
+    b = make_node("b").start()
+    a.stop()
+    c = sqlite3.connect(f"{a.home}/awp.db")
+    for i in range(3):
+        iss = Identity.generate()
+        gs.put(c, _padded_grant(iss, a.key, 500_000 + i), "held", now_ms(), via=iss.key)
+    c.commit()
+    c.close()
+    a.start()
+    assert a.connect(b)["key"] == b.key
+    assert _auth_size_seen_by_a_fresh_peer(a) < 80 * 1024
