@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..wire import errors
 from ..wire.b64 import b64url
 from ..wire.errors import ProtocolError
+from ..wire.framing import MAX_LINE
 from ..wire.ids import IdGenerator
 from ..wire.keys import Identity, KeyError_, auth_transcript, decode_key, normalize_key, verify
 from ..wire.messages import dump, hello, parse_line
@@ -114,6 +115,11 @@ class Handshake:
         grants = self.present(key) if self.present is not None else []
         if grants:
             auth["grants"] = grants
+            line = dump(auth)
+            if len(line) <= MAX_LINE:
+                return line
+            # Never let what we were given to present cost us the connection.
+            del auth["grants"]
         return dump(auth)
 
     def _on_auth(self, obj: dict) -> None:

@@ -19,6 +19,7 @@ import sqlite3
 
 from ..node.limits import Limits
 from ..wire.canonical import canonical_bytes, compact_json
+from ..wire.framing import MAX_LINE
 from ..wire.grants import check_grant, expires_ms, grant_hash
 
 _RECEIVED = ("held", "presented")
@@ -107,12 +108,13 @@ def to_present(c: sqlite3.Connection, peer: str, now: int,
     Unexpired, at most ``grant_bytes`` each, never one ``peer`` issued (it
     knows its own), those addressed to ``peer`` first and then those meant
     for anyone, newest first; at most ``present_count`` of them and
-    ``present_bytes`` together.  The budget is applied here, when the auth
+    ``present_bytes`` together (never more than half the line limit).  The budget is applied here, when the auth
     line is built, so that whatever the store holds (rows from before these
     bounds, a changed config) our auth line stays small and one peer's grants
     can never stop us from shaking hands with another.
     """
     lim = lim or Limits()
+    budget = min(lim.present_bytes, MAX_LINE // 2)  # whatever config.json says
     out: list[dict] = []
     total = 0
     rows = c.execute(
@@ -122,7 +124,7 @@ def to_present(c: sqlite3.Connection, peer: str, now: int,
         (now, peer, peer, lim.grant_bytes, peer, lim.present_count))
     for (text,) in rows:
         n = len(text.encode("utf-8"))
-        if total + n > lim.present_bytes:
+        if total + n > budget:
             break
         try:
             g = json.loads(text)

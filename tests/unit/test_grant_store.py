@@ -210,3 +210,11 @@ def test_honored_costs_a_few_queries_whatever_the_peer_stored(db, n):
     assert caps == {"introduce", "fs:read"}
     assert len(statements) <= 6, statements[:10]
     assert took < 0.5, f"honored() took {took:.2f}s over {n} grants"
+
+
+def test_presentation_stays_under_half_a_line_whatever_the_config(db):
+    me, q = Identity.generate(), Identity.generate()
+    lim = Limits(grant_bytes=400_000, present_bytes=10_000_000, present_count=100)
+    _stuff_held(db, me, 4, 300_000)
+    out = gs.to_present(db, q.key, NOW, lim)
+    assert 0 < sum(len(compact_json(g).encode()) for g in out) <= 512 * 1024

@@ -410,3 +410,15 @@ def test_bad_frame_in_auth_stage_is_bad_frame():
     a, b = make(), make("bob")
     exchange_hellos(a, b)
     expect("bad_frame", a, b"this is not json")
+
+
+def test_auth_never_exceeds_the_line_limit_whatever_we_are_given_to_present():
+    """Grants to present that would make our auth line too long are left out,
+    so no stored grant can cost us the handshake."""
+    a, b = make("alice"), make("bob")
+    big = [{"iss": "x", "pad": "y" * 600_000} for _ in range(2)]
+    a.present = lambda key: big
+    b.present = lambda key: [{"iss": "small"}]
+    _, _, auth_a, auth_b = exchange_hellos(a, b)
+    assert len(auth_a) < 1024 and "grants" not in json.loads(auth_a)
+    assert json.loads(auth_b)["grants"] == [{"iss": "small"}]
