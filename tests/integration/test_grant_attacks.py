@@ -15,7 +15,7 @@ from rawpeer import RawPeer
 from awp.serve.requests import EXEC_MIME
 from awp.wire.canonical import canonical_bytes
 from awp.wire.grants import make_grant
-from awp.wire.keys import Identity
+from awp.wire.keys import Identity, auth_transcript
 from awp.wire.timefmt import format_ts_seconds, now_ms
 
 
@@ -104,3 +104,24 @@ def test_oversized_grants_stored_before_the_bounds_are_never_presented(make_node
     a.start()
     assert a.connect(b)["key"] == b.key
     assert _auth_size_seen_by_a_fresh_peer(a) < 80 * 1024
+
+
+def test_an_auth_full_of_grants_is_refused_at_once_under_allowlist(make_node):
+    """Admission looks at no more grants than we would present (32), and the
+    honored check does not grow with them: a refused key learns so at once."""
+    a = make_node("a", extra=["--accept", "allowlist"]).start()
+    attacker = Identity.generate()
+    exp = now_ms() + 3_600_000
+    grants = [make_grant(attacker if i % 2 else Identity.generate(), attacker.key,
+                         ["exec", f"x{i}"], exp) for i in range(2400)]
+    with RawPeer(a.address, attacker) as p:
+        p.send_hello()
+        p.read_hello()
+        sig = attacker.sign(auth_transcript(p.my_hello, p.peer_hello_raw))
+        t0 = time.monotonic()
+        p.send_line({"t": "auth", "sig": sig, "grants": grants})
+        err = p.expect("err", 30)
+        took = time.monotonic() - t0
+    assert err["code"] == "auth" and "allowlist" in (err.get("detail") or "")
+    assert took < 8, f"refusing took {took:.1f}s"
+    assert len([g for g in a.api("GET", "/v1/grants") if g["kind"] == "presented"]) <= 32
