@@ -55,6 +55,8 @@ def receive(c: sqlite3.Connection, g: object, me: str, peer: str, now: int,
     the newest grant is the issuer's latest word.
     """
     lim = lim or Limits()
+    if min(lim.grants_per_issuer, lim.grants_per_peer) <= 0:
+        return None  # configured to keep none
     if not isinstance(g, dict) or g.get("iss") == g.get("sub"):
         return None
     if g.get("sub") == me:
