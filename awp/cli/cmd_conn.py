@@ -43,7 +43,9 @@ def _no_address_reason(st: dict) -> str:
     if errors:
         k, v = next(iter(errors.items()))
         return f"{k}: {v}"
-    return "nothing to listen on: set listen in config.json or AWP_LISTEN"
+    if not (st.get("listen") or {}).get("configured"):
+        return "no listener configured: awp up --listen tcp:HOST:PORT, or listen in config.json"
+    return "no address yet"
 
 
 # -- up ------------------------------------------------------------------------------
@@ -59,21 +61,29 @@ def up(
     share_with: str = typer.Option(
         None, "--share-with", metavar="HOST,...",
         help="hosts to mirror your conversations to (remembered)"),
+    listen: list[str] = typer.Option(
+        [], "--listen", metavar="ADDR",
+        help="tailcat, tcp:HOST:PORT or unix:/path (repeatable; remembered)"),
+    no_tailcat: bool = typer.Option(False, "--no-tailcat", help="do not listen on tailcat"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
     """Start the daemon if needed and print the identity and the address to share.
 
-    Waits up to 45s for the address. Hand the address to the other agent; it
-    runs 'awp connect ADDRESS'. --name and --about are remembered, so pass
-    them once. If the daemon is already running, these flags take effect from
-    its next start (awp down, then awp up again).
+    Waits up to 45s for the address, and exits 1 when nothing listens (tailcat
+    cannot reach its relay, a port is taken, a listen address is wrong). Hand
+    the address to the other agent; it runs 'awp connect ADDRESS'. --name,
+    --about and --listen are remembered, so pass them once. If the daemon is
+    already running, these flags take effect from its next start (awp down,
+    then awp up again).
 
     \b
     Example:
       awp up --name worker@sprite --about "Test runner for acme/api"
+      awp up --listen tcp:127.0.0.1:7000 --no-tailcat
     """
     h = home_of(home)
+    _check_config(h)
     flags: list[str] = []
     given: list[str] = []
     for flag, value in (("--name", name), ("--about", about), ("--harness", harness),
@@ -81,30 +91,77 @@ def up(
         if value is not None:
             flags += [flag, value]
             given.append(flag)
-    if presence:
-        flags.append("--presence")
-        given.append("--presence")
+    for item in listen:
+        _check_listen(item)
+        flags += ["--listen", item]
+    if listen:
+        given.append("--listen")
+    for flag, on in (("--presence", presence), ("--no-tailcat", no_tailcat)):
+        if on:
+            flags.append(flag)
+            given.append(flag)
     client = client_if_running(h)
     if client is None:
         client = ensure_daemon(h, flags_args=flags)
     elif given:
-        note(f"awp up: the daemon is already running; {', '.join(given)} take effect from its"
-             " next start: run awp down, then awp up with them again")
+        note(f"awp up: the daemon is already running; {', '.join(given)} take"
+             f"{'s' if len(given) == 1 else ''} effect from its next start:"
+             " run awp down, then awp up with them again")
     st = wait_for_address(client, UP_WAIT)
-    if as_json:
-        out_json({k: st.get(k) for k in ("name", "key", "address", "addresses", "tailcat_error",
-                                          "listen_errors", "pid", "home")})
-        return
     addr = st.get("address") or ""
+    if as_json:
+        out_json({k: st.get(k) for k in ("name", "key", "address", "addresses", "reachable",
+                                          "listen", "tailcat_error", "listen_errors", "pid",
+                                          "home")})
+        if not addr:
+            raise typer.Exit(1)
+        return
     out(f"awp is up as {st.get('name')}")
     out(f"  key      {st.get('key')}")
-    if addr:
-        out(f"  address  {addr}  ← hand this to the other agent")
-        out()
-        out("share the address with the other agent; they run:")
-        out(f"  awp connect {addr}")
-    else:
-        out(f"  address  none yet ({_no_address_reason(st)})")
+    if not addr:
+        raise CliError(f"nothing listens: {_no_address_reason(st)}{_listen_hint(st)}")
+    out(f"  address  {addr}  ← hand this to the other agent")
+    others = [a for a in st.get("reachable") or [] if a != addr]
+    if others:
+        out(f"  also     {', '.join(others)}")
+    for k, v in (st.get("listen_errors") or {}).items():
+        out(f"  cannot listen on {k}: {v}")
+    out()
+    out("share the address with the other agent; they run:")
+    out(f"  awp connect {addr}")
+
+
+def _check_config(home: str) -> None:
+    """One clear line for a config.json the daemon would refuse, before starting it."""
+    from ..daemon.configfile import load_config_file
+    from ..daemon.home import HomeError
+
+    try:
+        load_config_file(home)
+    except HomeError as e:
+        raise CliError(str(e)) from None
+
+
+def _check_listen(item: str) -> None:
+    from ..wire.address import AddressError, parse_listen
+
+    try:
+        parse_listen(item)
+    except AddressError as e:
+        raise CliError(f"--listen {item}: {e} (use tailcat, tcp:HOST:PORT or unix:/path)",
+                       code=2) from None
+
+
+def _listen_hint(st: dict) -> str:
+    """How to get going when tailcat is the listener that failed."""
+    if not st.get("tailcat_error") and any(
+            k.strip().lower() == "tailcat" for k in (st.get("listen") or {}).get("configured", [])):
+        return " (tailcat has not come up yet; awp status shows when it does)"
+    if st.get("tailcat_error"):
+        return ("\nwithout a tailcat relay, listen on TCP or a Unix socket instead:\n"
+                "  awp down && awp up --listen tcp:127.0.0.1:7000 --no-tailcat\n"
+                "  (or --listen unix:/tmp/awp.sock; peers then run awp connect with that address)")
+    return ""
 
 
 # -- listen --------------------------------------------------------------------------
@@ -209,6 +266,13 @@ def address(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     out(addr)
 
 
+_LISTEN_SOURCES = {
+    "--listen": "from --listen, remembered", "AWP_LISTEN": "from AWP_LISTEN, remembered",
+    "config.json": "from config.json", "remembered": "remembered from an earlier awp up",
+    "default": "the default",
+}
+
+
 # -- status / down -------------------------------------------------------------------
 
 @command("status", short_help="Show identity, addresses, counts and peers (exit 3 if not running)")
@@ -237,8 +301,13 @@ def status(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     lines.append(f"  daemon   pid {st.get('pid')}{up_for}, awp {st.get('version')}")
     lines.append(f"  address  {st.get('address') or 'none yet (' + _no_address_reason(st) + ')'}")
     addrs = st.get("addresses") or []
-    if addrs:
-        lines.append(f"  listen   {', '.join(addrs)}")
+    lst = st.get("listen") or {}
+    source = _LISTEN_SOURCES.get(lst.get("source", ""), lst.get("source", ""))
+    shown = ", ".join(addrs) or ", ".join(lst.get("configured") or []) or "nothing"
+    lines.append(f"  listen   {shown}" + (f"  ({source})" if source else ""))
+    others = [a for a in st.get("reachable") or [] if a != st.get("address")]
+    if others:
+        lines.append(f"  also     {', '.join(others)}")
     if st.get("tailcat_error"):
         lines.append(f"  tailcat  {st['tailcat_error']}")
     for k, v in (st.get("listen_errors") or {}).items():

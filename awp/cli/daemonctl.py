@@ -149,6 +149,9 @@ def ensure_daemon(
     else:
         why = f"the awp daemon exited with status {code}"
     log = tail_log(home)
+    last = log.splitlines()[-1] if log else ""
+    if code is not None and last.startswith("awp daemon: "):
+        why += ": " + last[len("awp daemon: "):]  # its own one-line reason
     where = os.path.join(home, LOG_NAME)
     detail = f"\n--- last lines of {where} ---\n{log}" if log else f" (nothing in {where})"
     raise DaemonStartError(why + detail)

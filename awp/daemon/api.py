@@ -124,6 +124,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "name": engine.config.name, "about": engine.config.about, "harness": s.harness,
             "model": s.model, "addresses": [str(a) for a in engine.listen_addrs],
             "address": _share_address(engine), "advertise": engine.advertised(),
+            "reachable": reachable_addresses(engine),
+            "listen": {"configured": list(s.listen), "source": s.listen_source},
             "listen_errors": state.listen_errors, "tailcat_error": tailcat_error,
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
             "presence": {"publishing": s.presence,
@@ -611,12 +613,23 @@ def _check_address_form(text: str) -> None:
             raise ApiError(400, str(e), "bad_address") from None
 
 
-def _share_address(engine: Engine) -> str:
+def reachable_addresses(engine: Engine) -> list[str]:
+    """Addresses a peer can dial, tailcat first; a wildcard TCP listener is
+    replaced by the host's concrete addresses (``0.0.0.0`` is no address)."""
+    from ..transport.ifaddrs import expand_wildcard
+
+    out: list[str] = []
     for a in sorted(engine.listen_addrs, key=lambda a: a.kind != "tailcat"):
-        if a.kind == "tcp" and a.host in ("0.0.0.0", "::"):
-            continue
-        return str(a)
-    return ""
+        if a.kind == "tcp" and a.host in ("0.0.0.0", "::", ""):
+            out += expand_wildcard(a.host, a.port)
+        else:
+            out.append(str(a))
+    return list(dict.fromkeys(out))
+
+
+def _share_address(engine: Engine) -> str:
+    found = reachable_addresses(engine)
+    return found[0] if found else ""
 
 
 __all__ = ["build_router", "peer_state", "short_key"]
