@@ -216,7 +216,10 @@ def _follow(client: LocalClient, query: dict, text: bool) -> None:
 def connect(
     target: str = typer.Argument(..., metavar="ADDRESS_OR_PEER",
                                  help="an address (tc..., tcp:HOST:PORT, unix:/path) or a known peer"),
-    timeout: str = typer.Option("1m", "--timeout", metavar="DURATION", help="give up after this long"),
+    timeout: str = typer.Option(
+        "1m", "--timeout", metavar="DURATION",
+        help="give up after this long (a peer that accepts but never answers our hello is"
+             " given up on after 30s)"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 
 import typer
@@ -117,9 +118,16 @@ def send(
     parts = build_parts(text, code, lang, data, mime)
     paths = [os.path.abspath(os.path.expanduser(f)) for f in files]
     for f, p in zip(files, paths, strict=True):
+        if os.path.isdir(p):
+            raise CliError(f"--file {f} is a directory: attach files one by one, or an archive"
+                           f" of it (tar czf {os.path.basename(p.rstrip('/')) or 'dir'}.tgz {f})")
         if not os.path.isfile(p):
             raise CliError(f"--file {f}: no such file")
     if not parts and not paths:
+        if peer and to is None and thread is None and args:
+            # One positional word: it was taken as the peer, so there is no text.
+            raise CliError(f"only one argument ({peer!r}), taken as the peer: name the peer,"
+                           f" then the text (awp send PEER {shlex.quote(peer)})", code=2)
         raise CliError("nothing to send: give a text, --code FILE, --data JSON or --file FILE")
     body: dict = {"parts": parts}
     if paths:
@@ -192,7 +200,7 @@ def state(
         body["note"] = note_text
     res = _post_delivery(home, "/v1/state", body, wait_ack, as_json)
     if res is not None:
-        _delivery_line(res, f"state {word} sent")
+        _delivery_line(res, f"state {res.get('state') or word} sent")
 
 
 # -- tail ----------------------------------------------------------------------------

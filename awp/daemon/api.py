@@ -86,7 +86,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, str(e), "bad_address") from None
         try:
             with trio.fail_after(timeout):
-                conn, key = await engine.connect(addr)
+                conn, key = await engine.connect(addr, timeout)
         except trio.TooSlowError:
             raise ApiError(504, f"timed out connecting to {addr}", "timeout") from None
         except DialError as e:
@@ -177,7 +177,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                 with trio.move_on_after(timeout):
                     for addr, _src in addrs:
                         try:
-                            await engine.dial_and_run(addr, expect_key=key)
+                            await engine.dial_and_run(addr, expect_key=key, timeout=timeout)
                             ok = True
                             break
                         except DialError as e:
@@ -277,6 +277,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         body = _body(req)
         key, th = await _target(body)
         word = (_str(body, "state") or "").strip()
+        if word.lower() in ops.KNOWN_STATES:
+            word = word.lower()  # "DONE" means done, not a new word the peer won't know
         if not th or not word:
             raise ApiError(400, "state needs a thread and a state word", "bad_request")
         note = await _unread_note(key, th)
@@ -287,7 +289,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(413, str(e), "too_large") from None
         except sqlite3.Error as e:
             raise _store_error(e) from None
-        return await _delivery(key, res, body, note, t0)
+        return {**await _delivery(key, res, body, note, t0), "state": word}
 
     def _files(body: dict) -> list[dict]:
         files = body.get("files") or []
