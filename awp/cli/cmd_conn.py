@@ -359,7 +359,9 @@ def peers(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     rows = daemon(home_of(home)).get("/v1/peers")
     assert isinstance(rows, list)
     if as_json:
-        out_json(rows)
+        from . import shapes
+
+        out_json(shapes.peers(rows))
         return
     if not rows:
         out("no peers yet: awp connect ADDRESS")

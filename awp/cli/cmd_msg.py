@@ -236,7 +236,9 @@ def tail(
         assert isinstance(res, dict)
         records = res.get("records") or []
         if as_json:
-            out_json(res)
+            from . import shapes
+
+            out_json(shapes.with_events(res))
         elif records:
             out(render_records(records))
         else:
@@ -308,7 +310,9 @@ def wait(
     res = client.post("/v1/wait", body)
     assert isinstance(res, dict)
     if as_json:
-        out_json(res)
+        from . import shapes
+
+        out_json(shapes.with_events(res))
         if res.get("timed_out"):
             raise typer.Exit(2)
         return
@@ -381,7 +385,9 @@ def read(
     res = client.post("/v1/read", body)
     assert isinstance(res, dict)
     if as_json:
-        out_json(res)
+        from . import shapes
+
+        out_json(shapes.with_events(res))
         return
     records = res.get("records") or []
     if records:
@@ -422,7 +428,10 @@ def threads(
         query["open"] = "1"
     client = daemon(home_of(home))
     if as_json:
-        out_json(client.request("GET", "/v1/threads", query=query or None))
+        from . import shapes
+
+        rows = client.request("GET", "/v1/threads", query=query or None)
+        out_json(shapes.threads(rows if isinstance(rows, list) else []))
         return
     # The table needs eight fields a thread: ask for bare rows, not full objects.
     res = client.request("GET", "/v1/threads", query={**query, "compact": "1"})
