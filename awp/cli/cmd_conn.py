@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import typer
 
-from ..localapi.client import LocalClient, wait_for_address
+from ..localapi.client import wait_for_address
+from . import verbs
 from .common import (
     CliError,
     command,
@@ -20,32 +19,15 @@ from .common import (
     out_json,
     parse_seconds,
 )
-from .daemonctl import client_if_running, ensure_daemon, status_if_running, stop_daemon
-from .render import clip, render_record, table
+from .daemonctl import client_if_running, ensure_daemon, stop_daemon
 
 UP_WAIT = 45.0
 
 
-def _short(key: str) -> str:
-    return key.split(":", 1)[-1][:10] if key else ""
 
 
-def _peer_name(p: dict) -> str:
-    name = p.get("name") or _short(p.get("key", ""))
-    aliases = p.get("aliases") or []
-    return f"{name} ({', '.join(aliases)})" if aliases else name
 
 
-def _no_address_reason(st: dict) -> str:
-    if st.get("tailcat_error"):
-        return f"tailcat: {st['tailcat_error']}"
-    errors = st.get("listen_errors") or {}
-    if errors:
-        k, v = next(iter(errors.items()))
-        return f"{k}: {v}"
-    if not (st.get("listen") or {}).get("configured"):
-        return "no listener configured: awp up --listen tcp:HOST:PORT, or listen in config.json"
-    return "no address yet"
 
 
 # -- up ------------------------------------------------------------------------------
@@ -119,7 +101,7 @@ def up(
     out(f"awp is up as {st.get('name')}")
     out(f"  key      {st.get('key')}")
     if not addr:
-        raise CliError(f"nothing listens: {_no_address_reason(st)}{_listen_hint(st)}")
+        raise CliError(f"nothing listens: {verbs.no_address_reason(st)}{_listen_hint(st)}")
     out(f"  address  {addr}  ← hand this to the other agent")
     others = [a for a in st.get("reachable") or [] if a != addr]
     if others:
@@ -185,7 +167,7 @@ def listen(
     st = client.get("/v1/status")
     assert isinstance(st, dict)
     if text:
-        where = st.get("address") or f"no address yet ({_no_address_reason(st)})"
+        where = st.get("address") or f"no address yet ({verbs.no_address_reason(st)})"
         out(f"listening as {st.get('name')} ({st.get('key')}) on {where}")
     else:
         out(compact({"event": "listening", "key": st.get("key"), "name": st.get("name"),
@@ -193,21 +175,9 @@ def listen(
     query: dict[str, object] = {"from": "now"}
     if mark:
         query["mark"] = "1"
-    _follow(client, query, text)
+    verbs.follow(client, query, text)
 
 
-def _follow(client: LocalClient, query: dict, text: bool) -> None:
-    """Copy the daemon's event stream to stdout until interrupted."""
-    try:
-        with client.stream("GET", "/v1/events", query=query) as events:
-            for rec in events:
-                if text and isinstance(rec, dict):
-                    out(render_record(rec))
-                else:
-                    out(compact(rec))
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
-    raise CliError("the awp daemon ended the stream (did it stop?)")
 
 
 # -- connect / address ---------------------------------------------------------------
@@ -240,11 +210,11 @@ def connect(
     if as_json:
         out_json(res)
         return
-    name = res.get("name") or _short(res.get("key", ""))
+    name = res.get("name") or verbs.short(res.get("key", ""))
     if res.get("already"):
         out(f"already connected to {name}")
     else:
-        out(f"connected to {name} (ed25519:{_short(res.get('key', ''))}...)")
+        out(f"connected to {name} (ed25519:{verbs.short(res.get('key', ''))}...)")
 
 
 @command("address", short_help="Print the address to share")
@@ -265,7 +235,7 @@ def address(home: str = home_opt(), as_json: bool = json_opt()) -> None:
             raise typer.Exit(1)
         return
     if not addr:
-        raise CliError(f"no address yet ({_no_address_reason(st)})")
+        raise CliError(f"no address yet ({verbs.no_address_reason(st)})")
     out(addr)
 
 
@@ -288,45 +258,7 @@ def status(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     Example:
       awp status
     """
-    found = status_if_running(home_of(home))
-    if found is None:
-        raise CliError("daemon not running (start it with awp up)", code=3)
-    st = found[1]
-    if as_json:
-        out_json(st)
-        return
-    lines = [f"{st.get('name')} ({st.get('key')})"]
-    up_for = ""
-    if st.get("started"):
-        from ..durations import format_duration
-
-        up_for = f", up {format_duration(time.time() - st['started'] / 1000)}"
-    lines.append(f"  daemon   pid {st.get('pid')}{up_for}, awp {st.get('version')}")
-    lines.append(f"  address  {st.get('address') or 'none yet (' + _no_address_reason(st) + ')'}")
-    addrs = st.get("addresses") or []
-    lst = st.get("listen") or {}
-    source = _LISTEN_SOURCES.get(lst.get("source", ""), lst.get("source", ""))
-    shown = ", ".join(addrs) or ", ".join(lst.get("configured") or []) or "nothing"
-    lines.append(f"  listen   {shown}" + (f"  ({source})" if source else ""))
-    others = [a for a in st.get("reachable") or [] if a != st.get("address")]
-    if others:
-        lines.append(f"  also     {', '.join(others)}")
-    if st.get("tailcat_error"):
-        lines.append(f"  tailcat  {st['tailcat_error']}")
-    for k, v in (st.get("listen_errors") or {}).items():
-        if k.strip().lower() != "tailcat":
-            lines.append(f"  cannot listen on {k}: {v}")
-    lines.append(f"  unread {st.get('unread', 0)}, {st.get('notices', 0)} notices,"
-                 f" queued {st.get('queued', 0)}")
-    out("\n".join(lines))
-    peers = st.get("peers") or []
-    out()
-    if not peers:
-        out("no peers yet: awp connect ADDRESS")
-        return
-    rows = [[_peer_name(p), _short(p.get("key", "")), p.get("state", ""), p.get("queued", 0),
-             p.get("unread", 0)] for p in peers]
-    out(table(["NAME", "KEY", "STATE", "QUEUED", "UNREAD"], rows))
+    verbs.status(home=home, as_json=as_json)
 
 
 @command("down", short_help="Stop the daemon (queued messages stay on disk)")
@@ -356,22 +288,7 @@ def peers(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     Example:
       awp peers
     """
-    rows = daemon(home_of(home)).get("/v1/peers")
-    assert isinstance(rows, list)
-    if as_json:
-        from . import shapes
-
-        out_json(shapes.peers(rows))
-        return
-    if not rows:
-        out("no peers yet: awp connect ADDRESS")
-        return
-    out(table(
-        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED"],
-        [[clip(_peer_name(p), 40), p.get("short") or _short(p.get("key", "")),
-          p.get("state", ""), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
-          ",".join(p.get("granted") or []) or "-"]
-         for p in rows]))
+    verbs.peers(home=home, as_json=as_json)
 
 
 @command("alias", short_help="Give a peer a local nickname")
@@ -394,7 +311,7 @@ def alias(
     if as_json:
         out_json(res)
         return
-    out(f"{res.get('alias')} now names {who.get('name')} (ed25519:{_short(res.get('key', ''))}...)")
+    out(f"{res.get('alias')} now names {who.get('name')} (ed25519:{verbs.short(res.get('key', ''))}...)")
 
 
 @command("bye", short_help="Close the connection to a peer gracefully")
@@ -419,7 +336,7 @@ def bye(
     if as_json:
         out_json({**res, "name": who.get("name")})
         return
-    name = who.get("name") or _short(res.get("key", ""))
+    name = who.get("name") or verbs.short(res.get("key", ""))
     if res.get("connected"):
         out(f"said bye to {name}")
     else:

@@ -15,7 +15,6 @@ Stdlib only, and cheap to import: ``awp status`` has to be fast.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
@@ -80,7 +79,9 @@ def tail_log(home: str, lines: int = 10) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def _spawn(home: str, flags_args: list[str]) -> subprocess.Popen:
+def _spawn(home: str, flags_args: list[str]):
+    import subprocess  # only when starting the daemon: its import is not free
+
     os.makedirs(home, mode=0o700, exist_ok=True)
     try:
         if os.stat(home).st_mode & 0o077:
