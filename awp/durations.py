@@ -6,11 +6,22 @@ uses this form, so the CLI and the daemon parse it the same way.
 
 from __future__ import annotations
 
-import re
-
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
           "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
+_PART_RE = r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)"
+_part = None  # compiled on first use: ``re`` is not imported on the CLI's fast path
+
+
+def _one_unit(s: str) -> float | None:
+    """``5m``, ``30s``, ``1.5h``: one number and one unit, parsed without ``re``."""
+    for unit in ("ms", "us", "µs", "ns", "s", "m", "h", "d"):
+        if s.endswith(unit):
+            num = s[: -len(unit)]
+            if num and all(c.isdigit() or c == "." for c in num) and num.count(".") <= 1 \
+                    and num != ".":
+                return float(num) * _UNITS[unit]
+            return None
+    return None
 
 
 def parse_duration(text: str | int | float) -> float:
@@ -34,8 +45,16 @@ def parse_duration(text: str | int | float) -> float:
         if v < 0:
             raise ValueError("duration must not be negative")
         return v
+    one = _one_unit(s)
+    if one is not None:
+        return one
+    global _part
+    if _part is None:
+        import re
+
+        _part = re.compile(_PART_RE)
     pos, total = 0, 0.0
-    for m in _PART.finditer(s):
+    for m in _part.finditer(s):
         if m.start() != pos:
             break
         total += float(m.group(1)) * _UNITS[m.group(2)]

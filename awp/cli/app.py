@@ -18,6 +18,7 @@ from .cmd_agent import hook_cmd as _hook  # noqa: F401  (registers hook, mcp, bo
 from .cmd_conform import conform as _conform  # noqa: F401  (registers awp conform)
 from .cmd_web import web_cmd as _web  # noqa: F401  (registers awp web)
 from .common import app, compact, home_of, home_opt, json_opt, out
+from .fastpath import home_first
 
 # Commands with a peer positional (or -p/--peer/--to value) that may start with "-".
 PEER_COMMANDS = frozenset(
@@ -230,17 +231,8 @@ def _help_args(rest: list[str]) -> list[str]:
     return [*words[:1], "--help"]
 
 
-def _home_first(args: list[str]) -> list[str]:
-    """Accept ``awp --home H cmd ...`` as well as ``awp cmd --home H ...``."""
-    if len(args) >= 3 and args[0] == "--home":
-        return [args[2], "--home", args[1], *args[3:]]
-    if len(args) >= 2 and args[0].startswith("--home="):
-        return [args[1], args[0], *args[2:]]
-    return args
-
-
 def run_app(args: list[str]) -> int:
-    args = _home_first(list(args))
+    args = home_first(list(args))
     if args and args[0] == "help":
         args = _help_args(args[1:])
     _fast_coercion()

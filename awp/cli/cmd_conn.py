@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import typer
 
-from ..localapi.client import LocalClient, wait_for_address
+from ..localapi.client import wait_for_address
+from . import verbs
 from .common import (
     CliError,
     command,
@@ -20,30 +19,15 @@ from .common import (
     out_json,
     parse_seconds,
 )
-from .daemonctl import client_if_running, ensure_daemon, status_if_running, stop_daemon
-from .render import clip, render_record, table
+from .daemonctl import client_if_running, ensure_daemon, stop_daemon
 
 UP_WAIT = 45.0
 
 
-def _short(key: str) -> str:
-    return key.split(":", 1)[-1][:10] if key else ""
 
 
-def _peer_name(p: dict) -> str:
-    name = p.get("name") or _short(p.get("key", ""))
-    aliases = p.get("aliases") or []
-    return f"{name} ({', '.join(aliases)})" if aliases else name
 
 
-def _no_address_reason(st: dict) -> str:
-    if st.get("tailcat_error"):
-        return f"tailcat: {st['tailcat_error']}"
-    errors = st.get("listen_errors") or {}
-    if errors:
-        k, v = next(iter(errors.items()))
-        return f"{k}: {v}"
-    return "nothing to listen on: set listen in config.json or AWP_LISTEN"
 
 
 # -- up ------------------------------------------------------------------------------
@@ -59,21 +43,29 @@ def up(
     share_with: str = typer.Option(
         None, "--share-with", metavar="HOST,...",
         help="hosts to mirror your conversations to (remembered)"),
+    listen: list[str] = typer.Option(
+        [], "--listen", metavar="ADDR",
+        help="tailcat, tcp:HOST:PORT or unix:/path (repeatable; remembered)"),
+    no_tailcat: bool = typer.Option(False, "--no-tailcat", help="do not listen on tailcat"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
     """Start the daemon if needed and print the identity and the address to share.
 
-    Waits up to 45s for the address. Hand the address to the other agent; it
-    runs 'awp connect ADDRESS'. --name and --about are remembered, so pass
-    them once. If the daemon is already running, these flags take effect from
-    its next start (awp down, then awp up again).
+    Waits up to 45s for the address, and exits 1 when nothing listens (tailcat
+    cannot reach its relay, a port is taken, a listen address is wrong). Hand
+    the address to the other agent; it runs 'awp connect ADDRESS'. --name,
+    --about and --listen are remembered, so pass them once. If the daemon is
+    already running, these flags take effect from its next start (awp down,
+    then awp up again).
 
     \b
     Example:
       awp up --name worker@sprite --about "Test runner for acme/api"
+      awp up --listen tcp:127.0.0.1:7000 --no-tailcat
     """
     h = home_of(home)
+    _check_config(h)
     flags: list[str] = []
     given: list[str] = []
     for flag, value in (("--name", name), ("--about", about), ("--harness", harness),
@@ -81,30 +73,77 @@ def up(
         if value is not None:
             flags += [flag, value]
             given.append(flag)
-    if presence:
-        flags.append("--presence")
-        given.append("--presence")
+    for item in listen:
+        _check_listen(item)
+        flags += ["--listen", item]
+    if listen:
+        given.append("--listen")
+    for flag, on in (("--presence", presence), ("--no-tailcat", no_tailcat)):
+        if on:
+            flags.append(flag)
+            given.append(flag)
     client = client_if_running(h)
     if client is None:
         client = ensure_daemon(h, flags_args=flags)
     elif given:
-        note(f"awp up: the daemon is already running; {', '.join(given)} take effect from its"
-             " next start: run awp down, then awp up with them again")
+        note(f"awp up: the daemon is already running; {', '.join(given)} take"
+             f"{'s' if len(given) == 1 else ''} effect from its next start:"
+             " run awp down, then awp up with them again")
     st = wait_for_address(client, UP_WAIT)
-    if as_json:
-        out_json({k: st.get(k) for k in ("name", "key", "address", "addresses", "tailcat_error",
-                                          "listen_errors", "pid", "home")})
-        return
     addr = st.get("address") or ""
+    if as_json:
+        out_json({k: st.get(k) for k in ("name", "key", "address", "addresses", "reachable",
+                                          "listen", "tailcat_error", "listen_errors", "pid",
+                                          "home")})
+        if not addr:
+            raise typer.Exit(1)
+        return
     out(f"awp is up as {st.get('name')}")
     out(f"  key      {st.get('key')}")
-    if addr:
-        out(f"  address  {addr}  ← hand this to the other agent")
-        out()
-        out("share the address with the other agent; they run:")
-        out(f"  awp connect {addr}")
-    else:
-        out(f"  address  none yet ({_no_address_reason(st)})")
+    if not addr:
+        raise CliError(f"nothing listens: {verbs.no_address_reason(st)}{_listen_hint(st)}")
+    out(f"  address  {addr}  ← hand this to the other agent")
+    others = [a for a in st.get("reachable") or [] if a != addr]
+    if others:
+        out(f"  also     {', '.join(others)}")
+    for k, v in (st.get("listen_errors") or {}).items():
+        out(f"  cannot listen on {k}: {v}")
+    out()
+    out("share the address with the other agent; they run:")
+    out(f"  awp connect {addr}")
+
+
+def _check_config(home: str) -> None:
+    """One clear line for a config.json the daemon would refuse, before starting it."""
+    from ..daemon.configfile import load_config_file
+    from ..daemon.home import HomeError
+
+    try:
+        load_config_file(home)
+    except HomeError as e:
+        raise CliError(str(e)) from None
+
+
+def _check_listen(item: str) -> None:
+    from ..wire.address import AddressError, parse_listen
+
+    try:
+        parse_listen(item)
+    except AddressError as e:
+        raise CliError(f"--listen {item}: {e} (use tailcat, tcp:HOST:PORT or unix:/path)",
+                       code=2) from None
+
+
+def _listen_hint(st: dict) -> str:
+    """How to get going when tailcat is the listener that failed."""
+    if not st.get("tailcat_error") and any(
+            k.strip().lower() == "tailcat" for k in (st.get("listen") or {}).get("configured", [])):
+        return " (tailcat has not come up yet; awp status shows when it does)"
+    if st.get("tailcat_error"):
+        return ("\nwithout a tailcat relay, listen on TCP or a Unix socket instead:\n"
+                "  awp down && awp up --listen tcp:127.0.0.1:7000 --no-tailcat\n"
+                "  (or --listen unix:/tmp/awp.sock; peers then run awp connect with that address)")
+    return ""
 
 
 # -- listen --------------------------------------------------------------------------
@@ -128,7 +167,7 @@ def listen(
     st = client.get("/v1/status")
     assert isinstance(st, dict)
     if text:
-        where = st.get("address") or f"no address yet ({_no_address_reason(st)})"
+        where = st.get("address") or f"no address yet ({verbs.no_address_reason(st)})"
         out(f"listening as {st.get('name')} ({st.get('key')}) on {where}")
     else:
         out(compact({"event": "listening", "key": st.get("key"), "name": st.get("name"),
@@ -136,21 +175,9 @@ def listen(
     query: dict[str, object] = {"from": "now"}
     if mark:
         query["mark"] = "1"
-    _follow(client, query, text)
+    verbs.follow(client, query, text)
 
 
-def _follow(client: LocalClient, query: dict, text: bool) -> None:
-    """Copy the daemon's event stream to stdout until interrupted."""
-    try:
-        with client.stream("GET", "/v1/events", query=query) as events:
-            for rec in events:
-                if text and isinstance(rec, dict):
-                    out(render_record(rec))
-                else:
-                    out(compact(rec))
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
-    raise CliError("the awp daemon ended the stream (did it stop?)")
 
 
 # -- connect / address ---------------------------------------------------------------
@@ -159,7 +186,10 @@ def _follow(client: LocalClient, query: dict, text: bool) -> None:
 def connect(
     target: str = typer.Argument(..., metavar="ADDRESS_OR_PEER",
                                  help="an address (tc..., tcp:HOST:PORT, unix:/path) or a known peer"),
-    timeout: str = typer.Option("1m", "--timeout", metavar="DURATION", help="give up after this long"),
+    timeout: str = typer.Option(
+        "1m", "--timeout", metavar="DURATION",
+        help="give up after this long (a peer that accepts but never answers our hello is"
+             " given up on after 30s)"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
@@ -180,11 +210,11 @@ def connect(
     if as_json:
         out_json(res)
         return
-    name = res.get("name") or _short(res.get("key", ""))
+    name = res.get("name") or verbs.short(res.get("key", ""))
     if res.get("already"):
         out(f"already connected to {name}")
     else:
-        out(f"connected to {name} (ed25519:{_short(res.get('key', ''))}...)")
+        out(f"connected to {name} (ed25519:{verbs.short(res.get('key', ''))}...)")
 
 
 @command("address", short_help="Print the address to share")
@@ -205,8 +235,15 @@ def address(home: str = home_opt(), as_json: bool = json_opt()) -> None:
             raise typer.Exit(1)
         return
     if not addr:
-        raise CliError(f"no address yet ({_no_address_reason(st)})")
+        raise CliError(f"no address yet ({verbs.no_address_reason(st)})")
     out(addr)
+
+
+_LISTEN_SOURCES = {
+    "--listen": "from --listen, remembered", "AWP_LISTEN": "from AWP_LISTEN, remembered",
+    "config.json": "from config.json", "remembered": "remembered from an earlier awp up",
+    "default": "the default",
+}
 
 
 # -- status / down -------------------------------------------------------------------
@@ -221,40 +258,7 @@ def status(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     Example:
       awp status
     """
-    found = status_if_running(home_of(home))
-    if found is None:
-        raise CliError("daemon not running (start it with awp up)", code=3)
-    st = found[1]
-    if as_json:
-        out_json(st)
-        return
-    lines = [f"{st.get('name')} ({st.get('key')})"]
-    up_for = ""
-    if st.get("started"):
-        from ..durations import format_duration
-
-        up_for = f", up {format_duration(time.time() - st['started'] / 1000)}"
-    lines.append(f"  daemon   pid {st.get('pid')}{up_for}, awp {st.get('version')}")
-    lines.append(f"  address  {st.get('address') or 'none yet (' + _no_address_reason(st) + ')'}")
-    addrs = st.get("addresses") or []
-    if addrs:
-        lines.append(f"  listen   {', '.join(addrs)}")
-    if st.get("tailcat_error"):
-        lines.append(f"  tailcat  {st['tailcat_error']}")
-    for k, v in (st.get("listen_errors") or {}).items():
-        if k.strip().lower() != "tailcat":
-            lines.append(f"  cannot listen on {k}: {v}")
-    lines.append(f"  unread {st.get('unread', 0)}, {st.get('notices', 0)} notices,"
-                 f" queued {st.get('queued', 0)}")
-    out("\n".join(lines))
-    peers = st.get("peers") or []
-    out()
-    if not peers:
-        out("no peers yet: awp connect ADDRESS")
-        return
-    rows = [[_peer_name(p), _short(p.get("key", "")), p.get("state", ""), p.get("queued", 0),
-             p.get("unread", 0)] for p in peers]
-    out(table(["NAME", "KEY", "STATE", "QUEUED", "UNREAD"], rows))
+    verbs.status(home=home, as_json=as_json)
 
 
 @command("down", short_help="Stop the daemon (queued messages stay on disk)")
@@ -284,20 +288,7 @@ def peers(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     Example:
       awp peers
     """
-    rows = daemon(home_of(home)).get("/v1/peers")
-    assert isinstance(rows, list)
-    if as_json:
-        out_json(rows)
-        return
-    if not rows:
-        out("no peers yet: awp connect ADDRESS")
-        return
-    out(table(
-        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED"],
-        [[clip(_peer_name(p), 40), p.get("short") or _short(p.get("key", "")),
-          p.get("state", ""), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
-          ",".join(p.get("granted") or []) or "-"]
-         for p in rows]))
+    verbs.peers(home=home, as_json=as_json)
 
 
 @command("alias", short_help="Give a peer a local nickname")
@@ -320,7 +311,7 @@ def alias(
     if as_json:
         out_json(res)
         return
-    out(f"{res.get('alias')} now names {who.get('name')} (ed25519:{_short(res.get('key', ''))}...)")
+    out(f"{res.get('alias')} now names {who.get('name')} (ed25519:{verbs.short(res.get('key', ''))}...)")
 
 
 @command("bye", short_help="Close the connection to a peer gracefully")
@@ -345,7 +336,7 @@ def bye(
     if as_json:
         out_json({**res, "name": who.get("name")})
         return
-    name = who.get("name") or _short(res.get("key", ""))
+    name = who.get("name") or verbs.short(res.get("key", ""))
     if res.get("connected"):
         out(f"said bye to {name}")
     else:

@@ -94,7 +94,9 @@ def grants_cmd(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     """
     rows = daemon(home_of(home)).get("/v1/grants")
     if as_json:
-        out_json(rows)
+        from . import shapes
+
+        out_json(shapes.grants(rows if isinstance(rows, list) else []))
         return
     if not rows:
         note("no grants")

@@ -2,70 +2,25 @@
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-
 import typer
 
-from .cmd_conn import _follow
+from . import verbs
 from .common import (
     CliError,
     command,
-    daemon,
-    home_of,
     home_opt,
     json_opt,
-    out,
-    out_json,
-    parse_seconds,
 )
-from .render import clip, lang_for, now_ms, render_records, since, table
 
 HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
 
 
-def _check_thread(thread: str | None) -> None:
-    if thread is not None and not thread.strip():
-        raise CliError("the thread id is empty")
 
 
-def _read_stdin() -> str:
-    if sys.stdin is None:
-        raise CliError("cannot read the text from stdin: there is none")
-    return sys.stdin.read()
 
 
-def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
-                mime: str) -> list[dict]:
-    """The parts of a message from the command line (text, --code, --data)."""
-    parts: list[dict] = []
-    if text.strip():
-        parts.append({"k": "text", "text": text})
-    for path in code:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                body = f.read()
-        except FileNotFoundError:
-            raise CliError(f"--code {path}: no such file") from None
-        except IsADirectoryError:
-            raise CliError(f"--code {path}: is a directory") from None
-        except OSError as e:
-            raise CliError(f"--code {path}: {e.strerror or e}") from None
-        parts.append({"k": "code", "lang": lang or lang_for(path), "text": body})
-    for raw in data:
-        try:
-            value = json.loads(raw)
-        except ValueError as e:
-            raise CliError(f"--data is not valid JSON ({e}): {clip(raw, 60)}") from None
-        parts.append({"k": "data", "mime": mime or "application/json", "data": value})
-    return parts
 
 
-def _delivery_line(res: dict, what: str) -> None:
-    if res.get("note"):
-        out(res["note"])
-    out(f"{what} to {res.get('peer_name')} in {res.get('th')} ({res.get('status')})")
 
 
 # -- send ----------------------------------------------------------------------------
@@ -106,50 +61,10 @@ def send(
       awp send --thread thr_cj66nrqv "40 of 42 pass" --code fix.diff
       git diff | awp send w -
     """
-    pos = list(args or [])
-    _check_thread(thread)
-    peer = to
-    if peer is None and pos and (thread is None or len(pos) >= 2):
-        peer = pos.pop(0)
-    if not peer and thread is None:
-        raise CliError("name a peer (awp send PEER TEXT) or a --thread to reply in")
-    text = _read_stdin() if pos == ["-"] else " ".join(pos)
-    parts = build_parts(text, code, lang, data, mime)
-    paths = [os.path.abspath(os.path.expanduser(f)) for f in files]
-    for f, p in zip(files, paths, strict=True):
-        if not os.path.isfile(p):
-            raise CliError(f"--file {f}: no such file")
-    if not parts and not paths:
-        raise CliError("nothing to send: give a text, --code FILE, --data JSON or --file FILE")
-    body: dict = {"parts": parts}
-    if paths:
-        body["files"] = paths
-    if peer:
-        body["peer"] = peer
-    if thread is not None:
-        body["th"] = thread
-    if subject is not None:
-        body["subject"] = subject
-    if re_id:
-        body["re"] = re_id
-    res = _post_delivery(home, "/v1/send", body, wait_ack, as_json)
-    if res is not None:
-        _delivery_line(res, f"sent {res.get('id')}")
+    verbs.send(args=args, subject=subject, thread=thread, to=to, re_id=re_id, code=code, lang=lang,
+               data=data, mime=mime, files=files, wait_ack=wait_ack, home=home, as_json=as_json)
 
 
-def _post_delivery(home: str | None, path: str, body: dict, wait_ack: str | None,
-                   as_json: bool) -> dict | None:
-    """Post a send or state with its --wait-ack; the response, or None once printed as JSON."""
-    wait_s = 1.0
-    if wait_ack is not None:
-        wait_s = parse_seconds(wait_ack, "--wait-ack")
-        body["wait_ack"] = wait_s
-    res = daemon(home_of(home), timeout=wait_s + 60).post(path, body)
-    assert isinstance(res, dict)
-    if as_json:
-        out_json(res)
-        return None
-    return res
 
 
 # -- state ---------------------------------------------------------------------------
@@ -182,7 +97,7 @@ def state(
     else:
         raise typer.BadParameter("give THREAD STATE, or PEER THREAD STATE",
                                  param_hint="'[PEER] THREAD STATE'")
-    _check_thread(th)
+    verbs.check_thread(th)
     if not word.strip():
         raise CliError("the state word is empty")
     body: dict = {"th": th, "state": word}
@@ -190,9 +105,9 @@ def state(
         body["peer"] = peer
     if note_text:
         body["note"] = note_text
-    res = _post_delivery(home, "/v1/state", body, wait_ack, as_json)
+    res = verbs.post_delivery(home, "/v1/state", body, wait_ack, as_json)
     if res is not None:
-        _delivery_line(res, f"state {word} sent")
+        verbs.delivery_line(res, f"state {res.get('state') or word} sent")
 
 
 # -- tail ----------------------------------------------------------------------------
@@ -216,46 +131,12 @@ def tail(
       awp tail --once
       awp tail -p builder
     """
-    _check_thread(thread)
-    client = daemon(home_of(home))
-    if once:
-        body: dict = {"mark": True}
-        if peer:
-            body["peer"] = peer
-        if thread:
-            body["th"] = thread
-        res = client.post("/v1/inbox", body)
-        assert isinstance(res, dict)
-        records = res.get("records") or []
-        if as_json:
-            out_json(res)
-        elif records:
-            out(render_records(records))
-        else:
-            sys.stderr.write("no unread messages\n")
-        return
-    query: dict[str, object] = {"from": "now"}
-    if all_:
-        query["all"] = "1"
-    if mark:
-        query["mark"] = "1"
-    if peer:
-        query["peer"] = peer
-    if thread:
-        query["th"] = thread
-    _follow(client, query, text=not as_json)
+    verbs.tail(once=once, all_=all_, mark=mark, peer=peer, thread=thread, home=home,
+               as_json=as_json)
 
 
 # -- wait ----------------------------------------------------------------------------
 
-def _state_line(th: str, peer_name: str, theirs: str | None, note: str, matched: bool,
-                states: list[str]) -> str:
-    if theirs is None:
-        return f"{peer_name} has not said anything in {th} yet (waiting for {','.join(states)})"
-    tail = f": {note}" if note else ""
-    if matched:
-        return f"{peer_name} is {theirs} in {th}{tail}"
-    return f"{peer_name}'s state in {th}: {theirs}{tail} (waiting for {','.join(states)})"
 
 
 @command("wait", short_help="Block until a message or a state arrives (exit 2 on timeout)")
@@ -282,51 +163,10 @@ def wait(
       awp wait --timeout 2m
       awp wait --thread thr_cj66nrqv --state done,failed --timeout 10m
     """
-    _check_thread(thread)
-    secs = parse_seconds(timeout, "--timeout")
-    wanted = [s.strip() for s in (states or "").split(",") if s.strip()]
-    if states is not None and not wanted:
-        raise CliError("--state needs at least one state word, e.g. done,failed")
-    if wanted and not thread:
-        raise CliError("--state needs --thread")
-    body: dict = {"timeout": secs}
-    if thread:
-        body["th"] = thread
-    if peer:
-        body["peer"] = peer
-    if wanted:
-        body["states"] = wanted
-    client = daemon(home_of(home), timeout=secs + HTTP_SLACK)
-    res = client.post("/v1/wait", body)
-    assert isinstance(res, dict)
-    if as_json:
-        out_json(res)
-        if res.get("timed_out"):
-            raise typer.Exit(2)
-        return
-    records = res.get("records") or []
-    if records:
-        out(render_records(records))
-    if wanted:
-        row = _thread_row(client, thread or "", peer)
-        name = (row or {}).get("peer_name") or peer or "the peer"
-        out(_state_line(thread or "", name, res.get("state"), (row or {}).get("their_note", ""),
-                        bool(res.get("matched")), wanted))
-    if res.get("timed_out"):
-        sys.stderr.write(f"nothing new after {timeout.strip()}\n")
-        raise typer.Exit(2)
+    verbs.wait(thread=thread, peer=peer, states=states, timeout=timeout, home=home,
+               as_json=as_json)
 
 
-def _thread_row(client, th: str, peer: str | None) -> dict | None:
-    query = {"peer": peer} if peer else None
-    try:
-        rows = client.request("GET", "/v1/threads", query=query)
-    except Exception:  # noqa: BLE001 - only for the label of the state line
-        return None
-    for r in rows if isinstance(rows, list) else []:
-        if r.get("th") == th:
-            return r
-    return None
 
 
 # -- read ----------------------------------------------------------------------------
@@ -352,39 +192,9 @@ def read(
       awp read builder
       awp read -n 200
     """
-    if last < 1:
-        raise CliError("-n/--last must be at least 1")
-    client = daemon(home_of(home))
-    th = None
-    if target is not None:
-        if not target.strip():
-            raise CliError("the peer or thread is empty")
-        if target.startswith("thr_") or _is_thread(client, target):
-            th = target
-        elif peer:
-            raise CliError(f"{target!r} is not a known thread, and -p names the peer already")
-        else:
-            peer = target
-    body: dict = {"n": last, "mark": not no_mark}
-    if peer:
-        body["peer"] = peer
-    if th:
-        body["th"] = th
-    res = client.post("/v1/read", body)
-    assert isinstance(res, dict)
-    if as_json:
-        out_json(res)
-        return
-    records = res.get("records") or []
-    if records:
-        out(render_records(records))
-    else:
-        sys.stderr.write("nothing to show\n")
+    verbs.read(target=target, last=last, peer=peer, no_mark=no_mark, home=home, as_json=as_json)
 
 
-def _is_thread(client, ref: str) -> bool:
-    rows = client.get("/v1/threads")
-    return any(r.get("th") == ref for r in rows) if isinstance(rows, list) else False
 
 
 # -- threads -------------------------------------------------------------------------
@@ -407,26 +217,5 @@ def threads(
       awp threads --open
       awp threads -p builder --wide
     """
-    query: dict = {}
-    if peer:
-        query["peer"] = peer
-    if open_only:
-        query["open"] = "1"
-    client = daemon(home_of(home))
-    if as_json:
-        out_json(client.request("GET", "/v1/threads", query=query or None))
-        return
-    # The table needs eight fields a thread: ask for bare rows, not full objects.
-    res = client.request("GET", "/v1/threads", query={**query, "compact": "1"})
-    assert isinstance(res, dict)
-    rows = res["rows"]
-    if not rows:
-        out("no open threads" if open_only else "no threads yet")
-        return
-    now = now_ms()
-    out(table(
-        ["TH", "PEER", "MINE", "THEIRS", "UNREAD", "SUBJECT"],
-        [[th, clip(name or "", 30), since(mine or "", my_since, now),
-          since(theirs or "", their_since, now), unread, clip(subject or "", 0 if wide else 50)]
-         for th, name, mine, my_since, theirs, their_since, unread, subject in rows]))
+    verbs.threads(open_only=open_only, wide=wide, peer=peer, home=home, as_json=as_json)
 

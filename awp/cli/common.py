@@ -12,14 +12,23 @@ Kept light: typer and the stdlib client only (no trio, httpx, store or node).
 from __future__ import annotations
 
 import functools
-import json
-import sys
 
 import typer
 
-from ..daemon.home import HomeError, resolve_home
-from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
-from .daemonctl import DaemonStartError, ensure_daemon
+from .base import (  # noqa: F401  (re-exported for the command modules)
+    CliError,
+    CliExit,
+    StdoutGone,
+    compact,
+    daemon,
+    failure_code,
+    home_of,
+    note,
+    out,
+    out_json,
+    parse_seconds,
+    quiet_pipe,
+)
 
 app = typer.Typer(
     name="awp",
@@ -36,15 +45,6 @@ app = typer.Typer(
 )
 
 
-class CliError(Exception):
-    """A failure to report as ``awp <cmd>: <message>`` with exit status ``code``."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-
 # -- options shared by many commands ---------------------------------------------------
 
 def home_opt() -> typer.models.OptionInfo:
@@ -54,47 +54,6 @@ def home_opt() -> typer.models.OptionInfo:
 
 def json_opt() -> typer.models.OptionInfo:
     return typer.Option(False, "--json", help="print machine-readable JSON")
-
-
-def home_of(flag: str | None) -> str:
-    return resolve_home(flag)
-
-
-# -- output -------------------------------------------------------------------------
-
-class StdoutGone(Exception):
-    """The reader of our stdout went away (``| head``)."""
-
-
-def out(text: str = "") -> None:
-    """One line (or block) on stdout, flushed: agents often read through pipes."""
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise StdoutGone() from None
-
-
-def note(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-def out_json(obj: object) -> None:
-    out(json.dumps(obj, ensure_ascii=False, indent=2))
-
-
-def compact(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-
-
-def parse_seconds(text: str, flag: str) -> float:
-    from ..durations import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise CliError(f"{flag}: {e}") from None
 
 
 # -- commands -----------------------------------------------------------------------
@@ -107,22 +66,11 @@ def command(name: str, **kw):
         def run(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
-            except CliError as e:
-                fail(name, e.message, e.code)
-            except (DaemonStartError, HomeError) as e:
-                fail(name, str(e))
-            except ApiFailure as e:
-                fail(name, e.message)
-            except DaemonNotRunning as e:
-                fail(name, f"{e} (start it with awp up)")
-            except (ProtocolError, ConnectionError, TimeoutError) as e:
-                fail(name, str(e) or type(e).__name__)
-            except StdoutGone:
-                _quiet_pipe()
-                raise typer.Exit(0) from None
-            except OSError as e:
-                fail(name, e.strerror or str(e) if not e.filename
-                     else f"{e.filename}: {e.strerror or e}")
+            except Exception as e:
+                code = failure_code(name, e)
+                if code is None:
+                    raise
+                raise typer.Exit(code) from None
 
         return app.command(name, **kw)(run)
 
@@ -130,26 +78,5 @@ def command(name: str, **kw):
 
 
 def fail(cmd: str, message: str, code: int = 1) -> None:
-    first, _, rest = message.partition("\n")
-    sys.stderr.write(f"awp {cmd}: {first}\n")
-    if rest:
-        # Only the daemon's log tail continues past the first line.
-        sys.stderr.write(rest + "\n")
-    sys.stderr.flush()
-    raise typer.Exit(code)
-
-
-def _quiet_pipe() -> None:
-    """stdout went away (``| head``): stop without a traceback on exit."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
-def daemon(home: str, *, timeout: float | None = 30.0) -> LocalClient:
-    """A client for the home's daemon, started on demand."""
-    return ensure_daemon(home, timeout=timeout)
+    """Report ``message`` as this command's failure and exit with ``code``."""
+    raise typer.Exit(failure_code(cmd, CliError(message, code)))

@@ -15,7 +15,6 @@ Stdlib only, and cheap to import: ``awp status`` has to be fast.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
@@ -80,7 +79,9 @@ def tail_log(home: str, lines: int = 10) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def _spawn(home: str, flags_args: list[str]) -> subprocess.Popen:
+def _spawn(home: str, flags_args: list[str]):
+    import subprocess  # only when starting the daemon: its import is not free
+
     os.makedirs(home, mode=0o700, exist_ok=True)
     try:
         if os.stat(home).st_mode & 0o077:
@@ -149,6 +150,9 @@ def ensure_daemon(
     else:
         why = f"the awp daemon exited with status {code}"
     log = tail_log(home)
+    last = log.splitlines()[-1] if log else ""
+    if code is not None and last.startswith("awp daemon: "):
+        why += ": " + last[len("awp daemon: "):]  # its own one-line reason
     where = os.path.join(home, LOG_NAME)
     detail = f"\n--- last lines of {where} ---\n{log}" if log else f" (nothing in {where})"
     raise DaemonStartError(why + detail)

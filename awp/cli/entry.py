@@ -1,7 +1,9 @@
 """The ``awp`` executable's entry point.
 
 Kept tiny on purpose: ``awp hook`` runs after every tool call of an agent,
-so it is dispatched before typer (and anything heavier) is imported.
+so it is dispatched before typer (and anything heavier) is imported; so are
+the common verbs (``status``, ``send``, ``read``, ...) when their command
+line is a plain one (:mod:`awp.cli.fastpath`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,14 @@ def main(argv: list[str] | None = None) -> int:
         from ..hooks.run import main as hook_main
 
         return hook_main(hook)
+    import os
+
+    if os.environ.get("AWP_FASTPATH", "1") != "0":  # 0: every line through typer
+        from .fastpath import run as run_fast
+
+        code = run_fast(args)
+        if code is not None:
+            return code
     from .app import run_app
 
     return run_app(args)

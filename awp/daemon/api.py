@@ -86,7 +86,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, str(e), "bad_address") from None
         try:
             with trio.fail_after(timeout):
-                conn, key = await engine.connect(addr)
+                conn, key = await engine.connect(addr, timeout)
         except trio.TooSlowError:
             raise ApiError(504, f"timed out connecting to {addr}", "timeout") from None
         except DialError as e:
@@ -124,6 +124,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "name": engine.config.name, "about": engine.config.about, "harness": s.harness,
             "model": s.model, "addresses": [str(a) for a in engine.listen_addrs],
             "address": _share_address(engine), "advertise": engine.advertised(),
+            "reachable": reachable_addresses(engine),
+            "listen": {"configured": list(s.listen), "source": s.listen_source},
             "listen_errors": state.listen_errors, "tailcat_error": tailcat_error,
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
             "presence": {"publishing": s.presence,
@@ -175,7 +177,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                 with trio.move_on_after(timeout):
                     for addr, _src in addrs:
                         try:
-                            await engine.dial_and_run(addr, expect_key=key)
+                            await engine.dial_and_run(addr, expect_key=key, timeout=timeout)
                             ok = True
                             break
                         except DialError as e:
@@ -275,6 +277,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         body = _body(req)
         key, th = await _target(body)
         word = (_str(body, "state") or "").strip()
+        if word.lower() in ops.KNOWN_STATES:
+            word = word.lower()  # "DONE" means done, not a new word the peer won't know
         if not th or not word:
             raise ApiError(400, "state needs a thread and a state word", "bad_request")
         note = await _unread_note(key, th)
@@ -285,7 +289,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(413, str(e), "too_large") from None
         except sqlite3.Error as e:
             raise _store_error(e) from None
-        return await _delivery(key, res, body, note, t0)
+        return {**await _delivery(key, res, body, note, t0), "state": word}
 
     def _files(body: dict) -> list[dict]:
         files = body.get("files") or []
@@ -611,12 +615,23 @@ def _check_address_form(text: str) -> None:
             raise ApiError(400, str(e), "bad_address") from None
 
 
-def _share_address(engine: Engine) -> str:
+def reachable_addresses(engine: Engine) -> list[str]:
+    """Addresses a peer can dial, tailcat first; a wildcard TCP listener is
+    replaced by the host's concrete addresses (``0.0.0.0`` is no address)."""
+    from ..transport.ifaddrs import expand_wildcard
+
+    out: list[str] = []
     for a in sorted(engine.listen_addrs, key=lambda a: a.kind != "tailcat"):
-        if a.kind == "tcp" and a.host in ("0.0.0.0", "::"):
-            continue
-        return str(a)
-    return ""
+        if a.kind == "tcp" and a.host in ("0.0.0.0", "::", ""):
+            out += expand_wildcard(a.host, a.port)
+        else:
+            out.append(str(a))
+    return list(dict.fromkeys(out))
+
+
+def _share_address(engine: Engine) -> str:
+    found = reachable_addresses(engine)
+    return found[0] if found else ""
 
 
 __all__ = ["build_router", "peer_state", "short_key"]

@@ -25,7 +25,7 @@ from ..store.db import StoreError, open_store
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import Identity
 from . import home as homes
-from .settings import Flags, Settings, resolve
+from .settings import REMEMBERED, Flags, Settings, resolve
 
 log = logging.getLogger("awp.daemon")
 
@@ -70,7 +70,7 @@ def remembered_values(db_path: str) -> dict[str, str]:
     conn = open_store(db_path)
     try:
         out = {}
-        for k in ("name", "about", "harness", "model", "share_with"):
+        for k in REMEMBERED:
             v = ops.get_meta(conn, "remember." + k)
             if v is not None:
                 out[k] = v

@@ -10,7 +10,6 @@ import errno
 import fcntl
 import json
 import os
-import socket
 
 DEFAULT_HOME = "~/.awp"
 
@@ -152,4 +151,6 @@ def read_pid(home: str) -> int | None:
 
 
 def default_name() -> str:
+    import socket
+
     return f"awp@{socket.gethostname().split('.')[0] or 'localhost'}"

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from ..durations import parse_duration
 from ..node.limits import Limits, limits_from_config
+from .configfile import SERVABLE, load_config_file
 from .home import HomeError, default_name, path
 
-REMEMBERED = ("name", "about", "harness", "model", "share_with")
-SERVABLE = ("exec", "fs:read", "fs:write")
+REMEMBERED = ("name", "about", "harness", "model", "share_with", "listen")
 MiB = 1024 * 1024
 
 
@@ -63,6 +63,7 @@ class Settings:
     verbose: bool
     allow_plaintext: bool
     limits: Limits = field(default_factory=Limits)
+    listen_source: str = "default"
     remember: dict[str, str] = field(default_factory=dict)
 
 
@@ -74,18 +75,36 @@ def _truthy(v: str | None) -> bool:
     return (v or "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def load_config_file(home: str) -> dict:
-    file = path(home, "config.json")
-    try:
-        with open(file) as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        raise HomeError(f"{file}: {e}") from None
-    if not isinstance(data, dict):
-        raise HomeError(f"{file}: must hold a JSON object")
-    return data
+def _listen(flags: Flags, env: dict[str, str], cfg: dict, remembered: dict[str, str],
+            remember: dict[str, str]) -> tuple[list[str], str]:
+    """The listen list and where it came from.
+
+    ``--listen`` and ``AWP_LISTEN`` are remembered like ``--name``: a daemon
+    that ``awp down`` stopped and a later command started on demand comes
+    back on the same listener instead of falling back to tailcat.
+    ``--no-tailcat`` is part of what is remembered (it filters the list).
+    """
+    if flags.listen:
+        listen, source = list(flags.listen), "--listen"
+    elif env.get("AWP_LISTEN"):
+        listen, source = _csv(env["AWP_LISTEN"]), "AWP_LISTEN"
+    elif "listen" in cfg:
+        listen, source = list(cfg["listen"]), "config.json"
+    else:
+        listen, source = [], ""
+        try:
+            saved = json.loads(remembered.get("listen") or "null")
+        except ValueError:
+            saved = None
+        if isinstance(saved, list) and all(isinstance(x, str) for x in saved):
+            listen, source = saved, "remembered"
+        if not source:
+            listen, source = ["tailcat"], "default"
+    if flags.no_tailcat:
+        listen = [x for x in listen if x.strip().lower() != "tailcat"]
+    if source in ("--listen", "AWP_LISTEN"):
+        remember["listen"] = json.dumps(listen)
+    return listen, source
 
 
 def resolve(home: str, flags: Flags, remembered: dict[str, str],
@@ -119,16 +138,7 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
     else:
         harness = remembered.get("harness", "")
 
-    if flags.listen:
-        listen = list(flags.listen)
-    elif env.get("AWP_LISTEN"):
-        listen = _csv(env["AWP_LISTEN"])
-    elif isinstance(cfg.get("listen"), list):
-        listen = [str(x) for x in cfg["listen"]]
-    else:
-        listen = ["tailcat"]
-    if flags.no_tailcat:
-        listen = [x for x in listen if x.strip().lower() != "tailcat"]
+    listen, listen_source = _listen(flags, env, cfg, remembered, remember)
 
     advertise, _ = pick("advertise", flags.advertise, "AWP_ADVERTISE", cfg.get("advertise"))
     accept, _ = pick("accept", flags.accept, "AWP_ACCEPT", pol.get("accept"))
@@ -194,6 +204,6 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         advertise=None if advertise is None else str(advertise), accept=accept,
         allow=allow, trust=trust, serve=serve, root=root, presence=presence,
         share_with=share_with, blob_limit=blob_limit, ping_interval=ping, outbox_ttl=ttl,
-        trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, limits=limits,
+        trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, limits=limits, listen_source=listen_source,
         remember=remember,
     )

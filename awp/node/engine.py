@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import mimetypes
 import os
 import sqlite3
 import stat
@@ -41,6 +40,7 @@ from .connection import Connection
 from .events import Broadcaster
 from .handshake import LocalHello
 from .intake import Intake
+from .mime import guess_mime, sniff_file
 from .peers import PeerManager
 
 log = logging.getLogger("awp.node")
@@ -249,13 +249,14 @@ class Engine:
         )
 
     async def dial_and_run(self, addr: str, *, expect_key: str | None = None,
-                           background: bool = True) -> Connection:
+                           background: bool = True, timeout: float | None = None) -> Connection:
         """Dial ``addr``, run the connection in the background, and return it
-        once the peer has resumed (the dialer's definition of established)."""
+        once the peer has resumed (the dialer's definition of established).
+        ``timeout`` replaces the configured dial timeout (``awp connect --timeout``)."""
         try:
             target = parse_address(addr)
             stream = await streams.dial(
-                target, timeout=self.config.dial_timeout,
+                target, timeout=timeout or self.config.dial_timeout,
                 allow_plaintext=self.config.allow_plaintext,
             )
         except (AddressError, Exception) as e:
@@ -291,7 +292,8 @@ class Engine:
         except Exception:
             pass
 
-    async def connect(self, addr: str) -> tuple[Connection | None, str]:
+    async def connect(self, addr: str, timeout: float | None = None
+                      ) -> tuple[Connection | None, str]:
         """Connect to an address, remembering it as the peer's best source.
 
         Returns ``(connection, peer_key)``; the connection is ``None`` when the
@@ -303,7 +305,7 @@ class Engine:
         for (key,) in known:
             if self.peers.active(key):
                 return None, key
-        conn = await self.dial_and_run(addr)
+        conn = await self.dial_and_run(addr, timeout=timeout)
         now = now_ms()
         await self.writer.run(lambda c: ops.add_address(c, conn.peer_key, addr, "connect", now))
         return conn, conn.peer_key
@@ -703,7 +705,8 @@ class Engine:
             size = await trio.to_thread.run_sync(_copy_private, path, dest,
                                                  self.config.blob_limit)
             name = f.get("name") or os.path.basename(path)
-            mime = f.get("mime") or mimetypes.guess_type(name)[0] or "application/octet-stream"
+            mime = f.get("mime") or guess_mime(name, await trio.to_thread.run_sync(
+                sniff_file, dest))
             staged.append({"ref": ref, "name": name, "mime": mime, "size": size, "path": dest})
         return staged
 

@@ -75,7 +75,14 @@ class Handshake:
         the err and closes).  A peer ``err`` raises with code ``""``: close
         without answering, since an err is never answered with an err.
         """
-        obj = parse_line(raw)
+        try:
+            obj = parse_line(raw)
+        except ProtocolError as e:
+            if self.stage != "hello":
+                raise
+            # What a web server or anything else that is not AWP answers with.
+            raise ProtocolError(e.code, "not an AWP peer: its first line is not an AWP hello"
+                                f" ({e.detail})", re=e.re) from None
         t = obj["t"]
         if t == "err":
             code = obj.get("code") if isinstance(obj.get("code"), str) else "?"

@@ -21,6 +21,7 @@ SOURCE_RANK = {"connect": 0, "introduce": 1, "hello": 2}
 # the same thread is acked (cumulative ack).
 CUMULATIVE_TYPES = ("chunk", "introduce")
 FINAL_STATES = frozenset({"done", "failed", "closed"})
+KNOWN_STATES = frozenset({"open", "working", "waiting"}) | FINAL_STATES
 
 
 # --- meta ---------------------------------------------------------------------------

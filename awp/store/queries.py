@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from ..wire.address import address_hint
 from ..wire.keys import KEY_PREFIX, KeyError_, normalize_key, short_key
 
 FINAL = ("done", "failed", "closed")
@@ -61,7 +62,7 @@ def resolve_peer(c: sqlite3.Connection, text: str) -> str:
             raise LookupFailed(f"key prefix {ref!r} matches {len(rows)} peers: {names}",
                                "ambiguous_peer")
     raise LookupFailed(f"unknown peer {ref!r}: not a name, alias or key prefix of a known peer"
-                       " (see awp peers)")
+                       f" (see awp peers){address_hint(ref)}")
 
 
 def thread_peer(c: sqlite3.Connection, th: str, peer: str | None = None) -> str:

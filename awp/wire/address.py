@@ -13,6 +13,7 @@ from dataclasses import dataclass
 __all__ = [
     "Address",
     "AddressError",
+    "address_hint",
     "looks_like_address",
     "parse_address",
     "parse_listen",
@@ -179,6 +180,23 @@ def looks_like_address(text: str) -> bool:
     except AddressError:
         return False
     return True
+
+
+_HOSTPORT_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_][A-Za-z0-9_.-]*):[0-9]{1,5}")
+
+
+def address_hint(text: str) -> str:
+    """For a reference that names no known peer: how to write it if it was meant
+    as an address (``host:port`` without ``tcp:``, a tailcat address cut short).
+    Empty when it does not look like one."""
+    s = text.strip()
+    if _HOSTPORT_RE.fullmatch(s):
+        return f"; to reach an address, write tcp:{s}"
+    if (len(s) >= 12 and s.startswith("tc") and _TAILCAT_ALPHABET_RE.fullmatch(s)
+            and not _TAILCAT_RE.fullmatch(s)):
+        return (f"; if it is a tailcat address, it is cut short ({len(s)} characters):"
+                f" expected {_TAILCAT_FORM}")
+    return ""
 
 
 def parse_listen(text: str) -> Address:

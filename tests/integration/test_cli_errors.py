@@ -48,7 +48,13 @@ def test_errors_before_the_daemon_is_needed(homes, cli_root):
     assert one_error_line(h.run("send", "--thread", "", "x"), "send") == \
         "awp send: the thread id is empty"
     assert "name a peer" in one_error_line(h.run("send"), "send")
-    assert "nothing to send" in one_error_line(h.run("send", "hello"), "send")
+    r = h.run("send", "hi there")
+    assert r.returncode == 2
+    assert one_error_line(r, "send", 2) == (
+        "awp send: only one argument ('hi there'), taken as the peer: name the peer,"
+        " then the text (awp send PEER 'hi there')")
+    r = h.run("send", "peer", "x", "--file", cli_root)
+    assert one_error_line(r, "send").startswith(f"awp send: --file {cli_root} is a directory")
     r = h.run("send", "peer", "--code", "missing.py", "x", cwd=cli_root)
     assert one_error_line(r, "send") == "awp send: --code missing.py: no such file"
     assert "--data is not valid JSON" in one_error_line(
@@ -108,6 +114,12 @@ def test_unknown_peer_points_at_awp_peers(homes):
     h = homes("h")
     line = one_error_line(h.run("send", "nobody", "hi"), "send")
     assert "unknown peer 'nobody'" in line and "awp peers" in line
+    assert "tcp:" not in line and "tailcat" not in line
+    # Meant as addresses: say how to write them.
+    line = one_error_line(h.run("send", "127.0.0.1:7401", "hi"), "send")
+    assert line.endswith("to reach an address, write tcp:127.0.0.1:7401"), line
+    line = one_error_line(h.run("connect", "tc" + "A" * 30), "connect")
+    assert "tailcat address, it is cut short (32 characters)" in line, line
     line = one_error_line(h.run("read", "nobody"), "read")
     assert "awp peers" in line
     line = one_error_line(h.run("state", "thr_nothere1", "done"), "state")
@@ -212,3 +224,49 @@ def test_listen_streams_ndjson(homes):
         proc.wait(10)
     r = b.ok("address")
     assert r.stdout == b.address + "\n"
+
+
+def test_connecting_to_something_that_is_not_awp_says_so(homes):
+    """A web server (or anything else) answers our hello with a line that is not AWP."""
+    import socket
+    import threading
+
+    h = homes("h")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        line = one_error_line(h.run("connect", f"tcp:127.0.0.1:{port}", "--timeout", "20s"),
+                              "connect")
+    finally:
+        srv.close()
+    assert "not an AWP peer" in line, line
+    assert "is not a JSON object" in line  # still says what it got
+
+
+def test_state_words_are_case_folded(homes):
+    a, b = homes("a"), homes("b")
+    b.ok("up", "--name", "bee")
+    a.ok("connect", b.address)
+    r = a.ok("send", "bee", "start")
+    th = r.stdout.split(" in ")[1].split()[0]
+    assert a.ok("state", th, "DONE").stdout.startswith("state done sent to bee")
+    # The reference's --json names: read events[].type/.msg, threads[].their_state,
+    # peers[].connected.
+    events = json.loads(b.ok("read", th, "--json").stdout)["events"]
+    states = [e for e in events if e["type"] == "state"]
+    assert states and states[-1]["msg"]["state"] == "done", events
+    (t,) = json.loads(b.ok("threads", "--json").stdout)
+    assert t["their_state"] == "done" and t["th"] == th
+    (p,) = json.loads(a.ok("peers", "--json").stdout)
+    assert p["connected"] is True

@@ -137,8 +137,8 @@ def test_wait_times_out_with_exit_2(homes):
     assert r.stdout == ""
     r = a.run("wait", "--timeout", "1s", "--json")
     assert r.returncode == 2
-    assert json.loads(r.stdout) == {"records": [], "matched": False, "state": None,
-                                    "timed_out": True}
+    assert json.loads(r.stdout) == {"events": [], "cursor": 0, "records": [], "matched": False,
+                                    "state": None, "timed_out": True}
 
 
 def test_down_queue_up_delivers(homes):

@@ -1,0 +1,411 @@
+"""The common verbs' work, without typer: status, peers, threads, read, tail, wait, send.
+
+``awp status`` and friends run many times an agent turn, and importing typer
+and click costs several times what the request itself does.  These bodies
+run from two doors: the typer commands (``cmd_msg``, ``cmd_conn``), which
+parse options, help and usage errors; and :mod:`awp.cli.fastpath`, which
+parses the plain, well-formed command lines itself and calls the same
+functions.  Parameters are the typer commands' own names and defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from ..localapi.client import LocalClient
+from .base import (
+    CliError,
+    CliExit,
+    compact,
+    daemon,
+    home_of,
+    out,
+    out_json,
+    parse_seconds,
+)
+from .render import clip, lang_for, now_ms, render_record, render_records, since, table
+
+HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
+
+_LISTEN_SOURCES = {
+    "--listen": "from --listen, remembered", "AWP_LISTEN": "from AWP_LISTEN, remembered",
+    "config.json": "from config.json", "remembered": "remembered from an earlier awp up",
+    "default": "the default",
+}
+
+
+def _quote(text: str) -> str:
+    import shlex  # it imports re: only for this message
+
+    return shlex.quote(text)
+
+
+def check_thread(thread: str | None) -> None:
+    if thread is not None and not thread.strip():
+        raise CliError("the thread id is empty")
+
+
+def _read_stdin() -> str:
+    if sys.stdin is None:
+        raise CliError("cannot read the text from stdin: there is none")
+    return sys.stdin.read()
+
+
+def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
+                mime: str) -> list[dict]:
+    """The parts of a message from the command line (text, --code, --data)."""
+    parts: list[dict] = []
+    if text.strip():
+        parts.append({"k": "text", "text": text})
+    for path in code:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                body = f.read()
+        except FileNotFoundError:
+            raise CliError(f"--code {path}: no such file") from None
+        except IsADirectoryError:
+            raise CliError(f"--code {path}: is a directory") from None
+        except OSError as e:
+            raise CliError(f"--code {path}: {e.strerror or e}") from None
+        parts.append({"k": "code", "lang": lang or lang_for(path), "text": body})
+    for raw in data:
+        try:
+            value = json.loads(raw)
+        except ValueError as e:
+            raise CliError(f"--data is not valid JSON ({e}): {clip(raw, 60)}") from None
+        parts.append({"k": "data", "mime": mime or "application/json", "data": value})
+    return parts
+
+
+def delivery_line(res: dict, what: str) -> None:
+    if res.get("note"):
+        out(res["note"])
+    out(f"{what} to {res.get('peer_name')} in {res.get('th')} ({res.get('status')})")
+
+
+def post_delivery(home: str | None, path: str, body: dict, wait_ack: str | None,
+                   as_json: bool) -> dict | None:
+    """Post a send or state with its --wait-ack; the response, or None once printed as JSON."""
+    wait_s = 1.0
+    if wait_ack is not None:
+        wait_s = parse_seconds(wait_ack, "--wait-ack")
+        body["wait_ack"] = wait_s
+    res = daemon(home_of(home), timeout=wait_s + 60).post(path, body)
+    assert isinstance(res, dict)
+    if as_json:
+        out_json(res)
+        return None
+    return res
+
+
+def _state_line(th: str, peer_name: str, theirs: str | None, note: str, matched: bool,
+                states: list[str]) -> str:
+    if theirs is None:
+        return f"{peer_name} has not said anything in {th} yet (waiting for {','.join(states)})"
+    tail = f": {note}" if note else ""
+    if matched:
+        return f"{peer_name} is {theirs} in {th}{tail}"
+    return f"{peer_name}'s state in {th}: {theirs}{tail} (waiting for {','.join(states)})"
+
+
+def _thread_row(client, th: str, peer: str | None) -> dict | None:
+    query = {"peer": peer} if peer else None
+    try:
+        rows = client.request("GET", "/v1/threads", query=query)
+    except Exception:  # noqa: BLE001 - only for the label of the state line
+        return None
+    for r in rows if isinstance(rows, list) else []:
+        if r.get("th") == th:
+            return r
+    return None
+
+
+def _is_thread(client, ref: str) -> bool:
+    rows = client.get("/v1/threads")
+    return any(r.get("th") == ref for r in rows) if isinstance(rows, list) else False
+
+
+def follow(client: LocalClient, query: dict, text: bool) -> None:
+    """Copy the daemon's event stream to stdout until interrupted."""
+    try:
+        with client.stream("GET", "/v1/events", query=query) as events:
+            for rec in events:
+                if text and isinstance(rec, dict):
+                    out(render_record(rec))
+                else:
+                    out(compact(rec))
+    except KeyboardInterrupt:
+        raise CliExit(0) from None
+    raise CliError("the awp daemon ended the stream (did it stop?)")
+
+
+def short(key: str) -> str:
+    return key.split(":", 1)[-1][:10] if key else ""
+
+
+def _peer_name(p: dict) -> str:
+    name = p.get("name") or short(p.get("key", ""))
+    aliases = p.get("aliases") or []
+    return f"{name} ({', '.join(aliases)})" if aliases else name
+
+
+def no_address_reason(st: dict) -> str:
+    if st.get("tailcat_error"):
+        return f"tailcat: {st['tailcat_error']}"
+    errors = st.get("listen_errors") or {}
+    if errors:
+        k, v = next(iter(errors.items()))
+        return f"{k}: {v}"
+    if not (st.get("listen") or {}).get("configured"):
+        return "no listener configured: awp up --listen tcp:HOST:PORT, or listen in config.json"
+    return "no address yet"
+
+
+def send(args: list[str] | None, subject: str | None, thread: str | None, to: str | None,
+         re_id: str | None, code: list[str], lang: str | None, data: list[str], mime: str,
+         files: list[str], wait_ack: str | None, home: str | None, as_json: bool) -> None:
+    """``awp send``: see its typer command for the options."""
+    pos = list(args or [])
+    check_thread(thread)
+    peer = to
+    if peer is None and pos and (thread is None or len(pos) >= 2):
+        peer = pos.pop(0)
+    if not peer and thread is None:
+        raise CliError("name a peer (awp send PEER TEXT) or a --thread to reply in")
+    text = _read_stdin() if pos == ["-"] else " ".join(pos)
+    parts = build_parts(text, code, lang, data, mime)
+    paths = [os.path.abspath(os.path.expanduser(f)) for f in files]
+    for f, p in zip(files, paths, strict=True):
+        if os.path.isdir(p):
+            raise CliError(f"--file {f} is a directory: attach files one by one, or an archive"
+                           f" of it (tar czf {os.path.basename(p.rstrip('/')) or 'dir'}.tgz {f})")
+        if not os.path.isfile(p):
+            raise CliError(f"--file {f}: no such file")
+    if not parts and not paths:
+        if peer and to is None and thread is None and args:
+            # One positional word: it was taken as the peer, so there is no text.
+            raise CliError(f"only one argument ({peer!r}), taken as the peer: name the peer,"
+                           f" then the text (awp send PEER {_quote(peer)})", code=2)
+        raise CliError("nothing to send: give a text, --code FILE, --data JSON or --file FILE")
+    body: dict = {"parts": parts}
+    if paths:
+        body["files"] = paths
+    if peer:
+        body["peer"] = peer
+    if thread is not None:
+        body["th"] = thread
+    if subject is not None:
+        body["subject"] = subject
+    if re_id:
+        body["re"] = re_id
+    res = post_delivery(home, "/v1/send", body, wait_ack, as_json)
+    if res is not None:
+        delivery_line(res, f"sent {res.get('id')}")
+
+
+def tail(once: bool, all_: bool, mark: bool, peer: str | None, thread: str | None,
+         home: str | None, as_json: bool) -> None:
+    """``awp tail``: see its typer command for the options."""
+    check_thread(thread)
+    client = daemon(home_of(home))
+    if once:
+        body: dict = {"mark": True}
+        if peer:
+            body["peer"] = peer
+        if thread:
+            body["th"] = thread
+        res = client.post("/v1/inbox", body)
+        assert isinstance(res, dict)
+        records = res.get("records") or []
+        if as_json:
+            from . import shapes
+
+            out_json(shapes.with_events(res))
+        elif records:
+            out(render_records(records))
+        else:
+            sys.stderr.write("no unread messages\n")
+        return
+    query: dict[str, object] = {"from": "now"}
+    if all_:
+        query["all"] = "1"
+    if mark:
+        query["mark"] = "1"
+    if peer:
+        query["peer"] = peer
+    if thread:
+        query["th"] = thread
+    follow(client, query, text=not as_json)
+
+
+def wait(thread: str | None, peer: str | None, states: str | None, timeout: str,
+         home: str | None, as_json: bool) -> None:
+    """``awp wait``: see its typer command for the options."""
+    check_thread(thread)
+    secs = parse_seconds(timeout, "--timeout")
+    wanted = [s.strip() for s in (states or "").split(",") if s.strip()]
+    if states is not None and not wanted:
+        raise CliError("--state needs at least one state word, e.g. done,failed")
+    if wanted and not thread:
+        raise CliError("--state needs --thread")
+    body: dict = {"timeout": secs}
+    if thread:
+        body["th"] = thread
+    if peer:
+        body["peer"] = peer
+    if wanted:
+        body["states"] = wanted
+    client = daemon(home_of(home), timeout=secs + HTTP_SLACK)
+    res = client.post("/v1/wait", body)
+    assert isinstance(res, dict)
+    if as_json:
+        from . import shapes
+
+        out_json(shapes.with_events(res))
+        if res.get("timed_out"):
+            raise CliExit(2)
+        return
+    records = res.get("records") or []
+    if records:
+        out(render_records(records))
+    if wanted:
+        row = _thread_row(client, thread or "", peer)
+        name = (row or {}).get("peer_name") or peer or "the peer"
+        out(_state_line(thread or "", name, res.get("state"), (row or {}).get("their_note", ""),
+                        bool(res.get("matched")), wanted))
+    if res.get("timed_out"):
+        sys.stderr.write(f"nothing new after {timeout.strip()}\n")
+        raise CliExit(2)
+
+
+def read(target: str | None, last: int, peer: str | None, no_mark: bool, home: str | None,
+         as_json: bool) -> None:
+    """``awp read``: see its typer command for the options."""
+    if last < 1:
+        raise CliError("-n/--last must be at least 1")
+    client = daemon(home_of(home))
+    th = None
+    if target is not None:
+        if not target.strip():
+            raise CliError("the peer or thread is empty")
+        if target.startswith("thr_") or _is_thread(client, target):
+            th = target
+        elif peer:
+            raise CliError(f"{target!r} is not a known thread, and -p names the peer already")
+        else:
+            peer = target
+    body: dict = {"n": last, "mark": not no_mark}
+    if peer:
+        body["peer"] = peer
+    if th:
+        body["th"] = th
+    res = client.post("/v1/read", body)
+    assert isinstance(res, dict)
+    if as_json:
+        from . import shapes
+
+        out_json(shapes.with_events(res))
+        return
+    records = res.get("records") or []
+    if records:
+        out(render_records(records))
+    else:
+        sys.stderr.write("nothing to show\n")
+
+
+def threads(open_only: bool, wide: bool, peer: str | None, home: str | None,
+            as_json: bool) -> None:
+    """``awp threads``: see its typer command for the options."""
+    query: dict = {}
+    if peer:
+        query["peer"] = peer
+    if open_only:
+        query["open"] = "1"
+    client = daemon(home_of(home))
+    if as_json:
+        from . import shapes
+
+        rows = client.request("GET", "/v1/threads", query=query or None)
+        out_json(shapes.threads(rows if isinstance(rows, list) else []))
+        return
+    # The table needs eight fields a thread: ask for bare rows, not full objects.
+    res = client.request("GET", "/v1/threads", query={**query, "compact": "1"})
+    assert isinstance(res, dict)
+    rows = res["rows"]
+    if not rows:
+        out("no open threads" if open_only else "no threads yet")
+        return
+    now = now_ms()
+    out(table(
+        ["TH", "PEER", "MINE", "THEIRS", "UNREAD", "SUBJECT"],
+        [[th, clip(name or "", 30), since(mine or "", my_since, now),
+          since(theirs or "", their_since, now), unread, clip(subject or "", 0 if wide else 50)]
+         for th, name, mine, my_since, theirs, their_since, unread, subject in rows]))
+
+
+def status(home: str | None, as_json: bool) -> None:
+    """``awp status``: see its typer command for the options."""
+    from .daemonctl import status_if_running
+
+    found = status_if_running(home_of(home))
+    if found is None:
+        raise CliError("daemon not running (start it with awp up)", code=3)
+    st = found[1]
+    if as_json:
+        out_json(st)
+        return
+    lines = [f"{st.get('name')} ({st.get('key')})"]
+    up_for = ""
+    if st.get("started"):
+        from ..durations import format_duration
+
+        up_for = f", up {format_duration(time.time() - st['started'] / 1000)}"
+    lines.append(f"  daemon   pid {st.get('pid')}{up_for}, awp {st.get('version')}")
+    lines.append(f"  address  {st.get('address') or 'none yet (' + no_address_reason(st) + ')'}")
+    addrs = st.get("addresses") or []
+    lst = st.get("listen") or {}
+    source = _LISTEN_SOURCES.get(lst.get("source", ""), lst.get("source", ""))
+    shown = ", ".join(addrs) or ", ".join(lst.get("configured") or []) or "nothing"
+    lines.append(f"  listen   {shown}" + (f"  ({source})" if source else ""))
+    others = [a for a in st.get("reachable") or [] if a != st.get("address")]
+    if others:
+        lines.append(f"  also     {', '.join(others)}")
+    if st.get("tailcat_error"):
+        lines.append(f"  tailcat  {st['tailcat_error']}")
+    for k, v in (st.get("listen_errors") or {}).items():
+        if k.strip().lower() != "tailcat":
+            lines.append(f"  cannot listen on {k}: {v}")
+    lines.append(f"  unread {st.get('unread', 0)}, {st.get('notices', 0)} notices,"
+                 f" queued {st.get('queued', 0)}")
+    out("\n".join(lines))
+    peers = st.get("peers") or []
+    out()
+    if not peers:
+        out("no peers yet: awp connect ADDRESS")
+        return
+    rows = [[_peer_name(p), short(p.get("key", "")), p.get("state", ""), p.get("queued", 0),
+             p.get("unread", 0)] for p in peers]
+    out(table(["NAME", "KEY", "STATE", "QUEUED", "UNREAD"], rows))
+
+
+def peers(home: str | None, as_json: bool) -> None:
+    """``awp peers``: see its typer command for the options."""
+    rows = daemon(home_of(home)).get("/v1/peers")
+    assert isinstance(rows, list)
+    if as_json:
+        from . import shapes
+
+        out_json(shapes.peers(rows))
+        return
+    if not rows:
+        out("no peers yet: awp connect ADDRESS")
+        return
+    out(table(
+        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED"],
+        [[clip(_peer_name(p), 40), p.get("short") or short(p.get("key", "")),
+          p.get("state", ""), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
+          ",".join(p.get("granted") or []) or "-"]
+         for p in rows]))

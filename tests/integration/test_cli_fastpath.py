@@ -1,0 +1,109 @@
+"""The common verbs' fast path says exactly what the typer path says, and stays light.
+
+Each command line runs twice against the same daemons: once as usual (the
+fast path takes it) and once with ``AWP_FASTPATH=0`` (typer parses it); the
+output, the errors and the exit status must be the same.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+from nodes import wait_for
+from test_cli_support import ROOT, cli_root_fixture, homes_fixture  # noqa: F401
+
+
+def both(h, *args: str):
+    fast = h.run(*args)
+    h.env["AWP_FASTPATH"] = "0"
+    try:
+        slow = h.run(*args)
+    finally:
+        del h.env["AWP_FASTPATH"]
+    return fast, slow
+
+
+def _ages(text: str) -> str:
+    """Ages ("working 2s", "47s ago") move on between the two runs."""
+    return re.sub(r"\b\d+[smhd]\b", "N", text)
+
+
+VOLATILE = {"rtt_ms", "last_seen", "last_success", "updated", "my_since", "their_since"}
+
+
+def _stable(obj: object) -> object:
+    if isinstance(obj, dict):
+        return {k: _stable(v) for k, v in obj.items() if k not in VOLATILE}
+    if isinstance(obj, list):
+        return [_stable(v) for v in obj]
+    return obj
+
+
+def same(h, *args: str) -> subprocess.CompletedProcess:
+    fast, slow = both(h, *args)
+    if "--json" in args and fast.returncode == 0:
+        assert slow.returncode == 0 and fast.stderr == slow.stderr
+        assert _stable(json.loads(fast.stdout)) == _stable(json.loads(slow.stdout)), args
+        return fast
+    assert (fast.returncode, _ages(fast.stdout), _ages(fast.stderr)) == \
+        (slow.returncode, _ages(slow.stdout), _ages(slow.stderr)), args
+    return fast
+
+
+def test_fast_and_typer_paths_agree(homes):
+    a, b = homes("a"), homes("b")
+    b.ok("up", "--name", "bee")
+    a.ok("connect", b.address)
+    r = a.ok("send", "bee", "--subject", "first", "hello", "--data", '{"n":1}')
+    th = r.stdout.split(" in ")[1].split()[0]
+    b.ok("state", th, "working")
+    wait_for(lambda: "working" in a.ok("threads").stdout, 10, "the state")
+    a.ok("tail", "--once")  # tail --once marks read: both runs then see nothing unread
+    for args in (["peers"], ["peers", "--json"], ["threads"], ["threads", "--json"],
+                 ["threads", "--open", "--wide"], ["read", th, "--no-mark"],
+                 ["read", "--no-mark", "-n", "1", "--json"], ["read", "bee", "--no-mark"],
+                 ["tail", "--once"], ["wait", "--timeout", "0.5s", "--json"],
+                 ["wait", "--thread", th, "--state", "done", "--timeout", "0.2s"],
+                 ["send"], ["send", "hi there"], ["send", "nobody", "hi"],
+                 ["read", "-n", "0"], ["wait", "--state", "done"],
+                 ["send", "bee", "x", "--wait-ack", "soon"]):
+        same(a, *args)
+    # status differs only in how long the daemon has been up
+    fast, slow = both(a, "status", "--json")
+    assert fast.returncode == slow.returncode == 0
+    f, s = json.loads(fast.stdout), json.loads(slow.stdout)
+    assert f["key"] == s["key"] and f["peers"] == s["peers"]
+    # Not running: exit 3 from both.
+    c = homes("c")
+    r = same(c, "status")
+    assert r.returncode == 3
+    # The send itself goes through on the fast path.
+    r = a.ok("send", "bee", "--thread", th, "second")
+    assert "(delivered)" in r.stdout or "(delivering)" in r.stdout
+
+
+HEAVY = ("typer", "click", "httpx", "trio", "pydantic", "h11", "nacl", "sqlite3", "subprocess",
+         "asyncio", "http", "urllib", "email", "rich")
+
+
+def test_fast_verbs_import_nothing_heavy(homes):
+    a = homes("a")
+    a.ok("up", "--name", "light")
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "from awp.cli.entry import main\n"
+        "for argv in (['status'], ['peers'], ['threads'], ['read', '--no-mark'],\n"
+        "             ['tail', '--once'], ['wait', '--timeout', '0.1s']):\n"
+        "    main([*argv, '--home', sys.argv[1]])\n"
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+        f"sys.stderr.write(repr(sorted(new & set({HEAVY!r}))))\n"
+    )
+    # -S: without site, nothing but what awp itself imports is loaded.
+    p = subprocess.run([sys.executable, "-S", "-c", code, a.path], capture_output=True,
+                       text=True, cwd=ROOT, timeout=60,
+                       env={**a.env, "PYTHONPATH": ROOT})
+    assert p.stderr.splitlines()[-1] == "[]", p.stderr
