@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from awp.harness.identity import detect, normalize
 from awp.localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
@@ -324,7 +325,7 @@ class _Budgeted(LocalClient):
         super().__init__(sock, timeout=budget)
         self._end = time.monotonic() + budget
 
-    def request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def request(self, *args: Any, **kwargs: Any) -> object:
         left = self._end - time.monotonic()
         if left <= 0:
             raise TimeoutError("the hook's time for the daemon is used up")
