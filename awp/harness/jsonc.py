@@ -145,6 +145,7 @@ class _Editor:
     def __init__(self, text: str, unit: str) -> None:
         self.s = text
         self.unit = unit
+        self.nl = "\r\n" if "\r\n" in text else "\n"  # what we add uses the file's line ends
         self.edits: list[tuple[int, int, str]] = []
 
     # text helpers
@@ -189,7 +190,7 @@ class _Editor:
 
     def dump(self, value: Any, indent: str) -> str:
         text = json.dumps(value, indent=self.unit, ensure_ascii=False)
-        return text.replace("\n", "\n" + indent)
+        return text.replace("\n", self.nl + indent)
 
     def dump_inline(self, value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
@@ -228,11 +229,11 @@ class _Editor:
             elif self.starts_line(close):
                 at = self.line_start(close)
                 self.edits.append((at, at, "".join(indent + one(k, v, indent)
-                                                   + ("," if i < len(pieces) - 1 else "") + "\n"
+                                                   + ("," if i < len(pieces) - 1 else "") + self.nl
                                                    for i, (k, v) in enumerate(pieces))))
             else:
-                body = ",\n".join(indent + one(k, v, indent) for k, v in pieces)
-                self.edits.append((close, close, "\n" + body + "\n" + base))
+                body = ("," + self.nl).join(indent + one(k, v, indent) for k, v in pieces)
+                self.edits.append((close, close, self.nl + body + self.nl + base))
             return
         comma, line_end = self.after_value(last)
         if indent is None or line_end < 0:
@@ -243,18 +244,20 @@ class _Editor:
                 self.edits.append((last.end, last.end, ", " + text))
             return
         lines = [indent + one(k, v, indent) for k, v in pieces]
+        if line_end > 0 and self.s[line_end - 1] == "\r":
+            line_end -= 1  # before the CR of a CRLF
         if comma >= 0:
-            self.edits.append((line_end, line_end, "".join("\n" + ln + "," for ln in lines)))
+            self.edits.append((line_end, line_end, "".join(self.nl + ln + "," for ln in lines)))
         else:
             self.edits.append((last.end, last.end, ","))
-            self.edits.append((line_end, line_end, ",".join("\n" + ln for ln in lines)))
+            self.edits.append((line_end, line_end, ",".join(self.nl + ln for ln in lines)))
 
     def insert_before(self, item: Node, piece: Any) -> None:
         """Put a new array item in front of ``item``."""
         if self.starts_line(item.start):
             indent = self.indent_at(item.start)
             self.edits.append((item.start, item.start,
-                               self.dump(piece, indent) + ",\n" + indent))
+                               self.dump(piece, indent) + "," + self.nl + indent))
         else:
             self.edits.append((item.start, item.start, self.dump_inline(piece) + ", "))
 

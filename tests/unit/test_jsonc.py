@@ -68,3 +68,10 @@ def test_edit_refuses_what_it_cannot_do_faithfully() -> None:
         jsonc.edit('{"a": 1}', {"b": 1})  # one member out, another in
     with pytest.raises(jsonc.EditError):
         jsonc.edit('{"a": 1, "a": 2}', {"a": 3})  # a duplicate key
+
+
+def test_crlf_files_get_crlf_lines() -> None:
+    text = '{\r\n  "a": 1\r\n}\r\n'
+    out = roundtrip(text, lambda d: d.update(b={"c": [1]}))
+    assert "\n" not in out.replace("\r\n", "")
+    assert out.startswith('{\r\n  "a": 1,\r\n  "b": {\r\n')
