@@ -93,6 +93,7 @@ def test_minipeer_as_is_passes_everything(minipeer):
     ("--bad-transcript", {"handshake"}),
     ("--accept-any-version", {"version"}),
     ("--close-on-err", {"err-nonclosing"}),
+    ("--forget-introduce", {"introduce-replay"}),
 ])
 def test_broken_minipeer_fails_exactly_the_right_scenarios(minipeer, flag, expected):
     r, took = conform(minipeer(flag), "--json", "--timeout", "2s")
@@ -107,6 +108,7 @@ def test_broken_minipeer_fails_exactly_the_right_scenarios(minipeer, flag, expec
         "--bad-transcript": "auth does not verify",
         "--accept-any-version": "accepted a v 99 hello",
         "--close-on-err": "closed the connection",
+        "--forget-introduce": "does not list the introduction's thread",
     }[flag]
     assert words in details, details
 
