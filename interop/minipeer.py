@@ -15,7 +15,8 @@ stdin commands: {"cmd":"send","text":"...","th":"thr_x"?,"to":"ed25519:..."?,"ta
 {"cmd":"quit"}.
 
 Flags that break it on purpose, for testing a conformance checker:
---skip-ack, --bad-transcript, --accept-any-version, --close-on-err.
+--skip-ack, --bad-transcript, --accept-any-version, --close-on-err,
+--forget-introduce (introduce lines are neither deduplicated nor counted in seen).
 """
 
 from __future__ import annotations
@@ -375,7 +376,9 @@ class Conn:
             line = self.parse(self.read_line())
             self.unanswered = 0
             t = line["t"]
-            if t in ACKED or t in CONTENT:
+            if t == "introduce" and args.forget_introduce:
+                pass  # misbehaving on purpose: as if it never arrived
+            elif t in ACKED or t in CONTENT:
                 fresh = False
                 with store.lock:
                     p = store.peer(self.peer_key)
@@ -532,7 +535,8 @@ def main() -> None:
     ap.add_argument("--thread", help="thread for --send (default: a new one)")
     ap.add_argument("--to", help="peer key for --send")
     ap.add_argument("--stdin", action="store_true", help="read JSON commands on stdin")
-    for flag in ("--skip-ack", "--bad-transcript", "--accept-any-version", "--close-on-err"):
+    for flag in ("--skip-ack", "--bad-transcript", "--accept-any-version", "--close-on-err",
+                 "--forget-introduce"):
         ap.add_argument(flag, action="store_true", help="misbehave on purpose (tests)")
     args = ap.parse_args()
     args.caps = [c for c in args.caps.split(",") if c]

@@ -136,9 +136,9 @@ def presets(name: str, tmp: str, kind: str) -> tuple[str | None, str | None, lis
     if name == "minipeer":
         mp = shlex.quote(os.path.join(HERE, "minipeer.py"))
         return (f"{py} {mp} --state {shlex.quote(tmp)}/{kind}-l.json --listen {{addr}}"
-                " --caps chat,blob,grant",
+                " --caps chat,blob,grant,introduce",
                 f"{py} {mp} --state {shlex.quote(tmp)}/{kind}-d.json --dial {{addr}}"
-                " --caps chat,blob,grant", [])
+                " --caps chat,blob,grant,introduce", [])
     if name == "awp":
         # Connect mode: a daemon listening on {addr}. Listen mode: a second,
         # long-running daemon told to connect to {addr}.

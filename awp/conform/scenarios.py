@@ -1,4 +1,4 @@
-"""The fifteen conformance scenarios (wire-facts section 12).
+"""The conformance scenarios: the fifteen of wire-facts section 12, and ours.
 
 Each scenario is a function of a :class:`Ctx`; it returns a detail string on
 success and raises :class:`~awp.conform.conn.Fail` (or ``Skip``) otherwise.
@@ -398,6 +398,60 @@ def s_grant(ctx: Ctx) -> str:
     return ""
 
 
+def s_introduce_replay(ctx: Ctx) -> str:
+    """An introduce line sent twice, as a sender's replay does, then reconnect.
+
+    Introductions are never acked, so a sender can only stop replaying one
+    when the peer's ``resume`` counts it in ``seen``.  A peer must take the
+    replayed copy as the duplicate it is (no err, no ack) and list the
+    introduction's thread at its id or later on the next connection.
+    """
+    first = handshake(ctx, ctx.fresh(), strict=False)
+    if "introduce" not in first.caps:
+        raise Skip("the peer does not list cap introduce")
+    if not first.key:
+        raise Fail("the peer's hello has no key to address an introduction to")
+    third = Identity.generate().key
+    grant = {
+        "iss": ctx.identity.key, "sub": first.key, "aud": third, "caps": ["fs:read"],
+        "exp": format_ts_seconds(now_ms() + 3600_000), "nonce": b64url(os.urandom(16)),
+    }
+    grant["sig"] = ctx.identity.sign(canonical_bytes(grant))
+    th = random_thread()
+    sent, raw = first.conn.send({
+        "t": "introduce", "th": th, "grant": grant,
+        "peer": {"key": third, "name": "conformance-introduced", "address": "tcp:127.0.0.1:9"},
+    }, ctx.deadline)
+    first.conn.send_raw(raw + b"\n", ctx.deadline)  # the replay
+
+    def bad(x: dict) -> bool:
+        if x.get("t") == "ack" and x.get("re") == sent["id"]:
+            raise Fail("the peer acked an introduce line (introductions are never acked)")
+        return "_invalid" in x or x.get("t") == "err"
+
+    _ping(ctx, first.conn, reject=bad)
+    first.conn.close()
+    # Storing may finish after the pong: reconnect until the resume shows it.
+    tries = 0
+    while True:
+        tries += 1
+        again = handshake(ctx, ctx.fresh(), strict=False)
+        seen = again.resume.get("seen") if isinstance(again.resume, dict) else None
+        last = seen.get(th) if isinstance(seen, dict) else None
+        again.conn.close()
+        if isinstance(last, str) and last >= sent["id"]:
+            return f"listed in seen after {tries} reconnect(s)" if tries > 1 else ""
+        if time.monotonic() + 0.5 >= ctx.deadline:
+            raise Fail(f"the peer's resume does not list the introduction's thread {th} at"
+                       f" {sent['id']} or later (got {shown_seen(last)}): a sender replays"
+                       " an introduction on every reconnect until its resume does")
+        time.sleep(0.2)
+
+
+def shown_seen(last: object) -> str:
+    return "no entry" if last is None else repr(last)
+
+
 def s_bye(ctx: Ctx) -> str:
     s = ctx.session()
     sent, _ = s.conn.send({"t": "bye", "reason": "conformance run finished"}, ctx.deadline)
@@ -443,6 +497,9 @@ SCENARIOS: list[Scenario] = [
              s_chunk),
     Scenario("grant", "a valid grant line: no err within 1s, no ack, ping answered (cap grant)",
              s_grant),
+    Scenario("introduce-replay", "an introduce line sent twice draws no err or ack, and the"
+             " next resume lists its thread (cap introduce)", s_introduce_replay,
+             own_connection=True),
     Scenario("bye", "bye gets a bye back, then the peer closes", s_bye),
 ]
 

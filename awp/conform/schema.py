@@ -219,7 +219,15 @@ def check(line: dict) -> list[str]:
     elif t == "grant":
         p += check_grant(line.get("grant"), "grant.grant")
     elif t == "introduce":
-        _str(p, t, line, "key", required=False, pattern=KEY_RE, what="an ed25519: key")
+        peer = line.get("peer")
+        if not isinstance(peer, dict):
+            p.append("introduce without a 'peer' object (key, name, address)"
+                     + (" (it has a top-level 'key': the peer's fields go inside 'peer')"
+                        if "key" in line else ""))
+        else:
+            _str(p, "introduce.peer", peer, "key", pattern=KEY_RE, what="an ed25519: key")
+            _str(p, "introduce.peer", peer, "name", required=False)
+            _str(p, "introduce.peer", peer, "address", required=False)
         if "grant" in line:
             p += check_grant(line["grant"], "introduce.grant")
     elif t == "presence":

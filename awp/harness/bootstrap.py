@@ -10,19 +10,25 @@ opencode      skill; MCP server in ``~/.config/opencode/opencode.json`` (or
 codex         skill; MCP server via ``codex mcp add``
 cursor        skill; MCP server and hooks in ``~/.cursor/mcp.json`` and
               ``~/.cursor/hooks.json``
-gemini        skill; MCP server and hooks in ``~/.gemini/settings.json``
-copilot       skill; MCP server via ``copilot mcp add``
+gemini        skill; MCP server and hooks in ``~/.gemini/settings.json`` (which
+              may have comments: Gemini CLI accepts them, and so do we)
+copilot       skill; MCP server in ``~/.copilot/mcp-config.json`` (the Copilot
+              CLI has no ``mcp add`` command: it adds servers interactively
+              with ``/mcp add`` or reads that file)
 grok          skill; MCP server via ``grok mcp add``
 pi            skill
 ============  ==============================================================
 
 Rules: only awp's own entries are touched (the ``awp`` MCP server, hook
-entries that run ``awp hook ...``, awp's own files); JSON files keep their
-key order; the first change to an existing config file leaves a one-time
+entries that run ``awp hook ...``, awp's own files); a JSON file is edited in
+place (:mod:`awp.harness.jsonc`), so only awp's entries are rewritten and the
+user's comments, layout and key order stay; the first change to an existing config file leaves a one-time
 ``<file>.awp-backup``; every write is atomic (temp file, fsync, rename); a
 config that does not parse is left alone and reported; ``X mcp add`` runs
 only when ``X`` is on PATH. Running it again changes nothing, and
-``--uninstall`` removes only what it added. Every path is under ``$HOME``.
+``--uninstall`` removes only what it added: a directory only if awp created
+it (recorded in the harness directory's ``.awp-dirs.json``) or it is awp's
+own ``awp`` directory. Every path is under ``$HOME``.
 """
 
 from __future__ import annotations
@@ -38,11 +44,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import plugin_files
+from . import jsonc, plugin_files
 from .identity import HARNESSES, TITLES, normalize
 
 BACKUP_SUFFIX = ".awp-backup"
 MANIFEST = ".awp-installed"
+#: In a harness's own directory: the directories awp created there.
+MADE_DIRS = ".awp-dirs.json"
 COMMAND_TIMEOUT = 60.0
 
 #: Which hook events run which ``awp hook`` event, per harness.
@@ -128,7 +136,9 @@ class JsonFile:
     why: str = ""
 
 
-def load_json(path: str) -> JsonFile:
+def load_json(path: str, *, comments_ok: bool = False) -> JsonFile:
+    """Read a JSON config; with ``comments_ok`` (the harness reads JSONC) comments
+    and trailing commas are accepted, and kept when the file is edited."""
     jf = JsonFile(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -146,6 +156,15 @@ def load_json(path: str) -> JsonFile:
     try:
         jf.data = json.loads(jf.text)
     except ValueError as e:
+        if comments_ok:
+            try:
+                jf.data = jsonc.loads(jf.text)
+            except jsonc.EditError as e2:
+                jf.problem, jf.why = "invalid", f"it is not valid JSON with comments ({e2})"
+                return jf
+            if not isinstance(jf.data, dict):
+                jf.problem, jf.why, jf.data = "invalid", "it does not hold a JSON object", None
+            return jf
         try:
             json.loads(strip_jsonc(jf.text))
             jf.problem, jf.why = "comments", "it has comments"
@@ -323,6 +342,19 @@ class Files:
 
     def __init__(self, dry_run: bool) -> None:
         self.dry_run = dry_run
+        #: Directories this run created (so uninstall may remove them again).
+        self.made: list[str] = []
+        #: Directories uninstall may remove when empty (see :meth:`prune_dirs`).
+        self.ours: set[str] = set()
+
+    def _note_new_dirs(self, path: str) -> None:
+        d = os.path.dirname(os.path.abspath(path))
+        while d and not os.path.isdir(d):
+            self.made.append(d)
+            parent = os.path.dirname(d)
+            if parent == d:
+                break
+            d = parent
 
     def write(self, path: str, text: str, mode: int = 0o644) -> str:
         try:
@@ -342,6 +374,7 @@ class Files:
                 pass
             return "unchanged"
         if not self.dry_run:
+            self._note_new_dirs(path)
             atomic_write(path, text, mode)
         return "create" if current is None else "update"
 
@@ -362,12 +395,18 @@ class Files:
         return "remove"
 
     def prune_dirs(self, start: str, stop: str) -> None:
-        """Remove empty directories from ``start`` up to (not including) ``stop``."""
+        """Remove empty directories from ``start`` up to (not including) ``stop``.
+
+        Only awp's own: a directory named ``awp``, or one awp recorded creating
+        (``ours``). An empty directory the user had before stays.
+        """
         if self.dry_run:
             return
         d = start
         stop = os.path.abspath(stop)
         while os.path.abspath(d).startswith(stop + os.sep):
+            if os.path.basename(d) != "awp" and os.path.abspath(d) not in self.ours:
+                return
             try:
                 os.rmdir(d)
             except OSError:
@@ -397,9 +436,21 @@ class Files:
             return "absent", ""
         if before is not None and data in drop_if and not os.path.exists(jf.path + BACKUP_SUFFIX):
             return self.remove(jf.path), ""
-        backup = self.backup(jf.path) if jf.exists else ""
         text = dump_json(data, jf.text)
+        if jf.exists and jf.text.strip():
+            # Only our keys change: the user's comments and layout stay as they are.
+            try:
+                text = jsonc.edit(jf.text, data)
+            except jsonc.EditError as e:
+                try:
+                    json.loads(jf.text)
+                except ValueError:
+                    jf.why = f"cannot change it and keep its comments ({e})"
+                    return "error", ""
+        backup = self.backup(jf.path) if jf.exists else ""
         if not self.dry_run:
+            if not jf.exists:
+                self._note_new_dirs(jf.path)
             atomic_write(jf.path, text)
         return ("create" if not jf.exists else "update"), backup
 
@@ -469,6 +520,13 @@ class Bootstrap:
         argv = self.mcp_argv(h)
         return {"command": argv[0], "args": argv[1:]}
 
+    def copilot_config(self) -> str:
+        return self.p(".copilot", "mcp-config.json")
+
+    def copilot_entry(self) -> dict:
+        """A local (stdio) server entry as the Copilot CLI's mcp-config.json holds it."""
+        return {"type": "local", **self.mcp_entry("copilot"), "tools": ["*"]}
+
     # detection
 
     def detect(self, h: str) -> bool:
@@ -508,7 +566,7 @@ class Bootstrap:
                 for lst in hooks.values() if isinstance(lst, list) for e in lst)
             return {"skill": skill, "mcp": mcp, "hooks": has}
         if h == "gemini":
-            data = load_json(self.p(".gemini", "settings.json")).data
+            data = load_json(self.p(".gemini", "settings.json"), comments_ok=True).data
             mcp = isinstance(_get(data, ("mcpServers", "awp")), dict)
             hooks = _get(data, ("hooks",))
             has = isinstance(hooks, dict) and any(
@@ -538,9 +596,15 @@ class Bootstrap:
             out = Outcome(h, TITLES[h])
             try:
                 if uninstall:
+                    files.ours = self.made_dirs(h)
                     self.remove_harness(h, files, out)
+                    if not files.dry_run:
+                        self.forget_made_dirs(h)
                 else:
+                    files.made = []
                     self.install_harness(h, files, out)
+                    if files.made and not files.dry_run:
+                        self.remember_made_dirs(h, files.made)
             except OSError as e:
                 out.steps.append(Step("files", self.show(getattr(e, "filename", "") or ""),
                                       "error", e.strerror or str(e)))
@@ -590,9 +654,12 @@ class Bootstrap:
                     put_nested_hook(table, event, group)
 
             self.json_step(files, out, "MCP server and hooks", self.p(".gemini", "settings.json"),
-                           settings)
+                           settings, comments_ok=True)
             out.notes.append("Gemini CLI enables MCP servers only in folders you have trusted.")
-        elif h in ("codex", "copilot", "grok"):
+        elif h == "copilot":
+            self.json_step(files, out, "MCP server", self.copilot_config(),
+                           lambda d: _set(d, ("mcpServers", "awp"), self.copilot_entry()))
+        elif h in ("codex", "grok"):
             self.command_step(h, files, out, uninstall=False)
             if h == "codex":
                 out.notes.append("Codex hooks must be trusted before they run, so none are"
@@ -603,8 +670,8 @@ class Bootstrap:
 
     def json_step(self, files: Files, out: Outcome, what: str, path: str,
                   mutate: Callable[[dict], None], *, skeleton: dict | None = None,
-                  drop_if: tuple[dict, ...] = ({},)) -> None:
-        jf = load_json(path)
+                  drop_if: tuple[dict, ...] = ({},), comments_ok: bool = False) -> None:
+        jf = load_json(path, comments_ok=comments_ok)
         status, backup = files.edit_json(jf, mutate, skeleton=skeleton, drop_if=drop_if)
         detail = f"cannot edit it: {jf.why}; left it alone" if status == "error" else ""
         out.steps.append(Step(what, self.show(path), status, detail,
@@ -682,8 +749,7 @@ class Bootstrap:
                 return None
             entry = _get(data, ("mcp_servers", "awp"))
         elif h == "copilot":
-            entry = _get(load_json(self.p(".copilot", "mcp-config.json")).data,
-                         ("mcpServers", "awp"))
+            entry = _get(load_json(self.copilot_config()).data, ("mcpServers", "awp"))
         elif h == "grok":
             entry = _get(load_json(self.p(".grok", "user-settings.json")).data,
                          ("mcpServers", "awp"))
@@ -794,9 +860,47 @@ class Bootstrap:
                         del d["hooks"]
 
             self.json_step(files, out, "MCP server and hooks", self.p(".gemini", "settings.json"),
-                           settings)
-        elif h in ("codex", "copilot", "grok"):
+                           settings, comments_ok=True)
+        elif h == "copilot":
+            had = self.existed(self.copilot_config())
+            self.json_step(files, out, "MCP server", self.copilot_config(),
+                           lambda d: _delete(d, ("mcpServers", "awp"), had))
+        elif h in ("codex", "grok"):
             self.command_step(h, files, out, uninstall=True)
+
+    # directories awp created, per harness, in <root>/.awp-dirs.json
+
+    def _made_record(self, h: str) -> str:
+        return os.path.join(self.root(h), MADE_DIRS)
+
+    def made_dirs(self, h: str) -> set[str]:
+        root = self.root(h)
+        try:
+            with open(self._made_record(h), encoding="utf-8") as f:
+                listed = json.load(f)
+        except (OSError, ValueError):
+            return set()
+        if not isinstance(listed, list):
+            return set()
+        return {os.path.normpath(os.path.join(root, r)) for r in listed
+                if isinstance(r, str) and ".." not in r.split("/") and not os.path.isabs(r)}
+
+    def remember_made_dirs(self, h: str, made: list[str]) -> None:
+        root = os.path.abspath(self.root(h))
+        new = {os.path.relpath(d, root) for d in made
+               if os.path.abspath(d).startswith(root + os.sep)}
+        if not new:
+            return
+        known = {os.path.relpath(d, root) for d in self.made_dirs(h)}
+        if new <= known:
+            return
+        atomic_write(self._made_record(h), json.dumps(sorted(known | new), indent=2) + "\n")
+
+    def forget_made_dirs(self, h: str) -> None:
+        try:
+            os.unlink(self._made_record(h))
+        except OSError:
+            pass
 
     def root(self, h: str) -> str:
         """The harness's own directory under home (never removed)."""
@@ -811,7 +915,7 @@ class Bootstrap:
         backup = path + BACKUP_SUFFIX
         if not os.path.exists(backup):
             return _never
-        jf = load_json(backup)
+        jf = load_json(backup, comments_ok=True)
         if jf.problem:
             return lambda p: True
         return lambda p: _get(jf.data, p) is not None

@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from awp.harness.identity import detect, normalize
 from awp.localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
@@ -46,8 +47,11 @@ SCAN_HEAD = 256 * 1024
 FIRST_BYTE_WAIT = 0.5
 #: How long reading stdin may take in all.
 READ_DEADLINE = 3.0
-#: The daemon must answer each request within this (harnesses allow ~10 s).
-DAEMON_TIMEOUT = 5.0
+#: All the hook's talk with the daemon (connecting and every request) must be
+#: over within this. A healthy daemon answers in a few milliseconds; a hung one
+#: must not cost the agent more than a blink on every tool call, so past it the
+#: hook gives up and prints nothing.
+DAEMON_BUDGET = 0.3
 #: Transcript tail read per step, and at most in all, looking for the model.
 TRANSCRIPT_BLOCK = 64 * 1024
 TRANSCRIPT_MAX = 8 << 20
@@ -314,6 +318,21 @@ def _stop_silenced(data: dict) -> bool:
     return _text_field(data, "status") in ("aborted", "error")
 
 
+class _Budgeted(LocalClient):
+    """A client whose requests share one deadline, so two slow answers cannot add up."""
+
+    def __init__(self, sock: str, budget: float) -> None:
+        super().__init__(sock, timeout=budget)
+        self._end = time.monotonic() + budget
+
+    def request(self, *args: Any, **kwargs: Any) -> object:
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the hook's time for the daemon is used up")
+        kwargs["timeout"] = left
+        return super().request(*args, **kwargs)
+
+
 def run(event: str, fmt: str, home: str, data: dict) -> str:
     """Talk to the daemon and return what to print (``""`` for nothing)."""
     hook_event = _text_field(data, "hook_event_name")
@@ -323,7 +342,7 @@ def run(event: str, fmt: str, home: str, data: dict) -> str:
         sock = find_socket(home)
         if not os.path.exists(sock):
             return ""  # no daemon (and none is started): nothing to say
-        client = LocalClient(sock, timeout=DAEMON_TIMEOUT)
+        client = _Budgeted(sock, DAEMON_BUDGET)
     except OSError:
         return ""
     with client:

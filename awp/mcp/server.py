@@ -335,7 +335,9 @@ def channel_notification(records: list[dict]) -> dict:
     peers = list(dict.fromkeys(str(r.get("peer_name") or r.get("peer") or "?")
                                for r in records))
     threads = list(dict.fromkeys(t for t in (str(r.get("th") or "") for r in records) if t))
-    meta = {"source": "awp", "count": str(len(records)), "from": ", ".join(peers[:5])}
+    # No "source": Claude Code sets that attribute of the channel tag itself,
+    # from the server's name, and a meta key of the same name only repeats it.
+    meta = {"count": str(len(records)), "from": ", ".join(peers[:5])}
     if len(threads) == 1:
         meta["thread"] = threads[0]
     if len(records) == 1:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..hooks.text import FRAMING, batch, reply_hint
 from ..localapi.client import LocalClient, wait_for_address
+from .argcheck import ArgumentError, check_object
 
 #: Longest block allowed for awp_read's wait_seconds.
 MAX_WAIT = 600.0
@@ -60,43 +61,6 @@ class Tool:
             "annotations": {"title": self.title, "readOnlyHint": self.read_only,
                             "openWorldHint": True},
         }
-
-
-# -- argument checks ---------------------------------------------------------------------
-
-def _check(args: dict, schema: dict) -> None:
-    """Check ``args`` against the (flat) schema: required keys, types, enums, bounds."""
-    props = schema.get("properties", {})
-    for key in schema.get("required", []):
-        if args.get(key) in (None, "", []):
-            raise ToolError(f"{key} is required")
-    for key, value in args.items():
-        spec = props.get(key)
-        if spec is None:
-            raise ToolError(f"unknown argument {key!r}; this tool takes: "
-                            + (", ".join(props) or "no arguments"))
-        if value is None:
-            continue
-        kind = spec.get("type")
-        ok = {
-            "string": lambda v: isinstance(v, str),
-            "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-            "boolean": lambda v: isinstance(v, bool),
-            "object": lambda v: isinstance(v, dict),
-            "array": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-        }[kind](value)
-        if not ok:
-            what = "a list of strings" if kind == "array" else f"a {kind}"
-            raise ToolError(f"{key} must be {what}")
-        if kind == "number":
-            lo, hi = spec.get("minimum"), spec.get("maximum")
-            if (lo is not None and value < lo) or (hi is not None and value > hi):
-                raise ToolError(f"{key} must be between {lo} and {hi}")
-        items = spec.get("items", {}).get("enum") if kind == "array" else None
-        if items:
-            bad = [x for x in value if x not in items]
-            if bad:
-                raise ToolError(f"{key}: unknown value {bad[0]!r}; choose from {', '.join(items)}")
 
 
 def _s(args: dict, key: str) -> str:
@@ -443,5 +407,8 @@ BY_NAME = {t.name: t for t in TOOLS}
 def call(name: str, args: dict, ctx: Context) -> str:
     """Run a tool (``KeyError`` for an unknown name, ``ToolError`` for bad arguments)."""
     tool = BY_NAME[name]
-    _check(args, tool.schema)
+    try:
+        check_object(args, tool.schema)
+    except ArgumentError as e:
+        raise ToolError(str(e)) from None
     return tool.handler(args, ctx)

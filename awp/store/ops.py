@@ -297,6 +297,11 @@ def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
             "DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND t IN (?, ?)",
             (peer, qth, seq, *CUMULATIVE_TYPES),
         )
+    # An introduction is never acked, and one in a thread of its own has no
+    # later msg there to carry it: the peer read it before this line (lines
+    # go out in outbox order), so stop replaying it, whatever the thread.
+    conn.execute("DELETE FROM outbox WHERE peer = ? AND seq < ? AND t = 'introduce'",
+                 (peer, seq))
     return True
 
 

@@ -188,10 +188,12 @@ def test_all_eight_harnesses(tmp_path) -> None:
     assert gem["hooks"]["BeforeAgent"][0]["hooks"][0]["command"].endswith("hook inbox --format gemini")
     assert "Gemini CLI enables MCP servers only in folders you have trusted" in out
 
-    # codex, copilot and grok: their own `mcp add`
+    # codex and grok: their own `mcp add`; Copilot CLI: its mcp-config.json
     assert calls(home) == [
-        [h, "mcp", "add", "awp", "--", BIN, "mcp", "--harness", h]
-        for h in ("codex", "copilot", "grok")]
+        [h, "mcp", "add", "awp", "--", BIN, "mcp", "--harness", h] for h in ("codex", "grok")]
+    assert json.loads(read(home, ".copilot/mcp-config.json")) == {"mcpServers": {"awp": {
+        "type": "local", "command": BIN, "args": ["mcp", "--harness", "copilot"],
+        "tools": ["*"]}}}
     with open(os.path.join(home, ".codex/config.toml"), "rb") as f:
         assert tomllib.load(f)["mcp_servers"]["awp"]["args"] == ["mcp", "--harness", "codex"]
     assert "Codex hooks must be trusted" in out
@@ -209,7 +211,7 @@ def test_all_eight_harnesses(tmp_path) -> None:
     # again: nothing changes, nothing runs
     out = bootstrap(home, fakebin, "--all", "--bin", BIN)
     assert "nothing to change" in out and "created" not in out and "updated" not in out
-    assert snapshot(home) == after and len(calls(home)) == 3
+    assert snapshot(home) == after and len(calls(home)) == 2
 
     # a new binary: only the wiring changes, and the backups stay the first ones
     bootstrap(home, fakebin, "--all", "--bin", "/usr/bin/awp2")
@@ -229,7 +231,9 @@ def test_all_eight_harnesses(tmp_path) -> None:
         assert list(json.loads(text)) == list(json.loads(read(home, rel)))
         assert now.pop(rel + ".awp-backup").decode() == text
     assert tomllib.loads(now.pop(".codex/config.toml").decode()).get("mcp_servers", {}) == {}
+    # awp created it, but the rewiring above backed it up as it was then
     assert json.loads(now.pop(".copilot/mcp-config.json"))["mcpServers"] == {}
+    assert "awp" in json.loads(now.pop(".copilot/mcp-config.json.awp-backup"))["mcpServers"]
     assert json.loads(now.pop(".grok/user-settings.json"))["mcpServers"] == {}
     assert now == {}
     assert not os.path.exists(os.path.join(home, ".claude/skills/awp"))
@@ -287,7 +291,10 @@ def test_mcp_add_runs_only_when_the_program_exists(tmp_path) -> None:
     home, fakebin = make_home(tmp_path, tools=())
     out = bootstrap(home, fakebin, "--harness", "codex,copilot,grok", "--bin", BIN)
     assert calls(home) == []
-    assert out.count("skipped") == 3 and "codex is not on PATH: run this once it is" in out
+    assert out.count("skipped") == 2 and "codex is not on PATH: run this once it is" in out
+    # Copilot CLI needs no program: its config file is written either way.
+    assert json.loads(read(home, ".copilot/mcp-config.json"))["mcpServers"]["awp"]["tools"] == [
+        "*"]
     assert "codex mcp add awp -- '/opt/awp tools/bin/awp' mcp --harness codex" in out
     assert os.path.exists(os.path.join(home, ".codex/skills/awp/SKILL.md"))
 
@@ -328,3 +335,101 @@ def test_each_harness_alone(tmp_path, harness: str) -> None:
         left = {k: v for k, v in left.items() if not k.startswith(f".{harness}/")
                 or "skills" in k}
     assert left == base
+
+
+# -- issue 14: formats that moved on, and users' files kept as they are --------------------
+
+COPILOT_MINE = ('{\n   "mcpServers": {\n      "github": {"type": "http", "url": "https://x/mcp",'
+                ' "tools": ["*"]}\n   },\n   "other": [1,2,3]\n}\n')
+
+
+def test_copilot_gets_its_config_file_not_a_command(tmp_path) -> None:
+    """The Copilot CLI has no `copilot mcp add`; its servers live in mcp-config.json."""
+    home, fakebin = make_home(tmp_path)  # a `copilot` on PATH that would record any call
+    write(home, ".copilot/mcp-config.json", COPILOT_MINE)
+    bootstrap(home, fakebin, "--harness", "copilot", "--bin", BIN)
+    assert calls(home) == []
+    text = read(home, ".copilot/mcp-config.json")
+    data = json.loads(text)
+    assert list(data["mcpServers"]) == ["github", "awp"]
+    assert data["mcpServers"]["awp"] == {"type": "local", "command": BIN,
+                                         "args": ["mcp", "--harness", "copilot"], "tools": ["*"]}
+    # The user's lines are untouched (no re-indenting, no re-wrapping).
+    for line in COPILOT_MINE.splitlines()[:3] + ['   "other": [1,2,3]']:
+        assert line in text.splitlines() or line + "," in text.splitlines(), (line, text)
+    rows = {r["harness"]: r for r in json.loads(bootstrap(home, fakebin, "--list", "--json"))}
+    assert rows["copilot"]["parts"]["mcp"] is True
+    assert "nothing to change" in bootstrap(home, fakebin, "--harness", "copilot", "--bin", BIN)
+    bootstrap(home, fakebin, "--uninstall", "--harness", "copilot")
+    assert read(home, ".copilot/mcp-config.json") == COPILOT_MINE
+    assert calls(home) == []
+
+
+GEMINI_COMMENTED = """{
+  // my editor theme
+  "theme": "GitHub",      /* keep: the dark one hurts */
+     "mcpServers": {
+        "github": { "command": "gh-mcp" }  // work account
+     },
+  "hooks": {
+    "AfterTool": [
+      // lint after writes
+      {"matcher": "write_file", "hooks": [{"type": "command", "command": "lint.sh"}]},
+    ],
+  },
+}
+"""
+
+
+def test_gemini_settings_with_comments_are_edited_in_place(tmp_path) -> None:
+    home, fakebin = make_home(tmp_path)
+    write(home, ".gemini/settings.json", GEMINI_COMMENTED)
+    out = bootstrap(home, fakebin, "--harness", "gemini", "--bin", BIN)
+    assert "ERROR" not in out, out
+    text = read(home, ".gemini/settings.json")
+    from awp.harness import jsonc
+
+    data = jsonc.loads(text)
+    assert data["mcpServers"]["awp"]["args"] == ["mcp", "--harness", "gemini"]
+    assert data["mcpServers"]["github"] == {"command": "gh-mcp"}
+    assert [g.get("matcher") for g in data["hooks"]["AfterTool"]] == ["write_file", "*"]
+    assert set(data["hooks"]) == {"AfterTool", "SessionStart", "BeforeAgent"}
+    # Every line of the user's file is still there, comments and indentation included.
+    # (A comma may have been added after the value that was last in its object.)
+    lines = [ln.replace(",", "") for ln in text.splitlines()]
+    for line in GEMINI_COMMENTED.splitlines():
+        assert line.replace(",", "") in lines, (line, text)
+    assert read(home, ".gemini/settings.json.awp-backup") == GEMINI_COMMENTED
+    rows = {r["harness"]: r for r in json.loads(bootstrap(home, fakebin, "--list", "--json"))}
+    assert rows["gemini"]["parts"] == {"skill": True, "mcp": True, "hooks": True}
+    assert "nothing to change" in bootstrap(home, fakebin, "--harness", "gemini", "--bin", BIN)
+    bootstrap(home, fakebin, "--uninstall", "--harness", "gemini")
+    assert read(home, ".gemini/settings.json") == GEMINI_COMMENTED
+
+
+def test_an_otherwise_unchanged_file_keeps_its_formatting(tmp_path) -> None:
+    home, fakebin = make_home(tmp_path)
+    mine = ('{\n\t"mcpServers": {\n\t\t"github": {"command": "gh-mcp", "args": ["--x"]}\n\t},'
+            '\n\t"zzz": {"a": [1, 2],   "b": null}\n}\n')
+    write(home, ".cursor/mcp.json", mine)
+    bootstrap(home, fakebin, "--harness", "cursor", "--bin", BIN)
+    text = read(home, ".cursor/mcp.json")
+    assert '\t\t"github": {"command": "gh-mcp", "args": ["--x"]},' in text
+    assert '\t"zzz": {"a": [1, 2],   "b": null}' in text
+    assert json.loads(text)["mcpServers"]["awp"]["command"] == BIN
+    bootstrap(home, fakebin, "--uninstall", "--harness", "cursor")
+    assert read(home, ".cursor/mcp.json") == mine
+
+
+def test_uninstall_keeps_empty_directories_the_user_had(tmp_path) -> None:
+    home, fakebin = make_home(tmp_path)
+    for d in (".codex/skills", ".config/opencode/plugins", ".claude/skills"):
+        os.makedirs(os.path.join(home, d), exist_ok=True)
+    bootstrap(home, fakebin, "--harness", "codex,opencode,claude,gemini", "--bin", BIN)
+    bootstrap(home, fakebin, "--uninstall", "--harness", "codex,opencode,claude,gemini")
+    for d in (".codex/skills", ".config/opencode/plugins", ".claude/skills"):
+        assert os.path.isdir(os.path.join(home, d)), d
+    # What awp created itself is gone again.
+    assert not os.path.exists(os.path.join(home, ".gemini/skills"))
+    assert not os.path.exists(os.path.join(home, ".codex/skills/awp"))
+    assert not os.path.exists(os.path.join(home, ".gemini/.awp-dirs.json"))

@@ -60,7 +60,7 @@ def minipeer(tmp_home_root):
         addr = f"tcp:127.0.0.1:{free_port()}"
         p = subprocess.Popen([sys.executable, MINIPEER, "--state",
                               os.path.join(tmp_home_root, f"mp{len(procs)}.json"),
-                              "--listen", addr, "--caps", "chat,blob,grant", *flags],
+                              "--listen", addr, "--caps", "chat,blob,grant,introduce", *flags],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
         procs.append(p)
         host, port = addr[4:].rsplit(":", 1)
@@ -93,6 +93,7 @@ def test_minipeer_as_is_passes_everything(minipeer):
     ("--bad-transcript", {"handshake"}),
     ("--accept-any-version", {"version"}),
     ("--close-on-err", {"err-nonclosing"}),
+    ("--forget-introduce", {"introduce-replay"}),
 ])
 def test_broken_minipeer_fails_exactly_the_right_scenarios(minipeer, flag, expected):
     r, took = conform(minipeer(flag), "--json", "--timeout", "2s")
@@ -107,6 +108,7 @@ def test_broken_minipeer_fails_exactly_the_right_scenarios(minipeer, flag, expec
         "--bad-transcript": "auth does not verify",
         "--accept-any-version": "accepted a v 99 hello",
         "--close-on-err": "closed the connection",
+        "--forget-introduce": "does not list the introduction's thread",
     }[flag]
     assert words in details, details
 
@@ -117,7 +119,7 @@ def test_text_report_of_a_broken_peer(minipeer):
     assert r.returncode == 1
     assert lines[0] == "PASS handshake"
     assert lines[1].startswith("FAIL version: the peer accepted a v 99 hello")
-    assert lines[-1] == "14 passed, 1 failed, 0 skipped"
+    assert lines[-1] == f"{len(ALL) - 1} passed, 1 failed, 0 skipped"
 
 
 # -- scripted peers ----------------------------------------------------------------------
@@ -181,7 +183,7 @@ def assert_all_fail(r: subprocess.CompletedProcess, took: float, limit: float) -
     assert r.returncode == 1, r.stdout + r.stderr
     lines = r.stdout.strip().splitlines()
     assert [ln.split(":")[0] for ln in lines[:-1]] == [f"FAIL {n}" for n in ALL], r.stdout
-    assert lines[-1] == "0 passed, 15 failed, 0 skipped"
+    assert lines[-1] == f"0 passed, {len(ALL)} failed, 0 skipped"
     assert took < limit, took
 
 
@@ -193,7 +195,7 @@ def test_http_server_fails_every_scenario(server):
 
     s = server(http_reply)
     r, took = conform(s.address, "--timeout", "1s")
-    assert_all_fail(r, took, 15 * 1 + 10)
+    assert_all_fail(r, took, len(ALL) * 1 + 10)
     assert "non-JSON line HTTP/1.1 400 Bad Request" in r.stdout
 
 
@@ -210,13 +212,13 @@ def test_real_http_server_fails_every_scenario():
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert_all_fail(r, took, 15 * 1 + 10)
+    assert_all_fail(r, took, len(ALL) * 1 + 10)
 
 
 def test_peer_that_accepts_and_hangs(server):
     s = server(lambda c: time.sleep(30))
-    r, took = conform(s.address, "--timeout", "0.5s")  # whole run: 15 x 0.5 s at most
-    assert_all_fail(r, took, 15 * 0.5 + 10)
+    r, took = conform(s.address, "--timeout", "0.5s")  # whole run: 0.5 s per scenario at most
+    assert_all_fail(r, took, len(ALL) * 0.5 + 10)
     assert "got nothing" in r.stdout
 
 
@@ -298,7 +300,7 @@ def test_listen_mode_command_fails_fast():
                       "echo 'cannot reach {addr}' >&2; exit 3", "--timeout", "10s")
     assert r.returncode == 1
     lines = r.stdout.strip().splitlines()
-    assert lines[-1] == "0 passed, 11 failed, 4 skipped"
+    assert lines[-1] == "0 passed, 11 failed, 5 skipped"
     assert "exited with status 3 before dialing in: cannot reach tcp:127.0.0.1:" in r.stdout
     assert took < 8
 

@@ -214,6 +214,7 @@ def test_bad_arguments_are_tool_errors(mcp) -> None:
         ("awp_read", {"until_state": ["done"]}, "until_state needs thread and wait_seconds"),
         ("awp_read", {"history": "yes"}, "history must be a boolean"),
         ("awp_state", {"thread": "thr_x"}, "state is required"),
+        ("awp_state", {"thread": "thr_x", "state": "banana"}, "unknown value 'banana'"),
         ("awp_grant", {"peer": "bob", "caps": ["root"]}, "unknown value 'root'"),
         ("awp_grant", {"peer": "bob", "caps": ["fs:read"], "ttl": "soon"}, "ttl"),
         ("awp_send", {"peer": "nobody-known", "text": "x"}, "unknown peer"),
@@ -346,6 +347,7 @@ def test_channel_push_when_a_peer_sends(pair, mcp, how: str) -> None:
     meta = params["meta"]
     assert meta["from"] == "bob" and meta["thread"] == res["th"] and meta["kind"] == "msg"
     assert all(isinstance(v, str) for v in meta.values())
+    assert "source" not in meta  # the harness sets source itself
     wait_for(lambda: unread(a) == [], 10, "pushed messages count as read")
 
 

@@ -62,7 +62,9 @@ GOOD = [
     env(t="bye", reason="done", re=IDS.next()),
     env(t="grant", grant=grant()),
     env(t="grant", grant={**grant(), "aud": KEY, "x_future": 1}),
-    env(t="introduce", th="thr_a", key=KEY, addr="tcp:1.2.3.4:5", grant=grant()),
+    env(t="introduce", th="thr_a", peer={"key": KEY, "name": "c", "address": "tcp:1.2.3.4:5"},
+        grant=grant()),
+    env(t="introduce", th="thr_a", peer={"key": KEY}),
     env(t="presence", hops=1, doc={"origin": KEY}),
     env(t="mirror", th="thr_a", line={}),
     env(t="private", th="thr_a"),
@@ -118,6 +120,12 @@ BAD = [
     (env(t="grant", grant={**grant(), "exp": "soon"}), "grant.grant.exp is not an RFC 3339"),
     (env(t="presence", doc={}), "presence without an integer 'hops'"),
     (env(t="mirror", line={}), "mirror without 'th'"),
+    (env(t="introduce", th="thr_a", key=KEY, addr="tcp:1.2.3.4:5"),
+     "introduce without a 'peer' object"),
+    (env(t="introduce", th="thr_a", peer={"name": "c"}), "introduce.peer without 'key'"),
+    (env(t="introduce", th="thr_a", peer={"key": "ed25519:short"}), "introduce.peer.key is not"),
+    (env(t="introduce", th="thr_a", peer={"key": KEY, "address": 5}),
+     "introduce.peer.address is not a string"),
 ]
 
 
@@ -179,13 +187,13 @@ def test_select_scenarios_keeps_catalogue_order_and_rejects_unknown():
         select_scenarios(["ping", "nope"])
 
 
-def test_catalogue_is_the_fifteen_of_section_12():
+def test_catalogue_is_the_fifteen_of_section_12_and_ours():
     assert [s.name for s in SCENARIOS] == [
         "handshake", "version", "auth-bad-sig", "bad-frame", "too-large", "ping", "msg-ack",
         "state-ack", "dedup", "unknown-type", "unknown-field", "err-nonclosing", "chunk",
-        "grant", "bye"]
+        "grant", "introduce-replay", "bye"]
     assert {s.name for s in SCENARIOS if s.own_connection} == {
-        "version", "auth-bad-sig", "bad-frame", "too-large"}
+        "version", "auth-bad-sig", "bad-frame", "too-large", "introduce-replay"}
     assert SCENARIOS[-1].name == "bye"  # last on a shared connection
 
 

@@ -177,6 +177,10 @@ def test_plugin_layout() -> None:
     assert mcp["args"] == ["mcp", "--harness", "claude"]
     for rel in ("plugin.json", ".claude-plugin/plugin.json", "mcp.json"):
         assert json.loads(tree[rel][1])
+    # Claude Code reads the plugin root's .mcp.json by itself: naming the
+    # default location again in the manifest only repeats it.
+    manifest = json.loads(tree[".claude-plugin/plugin.json"][1])
+    assert manifest.get("mcpServers") not in ("./.mcp.json", ".mcp.json")
     skill = tree["skills/awp/SKILL.md"][1]
     assert skill.startswith("---\nname: awp\ndescription: ")
     flat = " ".join(skill.split())

@@ -55,3 +55,45 @@ def test_opencode_plugin(tmp_path) -> None:
         "opencode model gpt-5.5",
         "opencode hook inbox --format text",
     ]
+
+
+DRIVER_V2 = r"""
+const mod = await import(process.argv[2]);
+const def = mod.default;
+if (def.id !== "awp" || typeof def.setup !== "function") throw new Error("no v2 definition");
+if (def.server !== mod.AwpPlugin) throw new Error("v1 server is not the plugin function");
+const hooks = {};
+await def.setup({ tool: { hook: async (name, fn) => { hooks[name] = fn; return { dispose() {} }; } } });
+const out = [];
+const a = { status: "completed", tool: "bash", result: { output: "tool said hi" } };
+await hooks["execute.after"](a);
+const b = { status: "completed", tool: "mcp", result: { content: [{ type: "text", text: "x" }] } };
+await hooks["execute.after"](b);
+const c = { status: "error", tool: "bash", result: { output: "failed" } };
+await hooks["execute.after"](c);
+await def.setup({});  // a context without tool hooks: nothing to do, no throw
+console.log(JSON.stringify({ a: a.result.output, b: b.result.content, c: c.result.output,
+                             names: Object.keys(hooks) }));
+"""
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_opencode_plugin_v2_definition(tmp_path) -> None:
+    """opencode 2.x loads only a default export with an id and setup."""
+    fake = tmp_path / "awp"
+    fake.write_text(FAKE_AWP)
+    fake.chmod(0o755)
+    plugin = tmp_path / "awp.js"
+    plugin.write_text(plugin_files.opencode_plugin([str(fake)]))
+    driver = tmp_path / "driver.mjs"
+    driver.write_text(DRIVER_V2)
+    log = tmp_path / "log"
+    p = subprocess.run([NODE, str(driver), plugin.as_uri()], capture_output=True, text=True,
+                       timeout=60, env={"PATH": "/usr/bin:/bin", "FAKE_LOG": str(log)})
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got == {"a": "tool said hi\n\nNew awp messages (1). framed",
+                   "b": [{"type": "text", "text": "x"},
+                         {"type": "text", "text": "New awp messages (1). framed"}],
+                   "c": "failed", "names": ["execute.after"]}
+    assert log.read_text().splitlines() == ["opencode hook inbox --format text"] * 2

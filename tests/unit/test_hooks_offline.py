@@ -277,3 +277,51 @@ def test_the_hook_path_imports_no_heavy_modules(tmp_path) -> None:
                        env={**os.environ, "PYTHONPATH": root})
     assert p.returncode == 0, p.stderr
     assert p.stdout.decode().strip() == "[]"
+
+
+@pytest.mark.parametrize("event", ["inbox", "session-start"])
+def test_a_hung_daemon_costs_the_hook_its_budget_only(tmp_path, event: str) -> None:
+    """A daemon that accepts and never answers: the hook ends soon, silently."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    assert run.DAEMON_BUDGET <= 0.3
+    home = tmp_path / "h"
+    home.mkdir()
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(home / "awp.sock"))
+    srv.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(srv.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        start = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "awp", "hook", event, "--home", str(home)],
+                           input=b'{"hook_event_name":"PostToolUse"}', capture_output=True,
+                           cwd=root, timeout=30, env={**os.environ, "PYTHONPATH": root})
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        t.join(5)
+        for c in held:
+            c.close()
+        srv.close()
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == b"" and p.stderr == b""
+    assert held, "the hook never reached the fake daemon"
+    # The budget plus interpreter start-up, with headroom for a loaded machine.
+    assert elapsed < 1.5, elapsed

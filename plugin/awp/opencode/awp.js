@@ -21,14 +21,24 @@ function awp(args) {
   });
 }
 
+// New messages, as text to add to a tool's output ("" when there are none).
+async function inbox() {
+  const { out } = await awp(["hook", "inbox", "--format", "text"]);
+  return out.trim();
+}
+
+function joined(before, text) {
+  return before ? `${before}\n\n${text}` : text;
+}
+
+// opencode 1.x: a plugin function returning its hooks (also default.server).
 export const AwpPlugin = async () => {
   let reported = "";
   return {
     "tool.execute.after": async (input, output) => {
-      const { out } = await awp(["hook", "inbox", "--format", "text"]);
-      const text = out.trim();
+      const text = await inbox();
       if (!text || !output) return;
-      output.output = output.output ? `${output.output}\n\n${text}` : text;
+      output.output = joined(output.output, text);
     },
     "chat.params": async (input) => {
       const model = input?.model?.id || input?.model?.modelID || "";
@@ -38,3 +48,29 @@ export const AwpPlugin = async () => {
     },
   };
 };
+
+// opencode 2.x only loads a default export with an id and a setup function,
+// and takes tool hooks through ctx.tool.hook. Where 2.x keeps a finished
+// tool's text is read defensively: result.output when it is a string, else
+// result.content (a string, or a list of text parts). Model reporting has no
+// 2.x hook here yet: agents there run `awp model ID` as the skill says.
+async function setup(ctx) {
+  if (!ctx?.tool || typeof ctx.tool.hook !== "function") return;
+  await ctx.tool.hook("execute.after", async (event) => {
+    if (!event || event.status === "error" || !event.result) return;
+    const text = await inbox();
+    if (!text) return;
+    const result = event.result;
+    if (typeof result.output === "string") {
+      result.output = joined(result.output, text);
+    } else if (typeof result.content === "string") {
+      result.content = joined(result.content, text);
+    } else if (Array.isArray(result.content)) {
+      result.content.push({ type: "text", text });
+    } else {
+      result.output = text;
+    }
+  });
+}
+
+export default { id: "awp", server: AwpPlugin, setup };
