@@ -50,6 +50,13 @@ def loads(data: str | bytes | bytearray) -> object:
         obj, end = _scan(s, i)
     except StopIteration as e:
         raise ValueError(f"Expecting value: char {e.value}") from None
+    except SystemError:
+        # A syntax error past the first value: _json describes it with
+        # json.decoder's exception class and fails oddly when that is not
+        # loaded.  Only broken input pays for the import.
+        import json
+
+        return json.loads(s)
     while end < n and s[end] in _WS:
         end += 1
     if end != n:

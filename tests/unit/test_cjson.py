@@ -24,7 +24,7 @@ def test_same_text_and_values_as_json(doc):
 
 
 @pytest.mark.parametrize("bad", ["", " ", "{", "[1,]", '{"a":1} x', "nul", '"\x01"',
-                                 "\ufeff{}", b"\xff"])
+                                 "\ufeff{}", b"\xff", "{not json at all", '{"a": [1, }'])
 def test_what_json_refuses_is_a_value_error(bad):
     with pytest.raises(ValueError):
         cjson.loads(bad)
@@ -39,3 +39,17 @@ def test_whitespace_nan_and_unserialisable():
     loop.append(loop)
     with pytest.raises(ValueError):
         cjson.dumps(loop)
+
+
+def test_broken_input_without_the_json_package_loaded():
+    """_json needs json.decoder to describe some errors; cjson must still say ValueError."""
+    import subprocess
+    import sys
+
+    code = ("from awp.localapi import cjson\n"
+            "for bad in ('{not json', '{\"a\": [1, }', '[1, 2'):\n"
+            "    try:\n        cjson.loads(bad)\n    except ValueError:\n        pass\n"
+            "print('ok')\n")
+    p = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                       env={"PYTHONPATH": __file__.rsplit("/tests/", 1)[0]}, timeout=30)
+    assert p.stdout == "ok\n", p.stderr
