@@ -9,7 +9,6 @@ request does; so everything those verbs need lives here, and
 
 from __future__ import annotations
 
-import json
 import sys
 
 from ..daemon.home import HomeError, resolve_home
@@ -56,11 +55,15 @@ def note(text: str) -> None:
 
 
 def out_json(obj: object) -> None:
+    import json  # indented output needs the json package's own encoder
+
     out(json.dumps(obj, ensure_ascii=False, indent=2))
 
 
 def compact(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    from ..localapi import cjson
+
+    return cjson.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def parse_seconds(text: str, flag: str) -> float:

@@ -19,7 +19,6 @@ so they are stable and unit-tested.
 
 from __future__ import annotations
 
-import json
 import time
 
 from ..durations import format_duration
@@ -69,7 +68,9 @@ def clip(text: str, width: int) -> str:
 
 
 def _compact(obj: object) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    from ..localapi import cjson
+
+    return cjson.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def _indent(text: str, prefix: str = INDENT) -> list[str]:

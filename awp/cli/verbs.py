@@ -10,7 +10,6 @@ functions.  Parameters are the typer commands' own names and defaults.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -73,6 +72,8 @@ def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
         parts.append({"k": "code", "lang": lang or lang_for(path), "text": body})
     for raw in data:
         try:
+            import json  # its error messages are the ones users know
+
             value = json.loads(raw)
         except ValueError as e:
             raise CliError(f"--data is not valid JSON ({e}): {clip(raw, 60)}") from None

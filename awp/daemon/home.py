@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 
 DEFAULT_HOME = "~/.awp"
@@ -71,6 +70,8 @@ def load_identity_seed(home: str) -> bytes:
     file = path(home, "identity.json")
     try:
         with open(file) as f:
+            import json
+
             data = json.load(f)
         seed = b64decode_any(data["seed"])
         if len(seed) != 32:
@@ -90,6 +91,8 @@ def load_identity_seed(home: str) -> bytes:
 
     ident = Identity.generate()
     try:
+        import json
+
         write_private(file, json.dumps({"key": ident.key, "seed": b64url(ident.seed)}) + "\n")
     except OSError as e:
         raise HomeError(f"cannot write {file}: {e.strerror}") from None

@@ -24,13 +24,13 @@ Usage errors exit 1, not 2: to Claude Code, exit 2 from a hook means "block".
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from typing import Any
 
 from awp.harness.identity import detect, normalize
+from awp.localapi import cjson
 from awp.localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
 from awp.localapi.sockpath import find_socket
 
@@ -147,7 +147,7 @@ def _scan(raw: bytes) -> dict:
         m = re.search(rb'"%s"\s*:\s*"((?:[^"\\]|\\.)*)"' % key.encode(), raw)
         if m:
             try:
-                out[key] = json.loads(b'"' + m.group(1) + b'"')
+                out[key] = cjson.loads(b'"' + m.group(1) + b'"')
             except ValueError:
                 pass
     m = re.search(rb'"stop_hook_active"\s*:\s*(true|false)', raw)
@@ -165,7 +165,7 @@ def parse_input(raw: bytes) -> dict:
         return {}
     if len(raw) <= MAX_PARSE:
         try:
-            obj = json.loads(raw)
+            obj = cjson.loads(raw)
         except (ValueError, RecursionError):
             return _scan(raw[:SCAN_HEAD])
         return obj if isinstance(obj, dict) else {}
@@ -183,7 +183,7 @@ def _line_model(line: bytes) -> str:
     if b'"assistant"' not in line or b'"model"' not in line:
         return ""
     try:
-        obj = json.loads(line)
+        obj = cjson.loads(line)
     except (ValueError, RecursionError):
         return ""
     if not isinstance(obj, dict) or obj.get("type") != "assistant" or obj.get("isSidechain"):
@@ -263,15 +263,15 @@ def format_output(fmt: str, event: str, hook_event: str, text: str) -> str:
         return text
     if event == "stop":
         if fmt == "cursor":
-            return json.dumps({"followup_message": text})
-        return json.dumps({"decision": "block", "reason": text})
+            return cjson.dumps({"followup_message": text})
+        return cjson.dumps({"decision": "block", "reason": text})
     if not hook_event:
         if event == "inbox":
             return text  # no event name to answer to: plain text in any format
         hook_event = "SessionStart"
     if fmt == "cursor":
-        return json.dumps({"additional_context": text})
-    return json.dumps(
+        return cjson.dumps({"additional_context": text})
+    return cjson.dumps(
         {"hookSpecificOutput": {"hookEventName": hook_event, "additionalContext": text}})
 
 

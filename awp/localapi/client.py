@@ -1,8 +1,9 @@
 """Blocking client for the daemon's local API, built on the stdlib only.
 
 ``awp hook`` runs after every tool call an agent makes and has about 30 ms in
-total, so this module may import only ``socket``, ``json``, ``os``, ``time``,
-``errno`` (and ``hashlib``, lazily, via ``sockpath``): ``http.client``,
+total, so this module may import only ``_socket``, ``_json`` (through
+``cjson``: the ``json`` package would bring ``re`` and ``enum``), ``os``,
+``time``, ``errno`` (and ``hashlib``, lazily, via ``sockpath``): ``http.client``,
 ``urllib``, httpx and trio each cost more import time than the whole request.
 The HTTP it speaks is the small subset the daemon uses: one request at a
 time, JSON bodies, responses framed by Content-Length, chunked encoding or
@@ -15,10 +16,10 @@ from __future__ import annotations
 # an agent, and the socket module's Python layer (selectors, enum) costs ~5 ms.
 import _socket as socket
 import errno
-import json
 import time
 from collections.abc import Callable
 
+from awp.localapi import cjson
 from awp.localapi.sockpath import find_socket
 
 # Typing names without importing ``typing`` at run time (import-time budget).
@@ -295,7 +296,7 @@ def _keeps_connection(method: str, status: int, headers: dict[str, str], http11:
 def _failure(status: int, data: bytes) -> ApiFailure:
     message, code = f"HTTP {status}", None
     try:
-        obj = json.loads(data) if data else None
+        obj = cjson.loads(data) if data else None
     except ValueError:
         obj = None
         text = data.decode("utf-8", "replace").strip()
@@ -399,7 +400,7 @@ class LocalClient:
         if not payload.strip():
             return None
         try:
-            return json.loads(payload)
+            return cjson.loads(payload)
         except ValueError as exc:
             raise ProtocolError(f"the awp daemon sent a body that is not JSON: {exc}") from None
 
@@ -504,7 +505,7 @@ class LocalClient:
         elif isinstance(body, bytes | bytearray | memoryview):
             payload = bytes(body)
         else:
-            payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            payload = cjson.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         lines = [f"{method} {target} HTTP/1.1", "Host: awp", "Accept: application/json"]
         if payload is not None:
             lines.append("Content-Type: application/json")
@@ -589,7 +590,7 @@ class NdjsonStream:
     @staticmethod
     def _decode(line: bytes) -> object:
         try:
-            return json.loads(line)
+            return cjson.loads(line)
         except ValueError as exc:
             raise ProtocolError(
                 f"the awp daemon sent a stream line that is not JSON: {exc}"

@@ -86,24 +86,28 @@ def test_fast_and_typer_paths_agree(homes):
 
 
 HEAVY = ("typer", "click", "httpx", "trio", "pydantic", "h11", "nacl", "sqlite3", "subprocess",
-         "asyncio", "http", "urllib", "email", "rich")
+         "asyncio", "http", "urllib", "email", "rich", "json", "re", "enum", "shlex")
 
 
-def test_fast_verbs_import_nothing_heavy(homes):
+def _new_modules(home: str, code: str, stdin: str = "") -> list[str]:
+    """Top-level modules ``code`` imports, run under ``-S`` so that nothing but awp's
+    own imports is loaded (site and an editable install would bring re and enum)."""
+    prog = ("import sys\nbefore = set(sys.modules)\nfrom awp.cli.entry import main\n" + code
+            + "\nnew = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+            f"sys.stderr.write(repr(sorted(new & set({HEAVY!r}))))\n")
+    p = subprocess.run([sys.executable, "-S", "-c", prog, home], capture_output=True,
+                       text=True, cwd=ROOT, timeout=60, input=stdin,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ROOT})
+    return p.stderr.splitlines()[-1:] or [p.stderr]
+
+
+def test_fast_verbs_and_a_quiet_hook_import_nothing_heavy(homes):
     a = homes("a")
     a.ok("up", "--name", "light")
-    code = (
-        "import sys\n"
-        "before = set(sys.modules)\n"
-        "from awp.cli.entry import main\n"
+    assert _new_modules(a.path, (
         "for argv in (['status'], ['peers'], ['threads'], ['read', '--no-mark'],\n"
         "             ['tail', '--once'], ['wait', '--timeout', '0.1s']):\n"
-        "    main([*argv, '--home', sys.argv[1]])\n"
-        "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
-        f"sys.stderr.write(repr(sorted(new & set({HEAVY!r}))))\n"
-    )
-    # -S: without site, nothing but what awp itself imports is loaded.
-    p = subprocess.run([sys.executable, "-S", "-c", code, a.path], capture_output=True,
-                       text=True, cwd=ROOT, timeout=60,
-                       env={**a.env, "PYTHONPATH": ROOT})
-    assert p.stderr.splitlines()[-1] == "[]", p.stderr
+        "    main([*argv, '--home', sys.argv[1]])\n")) == ["[]"]
+    # The hook after every tool call, with nothing new: not even re or enum.
+    assert _new_modules(a.path, "main(['hook', 'inbox', '--home', sys.argv[1]])\n",
+                        stdin='{"hook_event_name": "PostToolUse", "session_id": "s1"}') == ["[]"]
