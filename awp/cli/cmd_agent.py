@@ -86,6 +86,9 @@ def bootstrap_cmd(
     bin_: str = typer.Option(None, "--bin", metavar="PATH", help="awp binary to wire in"),
     yes: bool = typer.Option(
         False, "-y", "--yes", help="do not ask (with no --harness, the same as --all)"),
+    home: str = typer.Option(
+        None, "--home", metavar="DIR",
+        help="awp home the harnesses should use (default: theirs, $AWP_HOME, else ~/.awp)"),
     as_json: bool = json_opt(),
 ) -> None:
     """Install awp into the agent harnesses on this machine: a skill, the MCP server
@@ -108,7 +111,7 @@ def bootstrap_cmd(
         names = bs.parse_list(harness) if harness else None
     except ValueError as e:
         raise CliError(str(e), 2) from None
-    boot = bs.Bootstrap(bin_path=bin_)
+    boot = bs.Bootstrap(bin_path=bin_, awp_home=home)
     if bin_ and not (os.path.isfile(boot.argv[0]) and os.access(boot.argv[0], os.X_OK)):
         note(f"awp bootstrap: warning: --bin {boot.argv[0]} is not an executable file;"
              " the harnesses will fail to run it until it is")

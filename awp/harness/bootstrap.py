@@ -472,14 +472,19 @@ class Bootstrap:
     """One bootstrap run: where home is, which awp to wire in, and the harnesses."""
 
     def __init__(self, *, bin_path: str | None = None, home: str | None = None,
-                 env: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None, awp_home: str | None = None,
                  runner: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> None:
+        """``home`` is the user's home (where harness configs live); ``awp_home``,
+        when given, is the awp home every wired command is pointed at."""
         self.env = dict(os.environ) if env is None else env
         self.home = os.path.abspath(home or self.env.get("HOME") or os.path.expanduser("~"))
         if bin_path:
             self.argv = [os.path.abspath(os.path.expanduser(bin_path))]
         else:
             self.argv = default_argv()
+        if awp_home:
+            # "awp --home H hook ..." and "awp --home H mcp ..." both work.
+            self.argv = [*self.argv, "--home", os.path.abspath(os.path.expanduser(awp_home))]
         self.runner = runner
 
     # paths

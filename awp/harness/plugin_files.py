@@ -37,10 +37,17 @@ def _is_python(path: str) -> bool:
 
 
 def wire(rel: str, text: str, argv: list[str] | None) -> str:
-    """``text`` with the awp command ``argv`` written in, for the files that carry it."""
+    """``text`` with the awp command ``argv`` written in, for the files that carry it.
+
+    ``argv`` may end in ``--home DIR`` (``awp bootstrap --home``): the launcher
+    then exports ``AWP_HOME`` unless the harness set one.
+    """
     if not argv:
         return text
     if rel == LAUNCHER:
+        if len(argv) >= 3 and argv[-2] == "--home":
+            text = text.replace("\nWIRED_HOME=''\n", f"\nWIRED_HOME={shlex.quote(argv[-1])}\n", 1)
+            argv = argv[:-2]
         if len(argv) == 3 and argv[1:] == ["-m", "awp"] and _is_python(argv[0]):
             return text.replace("\nWIRED_PY=''\n", f"\nWIRED_PY={shlex.quote(argv[0])}\n", 1)
         if len(argv) == 1:

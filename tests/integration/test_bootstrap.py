@@ -433,3 +433,31 @@ def test_uninstall_keeps_empty_directories_the_user_had(tmp_path) -> None:
     assert not os.path.exists(os.path.join(home, ".gemini/skills"))
     assert not os.path.exists(os.path.join(home, ".codex/skills/awp"))
     assert not os.path.exists(os.path.join(home, ".gemini/.awp-dirs.json"))
+
+
+def test_home_points_every_wired_command_at_that_awp_home(tmp_path) -> None:
+    """awp bootstrap --home DIR: hooks, MCP servers and the plugin launcher use DIR."""
+    home, fakebin = make_home(tmp_path)
+    awp_home = str(tmp_path / "awp home")
+    stub = tmp_path / "stub-awp"
+    stub.write_text('#!/bin/sh\nprintf "%s|%s\\n" "${AWP_HOME:-unset}" "$*"\n')
+    stub.chmod(0o755)
+    bootstrap(home, fakebin, "--harness", "claude,cursor,gemini,codex", "--bin", str(stub),
+              "--home", awp_home)
+    hooks = json.loads(read(home, ".cursor/hooks.json"))
+    commands = [h["command"] for hs in hooks["hooks"].values() for h in hs
+                if "hook" in h.get("command", "")]
+    assert commands and all(f"--home '{awp_home}'" in c for c in commands), commands
+    mcp = json.loads(read(home, ".cursor/mcp.json"))["mcpServers"]["awp"]
+    assert mcp["args"][:2] == ["--home", awp_home]
+    codex = tomllib.loads(read(home, ".codex/config.toml"))["mcp_servers"]["awp"]
+    assert codex["args"][:2] == ["--home", awp_home]
+    # The Claude plugin's launcher exports the home unless the harness set one.
+    launcher = os.path.join(home, ".claude", "skills", "awp", "bin", "awp")
+    env = {"PATH": "/usr/bin:/bin", "HOME": home}
+    out = subprocess.run([launcher, "hook", "inbox"], capture_output=True, text=True,
+                         env=env, timeout=30).stdout
+    assert out == f"{awp_home}|hook inbox\n"
+    out = subprocess.run([launcher, "status"], capture_output=True, text=True,
+                         env={**env, "AWP_HOME": "/elsewhere"}, timeout=30).stdout
+    assert out == "/elsewhere|status\n"
