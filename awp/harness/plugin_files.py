@@ -41,7 +41,7 @@ def wire(rel: str, text: str, argv: list[str] | None) -> str:
     if not argv:
         return text
     if rel == LAUNCHER:
-        if len(argv) == 3 and argv[1:] == ["-m", "awp"] and _is_python(argv[0]):
+        if len(argv) == 4 and argv[1:] == ["-I", "-m", "awp"] and _is_python(argv[0]):
             return text.replace("\nWIRED_PY=''\n", f"\nWIRED_PY={shlex.quote(argv[0])}\n", 1)
         if len(argv) == 1:
             return text.replace("\nWIRED=''\n", f"\nWIRED={shlex.quote(argv[0])}\n", 1)
