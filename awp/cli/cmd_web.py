@@ -49,6 +49,13 @@ def web_cmd(
     except ValueError as e:
         raise CliError(f"--listen: {e}", 2) from None
     h = home_of(home)
+    from .daemonctl import client_if_running
+
+    # Another user's daemon is not ours to show: say so now (DaemonForbidden)
+    # rather than wait for it forever. One that is simply not running yet is waited for.
+    running = client_if_running(h, 5.0)
+    if running is not None:
+        running.close()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not is_loopback_host(host):

@@ -18,7 +18,13 @@ import sys
 import typer
 
 from ..daemon.home import HomeError, resolve_home
-from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
+from ..localapi.client import (
+    ApiFailure,
+    DaemonForbidden,
+    DaemonNotRunning,
+    LocalClient,
+    ProtocolError,
+)
 from .daemonctl import DaemonStartError, ensure_daemon
 
 app = typer.Typer(
@@ -109,7 +115,7 @@ def command(name: str, **kw):
                 return fn(*args, **kwargs)
             except CliError as e:
                 fail(name, e.message, e.code)
-            except (DaemonStartError, HomeError) as e:
+            except (DaemonStartError, HomeError, DaemonForbidden) as e:
                 fail(name, str(e))
             except ApiFailure as e:
                 fail(name, e.message)

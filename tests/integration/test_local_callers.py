@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 
@@ -127,3 +129,104 @@ def test_plugin_launcher_runs_no_code_from_the_callers_directory(tmp_path):
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["version"]
         assert not os.path.exists(marker), wired
+
+
+# ---------------------------------------------------------------- bodies on awp.sock
+
+
+def _raw_post(sock_path: str, path: str, body: bytes) -> tuple[int, dict]:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(sock_path)
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nhost: awp\r\ncontent-type: "
+              b"application/json\r\nconnection: close\r\ncontent-length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
+@pytest.mark.parametrize("depth", [65, 100_000])
+def test_deeply_nested_body_on_awp_sock_is_a_400(make_node, depth):
+    a = make_node("a").start()
+    sock = a.client.sock_path
+    status, obj = _raw_post(sock, "/v1/send", b"[" * depth + b"]" * depth)
+    assert status == 400, obj
+    assert obj["code"] == "bad_json"
+    assert obj["error"] == "bad JSON body: nested deeper than 64 levels"
+    body = {"peer": "x", "parts": [{"k": "data", "data": 1}]}
+    inner = body["parts"][0]
+    for _ in range(depth if depth < 1000 else 80):
+        inner["data"] = [inner["data"]]
+    status, obj = _raw_post(sock, "/v1/send", json.dumps(body).encode())
+    assert status == 400 and "nested deeper than 64 levels" in obj["error"], obj
+    # The daemon is none the worse.
+    assert a.api("GET", "/v1/status")["pid"]
+
+
+def test_body_size_comes_from_limits(make_node):
+    a = make_node("a")
+    os.makedirs(a.home, mode=0o700)
+    with open(os.path.join(a.home, "config.json"), "w") as f:
+        json.dump({"limits": {"api_body_bytes": "1KiB", "json_depth": 3}}, f)
+    a.start()
+    sock = a.client.sock_path
+    status, obj = _raw_post(sock, "/v1/send", b" " * 1025)
+    assert (status, obj["code"]) == (413, "too_large"), obj
+    status, obj = _raw_post(sock, "/v1/send", b"[[[[]]]]")
+    assert status == 400 and obj["error"] == "bad JSON body: nested deeper than 3 levels"
+
+
+# ---------------------------------------------------------------- another user's daemon
+
+
+def _as_nobody() -> list[str]:
+    if os.getuid() != 0:
+        pytest.skip("switching users needs root")
+    tool = shutil.which("setpriv")
+    if tool is None:
+        pytest.skip("no setpriv to run a command as another user")
+    probe = subprocess.run([tool, "--reuid=65534", "--regid=65534", "--clear-groups",
+                            sys.executable, "-P", "-c", "import awp.cli.entry"],
+                           capture_output=True, timeout=60, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip(f"user 65534 cannot run this awp: {probe.stderr[-200:]!r}")
+    return [tool, "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["peers"], ["up"],
+                                  ["send", "bob", "hi"], ["down"]])
+def test_another_users_daemon_is_permission_denied(homes, args):
+    prefix = _as_nobody()
+    h = homes("a")
+    h.ok("up")
+    before = daemon_pids(h.path)
+    assert len(before) == 1
+    os.chmod(os.path.dirname(h.path), 0o755)  # others may look in; the home stays 0700
+    sock = os.path.join(h.path, "awp.sock")
+    r = subprocess.run([*prefix, sys.executable, "-P", "-m", "awp", *args, "--home", h.path],
+                       capture_output=True, text=True, timeout=90, env=h.env, cwd="/")
+    assert r.returncode not in (0, 3), r.stdout + r.stderr
+    assert f"permission denied on {sock}" in r.stderr, r.stderr  # awp.sock or awp.sock.path
+    assert "the daemon belongs to another user" in r.stderr, \
+        r.stderr
+    assert "not running" not in r.stderr
+    assert daemon_pids(h.path) == before  # no second daemon, and the first one untouched
+
+
+def test_another_users_socket_in_a_readable_home(homes, tmp_path):
+    """The home opened to others, the socket itself (0600) still refuses them."""
+    prefix = _as_nobody()
+    h = homes("a")
+    h.ok("up")
+    os.chmod(os.path.dirname(h.path), 0o755)
+    os.chmod(h.path, 0o755)
+    sock = os.path.join(h.path, "awp.sock")
+    r = subprocess.run([*prefix, sys.executable, "-P", "-m", "awp", "status", "--home", h.path],
+                       capture_output=True, text=True, timeout=90, env=h.env, cwd="/")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr == (f"awp status: permission denied on {sock}: the daemon belongs to"
+                        " another user (uid 0)\n")
