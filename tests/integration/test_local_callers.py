@@ -103,6 +103,16 @@ def test_relative_paths_in_the_environment_keep_their_meaning(tmp_path, monkeypa
         f"tcp:127.0.0.1:1,unix:{tmp_path}/s/peer.sock,unix:/abs.sock")
 
 
+def test_hook_commands_written_with_either_form_are_recognised():
+    import shlex
+
+    from awp.harness import bootstrap
+
+    for argv in (["/venv/bin/python", "-I", "-m", "awp"],
+                 ["/venv/bin/python", "-I", "-c", selfcmd.pinned_code("/opt/awp lib")]):
+        assert bootstrap.is_our_hook(shlex.join([*argv, "hook", "inbox", "--format", "x"]))
+
+
 def test_plugin_launcher_runs_no_code_from_the_callers_directory(tmp_path):
     """Hooks and the MCP server start through the plugin's launcher, in the project."""
     from awp.harness import plugin_files
@@ -198,7 +208,8 @@ def _as_nobody() -> list[str]:
 
 
 @pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["peers"], ["up"],
-                                  ["send", "bob", "hi"], ["down"]])
+                                  ["send", "bob", "hi"], ["down"],
+                                  ["web", "--listen", "127.0.0.1:0"]])
 def test_another_users_daemon_is_permission_denied(homes, args):
     prefix = _as_nobody()
     h = homes("a")
