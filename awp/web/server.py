@@ -330,11 +330,12 @@ class WebApp:
         head = req.method == "HEAD"
         extra = [("www-authenticate", 'Bearer realm="awp web"')] if status == 401 else []
         if req.path.startswith("/api/"):
-            await self._send(stream, conn, status, {"error": message}, head=head, extra=extra)
+            await self._send(stream, conn, status, {"error": message}, head=head, extra=extra,
+                             close=req.has_body)
         else:
             await self._send_raw(stream, conn, status, (message + "\n").encode(), self._headers(
                 "text/plain; charset=utf-8", [("cache-control", "no-store"), *extra]),
-                head=head)
+                head=head, close=req.has_body)
 
     async def _check_token(self, stream: trio.abc.Stream, conn: h11.Connection,
                            req: _Request) -> bool:
@@ -354,7 +355,7 @@ class WebApp:
                 "text/plain; charset=utf-8", [
                     ("location", req.path + ("?" + rest if rest else "")),
                     ("cache-control", "no-store"), self._set_cookie()]),
-                head=req.method == "HEAD")
+                head=req.method == "HEAD", close=req.has_body)
             return False
         return True
 
