@@ -50,6 +50,10 @@ def daemon_cmd(
         None, "--share-with", hidden=True, help="hosts to mirror conversations to (comma-separated)"),
     trace: bool = typer.Option(False, "--trace", help="log every protocol line"),
     verbose: bool = typer.Option(False, "--verbose", help="include tailcat's own logs"),
+    start_dir: str = typer.Option(
+        None, "--start-dir", hidden=True,
+        help="directory the default --root and relative paths refer to (set by the CLI when"
+             " it starts the daemon in its home)"),
 ) -> None:
     """Run the daemon in the foreground (for a service manager, or to watch its log).
 
@@ -70,6 +74,7 @@ def daemon_cmd(
         name=name, about=about, harness=harness, listen=listen, no_tailcat=no_tailcat,
         advertise=advertise, accept=accept, allow=allow, trust=trust, serve=serve, root=root,
         presence=presence, share_with=shares, trace=trace or None, verbose=verbose or None,
+        start_dir=start_dir,
     )
     raise typer.Exit(run(home_of(home), flags))
 

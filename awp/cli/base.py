@@ -12,7 +12,13 @@ from __future__ import annotations
 import sys
 
 from ..daemon.home import HomeError, resolve_home
-from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
+from ..localapi.client import (
+    ApiFailure,
+    DaemonForbidden,
+    DaemonNotRunning,
+    LocalClient,
+    ProtocolError,
+)
 
 
 class CliError(Exception):
@@ -94,7 +100,7 @@ def failure_code(cmd: str, e: BaseException) -> int | None:
         return e.code
     if isinstance(e, CliError):
         return _fail(cmd, e.message, e.code)
-    if isinstance(e, DaemonStartError | HomeError):
+    if isinstance(e, DaemonStartError | HomeError | DaemonForbidden):
         return _fail(cmd, str(e))
     if isinstance(e, ApiFailure):
         return _fail(cmd, e.message)

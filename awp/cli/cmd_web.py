@@ -7,10 +7,12 @@ import sys
 import typer
 
 from .common import CliError, command, home_of, home_opt
+from .daemonctl import client_if_running
 
-WARNING = ("awp web: warning: listening on {host}, not a loopback address. There is no login:"
-           " anyone who can reach it sees your agents and your conversations. Put an"
-           " authenticating reverse proxy in front of it.")
+WARNING = ("awp web: warning: listening on {host}, not a loopback address. The token is the"
+           " only login, and it travels in plain HTTP: anyone who can read your traffic can"
+           " take it and see your agents and your conversations. Put a TLS reverse proxy in"
+           " front of it.")
 
 
 @command("web", short_help="Serve the web dashboard (reads the daemon, never starts one)")
@@ -25,10 +27,12 @@ def web_cmd(
     """Serve the web dashboard: every agent, link, thread and state, live.
 
     It reads this host's daemon through the local API and does not start one:
-    run awp up first, or the page waits until the daemon is running. There is
-    no authentication. On a loopback address only requests for localhost or a
-    loopback IP (or an --allow-host name) are answered; on any other address
-    every request is, and a warning is printed.
+    run awp up first, or the page waits until the daemon is running. Open the
+    URL it prints: it carries the home's token (kept in <home>/web.token),
+    which the page trades for a cookie; requests without it are refused. On a
+    loopback address only requests for localhost or a loopback IP (or an
+    --allow-host name) are answered; on any other address every host name is,
+    and a warning is printed.
 
     \b
     Examples:
@@ -40,15 +44,24 @@ def web_cmd(
 
     import trio
 
+    from ..daemon.home import ensure_home
     from ..web.daemon import DaemonLink
     from ..web.hub import Hub
     from ..web.server import is_loopback_host, parse_listen, serve
+    from ..web.token import load_or_create
 
     try:
         host, port = parse_listen(listen)
     except ValueError as e:
         raise CliError(f"--listen: {e}", 2) from None
     h = home_of(home)
+    # Another user's daemon is not ours to show: say so now (DaemonForbidden)
+    # rather than wait for it forever. One that is simply not running yet is waited for.
+    running = client_if_running(h, 5.0)
+    if running is not None:
+        running.close()
+    ensure_home(h)
+    token = load_or_create(h)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not is_loopback_host(host):
@@ -59,11 +72,13 @@ def web_cmd(
         async with trio.open_nursery() as nursery:
             bound_host, bound_port, _loop = await nursery.start(
                 lambda task_status=trio.TASK_STATUS_IGNORED: serve(
-                    hub, host, port, allow_hosts=allow_host, task_status=task_status))
+                    hub, host, port, allow_hosts=allow_host, token=token,
+                    task_status=task_status))
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             if shown in ("0.0.0.0", "[::]"):
                 shown = "127.0.0.1"
-            print(f"awp web: serving http://{shown}:{bound_port}/ for {h}", flush=True)
+            print(f"awp web: serving http://{shown}:{bound_port}/?token={token} for {h}",
+                  flush=True)
             with trio.move_on_after(3):
                 await hub.ready.wait()
             if hub.state is None:

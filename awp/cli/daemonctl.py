@@ -1,7 +1,9 @@
 """Finding, starting and stopping the daemon of a home, for the CLI.
 
 Every command that needs the daemon calls :func:`ensure_daemon`, which starts
-it on demand: ``python -m awp daemon --home H`` detached in its own session,
+it on demand: ``python -I -m awp daemon --home H`` (see :mod:`awp.selfcmd`:
+nothing is imported from the caller's directory) in the home as its working
+directory, detached in its own session,
 stdin closed, output appended to ``<home>/daemon.log``, then the socket is
 polled every 50 ms for up to 20 s.  Several commands racing to start the
 daemon of one fresh home are fine: every starter spawns one, the home lock
@@ -15,7 +17,6 @@ Stdlib only, and cheap to import: ``awp status`` has to be fast.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from ..daemon.home import is_locked, read_pid
@@ -79,8 +80,40 @@ def tail_log(home: str, lines: int = 10) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
+def _start_dir() -> str:
+    """The caller's directory, which the daemon's default fs root and relative paths mean."""
+    try:
+        return os.getcwd()
+    except OSError:  # the directory was removed under us
+        return os.path.expanduser("~")
+
+
+def _child_env(start: str) -> dict[str, str]:
+    """Our environment, with the relative paths in it made absolute.
+
+    The daemon runs in its home, so a relative ``AWP_TAILCAT_BIN`` or a
+    ``unix:`` listener in ``AWP_LISTEN`` must be resolved here, against the
+    caller's directory, to keep meaning what the caller meant.
+    """
+    env = dict(os.environ)
+
+    def absolute(p: str) -> str:
+        p = os.path.expanduser(p)
+        return p if os.path.isabs(p) else os.path.join(start, p)
+
+    if env.get("AWP_TAILCAT_BIN"):
+        env["AWP_TAILCAT_BIN"] = absolute(env["AWP_TAILCAT_BIN"])
+    if env.get("AWP_LISTEN"):
+        items = [x.strip() for x in env["AWP_LISTEN"].split(",")]
+        env["AWP_LISTEN"] = ",".join(
+            "unix:" + absolute(x[5:]) if x.startswith("unix:") and x[5:] else x for x in items)
+    return env
+
+
 def _spawn(home: str, flags_args: list[str]):
     import subprocess  # only when starting the daemon: its import is not free
+
+    from ..selfcmd import python_argv
 
     os.makedirs(home, mode=0o700, exist_ok=True)
     try:
@@ -90,11 +123,12 @@ def _spawn(home: str, flags_args: list[str]):
         pass
     log_path = os.path.join(home, LOG_NAME)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    start = _start_dir()
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "awp", "daemon", "--home", home, *flags_args],
+            [*python_argv(), "daemon", "--home", home, "--start-dir", start, *flags_args],
             stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
-            close_fds=True,
+            close_fds=True, cwd=home, env=_child_env(start),
         )
     finally:
         os.close(fd)

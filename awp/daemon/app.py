@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -161,7 +162,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
             write_socket_pointer(home, sock)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             # Readiness only once a SIGTERM would be handled cleanly.
-            await nursery.start(serve_unix, sock, router)
+            await nursery.start(functools.partial(
+                serve_unix, sock, router, max_body=settings.limits.api_body_bytes,
+                max_depth=settings.limits.json_depth))
             sd_notify("READY=1")
             log.info("local API on %s", sock)
             async with trio.open_nursery() as waiters:

@@ -234,7 +234,12 @@ def _same_installation(script: str) -> bool:
 
 
 def awp_command(which: Which | None = None) -> list[str]:
-    """The argv that runs this awp: its ``awp`` script when found, else ``python -m awp``."""
+    """The argv that runs this awp: its ``awp`` script when found, else ``python -I -m awp``.
+
+    A console script puts its own directory, not the current one, on
+    ``sys.path``; the interpreter form runs with isolated imports
+    (:mod:`awp.selfcmd`), so neither runs code from the directory it starts in.
+    """
     which = which or shutil.which
     exe = os.path.abspath(sys.executable) if sys.executable else ""
     candidates = [which("awp")]
@@ -243,7 +248,9 @@ def awp_command(which: Which | None = None) -> list[str]:
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK) and _same_installation(c):
             return [os.path.abspath(c)]
-    return [exe or "python3", "-m", "awp"]
+    from ..selfcmd import python_argv
+
+    return list(python_argv())
 
 
 # --- systemctl ----------------------------------------------------------------------

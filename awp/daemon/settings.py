@@ -39,6 +39,7 @@ class Flags:
     share_with: list[str] | None = None
     trace: bool | None = None
     verbose: bool | None = None
+    start_dir: str | None = None  # the caller's directory when the CLI started us elsewhere
 
 
 @dataclass
@@ -159,7 +160,10 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         if c not in SERVABLE:
             raise HomeError(f"cannot serve {c!r}: choose from {', '.join(SERVABLE)}")
     root, _ = pick("root", flags.root, "AWP_ROOT", pol.get("root"))
-    root = os.path.abspath(os.path.expanduser(str(root))) if root else os.getcwd()
+    # Relative to where the daemon was asked for: the CLI starts it in its home.
+    start = flags.start_dir or os.getcwd()
+    root = os.path.join(start, os.path.expanduser(str(root))) if root else start
+    root = os.path.abspath(root)
 
     if flags.presence is not None:
         presence = flags.presence

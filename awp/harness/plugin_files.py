@@ -48,7 +48,7 @@ def wire(rel: str, text: str, argv: list[str] | None) -> str:
         if len(argv) >= 3 and argv[-2] == "--home":
             text = text.replace("\nWIRED_HOME=''\n", f"\nWIRED_HOME={shlex.quote(argv[-1])}\n", 1)
             argv = argv[:-2]
-        if len(argv) == 3 and argv[1:] == ["-m", "awp"] and _is_python(argv[0]):
+        if len(argv) == 4 and argv[1:] == ["-I", "-m", "awp"] and _is_python(argv[0]):
             return text.replace("\nWIRED_PY=''\n", f"\nWIRED_PY={shlex.quote(argv[0])}\n", 1)
         if len(argv) == 1:
             return text.replace("\nWIRED=''\n", f"\nWIRED={shlex.quote(argv[0])}\n", 1)

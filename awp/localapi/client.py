@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ApiFailure",
+    "DaemonForbidden",
     "DaemonNotRunning",
     "LocalClient",
     "NdjsonStream",
@@ -59,6 +60,26 @@ class DaemonNotRunning(Exception):
         super().__init__(f"the awp daemon is not running ({reason}: {sock_path})")
         self.sock_path = sock_path
         self.reason = reason
+
+
+class DaemonForbidden(Exception):
+    """The socket (or the home holding it) is not ours to open: another user's daemon.
+
+    Kept apart from ``DaemonNotRunning`` on purpose: a daemon may well be
+    running, and starting a second one for that home would be wrong.
+    """
+
+    def __init__(self, path: str) -> None:
+        import os  # already loaded by the interpreter; kept off the module's import list
+
+        owner = ""
+        try:
+            owner = f" (uid {os.stat(path).st_uid})"
+        except OSError:
+            pass
+        super().__init__(
+            f"permission denied on {path}: the daemon belongs to another user{owner}")
+        self.path = path
 
 
 class ApiFailure(Exception):
@@ -323,8 +344,14 @@ class LocalClient:
 
     @classmethod
     def for_home(cls, home: str, timeout: float | None = 30.0) -> LocalClient:
-        """A client for the daemon of ``home`` (honours ``awp.sock.path``)."""
-        return cls(find_socket(home), timeout)
+        """A client for the daemon of ``home`` (honours ``awp.sock.path``).
+
+        Raises ``DaemonForbidden`` when the home is another user's.
+        """
+        try:
+            return cls(find_socket(home), timeout)
+        except PermissionError as exc:
+            raise DaemonForbidden(exc.filename or home) from None
 
     def close(self) -> None:
         """Drop the kept-alive connection, if any."""
@@ -474,6 +501,8 @@ class LocalClient:
                 raise DaemonNotRunning(self.sock_path, "no socket at") from None
             if exc.errno == errno.ECONNREFUSED:
                 raise DaemonNotRunning(self.sock_path, "nothing listening on") from None
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                raise DaemonForbidden(self.sock_path) from None
             if isinstance(exc, TimeoutError):
                 raise TimeoutError(
                     f"timed out connecting to the awp daemon at {self.sock_path}"

@@ -28,13 +28,21 @@ from urllib.parse import parse_qsl, unquote
 import h11
 import trio
 
+from ..node.limits import Limits
 from ..wire.canonical import compact_json
 
 log = logging.getLogger("awp.localapi")
 
 #: Largest request body accepted; bigger ones get 413 (blobs travel by path,
-#: not through the API, so this is generous).
-MAX_BODY = 64 * 1024 * 1024
+#: not through the API, and no protocol line exceeds 1 MiB, so this is
+#: generous). The daemon passes ``Limits.api_body_bytes``.
+MAX_BODY = Limits.api_body_bytes
+
+#: Deepest nesting of arrays and objects accepted in a JSON body; deeper ones
+#: get 400 (nothing we take nests beyond a few levels, and deep nesting only
+#: serves to exhaust the parser's recursion). The daemon passes
+#: ``Limits.json_depth``.
+MAX_DEPTH = Limits.json_depth
 
 #: How long a connection may sit idle (between or inside requests) before the
 #: server drops it, so abandoned keep-alive connections do not pile up.
@@ -93,6 +101,7 @@ class Request:
         body: bytes = b"",
         *,
         connection_id: int = 0,
+        max_depth: int = MAX_DEPTH,
     ) -> None:
         path, _, query_string = target.partition("?")
         self.method = method.upper()
@@ -106,6 +115,7 @@ class Request:
         self.params: dict[str, str] = {}
         # Lets handlers and logs tell requests on one keep-alive connection apart.
         self.connection_id = connection_id
+        self.max_depth = max_depth
 
     def query_list(self, name: str) -> list[str]:
         """Every value of a repeated query parameter, in order."""
@@ -115,13 +125,41 @@ class Request:
         """The body parsed as JSON; ``None`` when there is no body."""
         if not self.body.strip():
             return None
+        too_deep = ApiError(
+            400, f"bad JSON body: nested deeper than {self.max_depth} levels", "bad_json")
         try:
-            return json.loads(self.body)
+            obj = json.loads(self.body)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             raise ApiError(400, f"bad JSON body: {exc}", "bad_json") from None
+        except RecursionError:
+            raise too_deep from None
+        if not json_depth_within(obj, self.max_depth):
+            raise too_deep
+        return obj
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.path}>"
+
+
+def json_depth_within(obj: Any, limit: int) -> bool:
+    """Whether parsed JSON nests arrays and objects at most ``limit`` deep.
+
+    Iterative, so that checking a deep document cannot itself run out of
+    stack; a scalar has depth 0, ``[]`` and ``{}`` depth 1.
+    """
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return True
 
 
 class Stream:
@@ -303,10 +341,12 @@ class _Connection:
         max_body: int,
         idle_timeout: float,
         connection_id: int,
+        max_depth: int = MAX_DEPTH,
     ) -> None:
         self.stream = stream
         self.router = router
         self.max_body = max_body
+        self.max_depth = max_depth
         self.idle_timeout = idle_timeout
         self.id = connection_id
         self.h11 = h11.Connection(h11.SERVER)
@@ -390,7 +430,8 @@ class _Connection:
                 break
             else:  # ConnectionClosed mid-body; h11 normally raises instead
                 raise _Drop()
-        return Request(method, target, headers, bytes(body), connection_id=self.id)
+        return Request(method, target, headers, bytes(body), connection_id=self.id,
+                       max_depth=self.max_depth)
 
     def _too_large(self) -> ApiError:
         return ApiError(413, f"request body larger than {self.max_body} bytes", "too_large")
@@ -565,6 +606,7 @@ async def serve_listener(
     *,
     max_body: int = MAX_BODY,
     idle_timeout: float = IDLE_TIMEOUT,
+    max_depth: int = MAX_DEPTH,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the API on an already listening listener until cancelled.
@@ -576,7 +618,8 @@ async def serve_listener(
 
     async def handle(stream: trio.abc.Stream) -> None:
         conn = _Connection(
-            stream, router, max_body=max_body, idle_timeout=idle_timeout, connection_id=next(ids)
+            stream, router, max_body=max_body, idle_timeout=idle_timeout, connection_id=next(ids),
+            max_depth=max_depth,
         )
         await conn.run()
 
@@ -589,6 +632,7 @@ async def serve_unix(
     *,
     max_body: int = MAX_BODY,
     idle_timeout: float = IDLE_TIMEOUT,
+    max_depth: int = MAX_DEPTH,
     task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Bind ``path`` (mode 0600), announce readiness, serve until cancelled.
@@ -615,7 +659,8 @@ async def serve_unix(
         raise
     try:
         task_status.started(path)
-        await serve_listener(listener, router, max_body=max_body, idle_timeout=idle_timeout)
+        await serve_listener(listener, router, max_body=max_body, idle_timeout=idle_timeout,
+                             max_depth=max_depth)
     finally:
         _unlink_if_ours(path, identity)
         listener.socket.close()

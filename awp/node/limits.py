@@ -55,7 +55,7 @@ class Limits:
 
     # Shape of what we parse.
     json_depth: int = 64                    # nesting of any JSON we parse (peer or local)
-    api_body_bytes: int = 8 * MiB           # one request body on awp.sock or the web API
+    api_body_bytes: int = 8 * MiB           # one request body on awp.sock (the web API takes none)
 
 
 for _f, _k in (

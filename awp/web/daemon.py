@@ -17,7 +17,7 @@ from typing import Any
 import h11
 import trio
 
-from ..localapi.client import encode_query
+from ..localapi.client import DaemonForbidden, encode_query
 from ..localapi.sockpath import find_socket
 
 _RECV = 64 * 1024
@@ -50,10 +50,14 @@ class DaemonLink:
     async def _open(self) -> trio.SocketStream:
         try:
             path = find_socket(self.home)
+        except PermissionError as e:
+            raise DaemonDown(str(DaemonForbidden(e.filename or self.home))) from None
         except OSError as e:
             raise DaemonDown(f"no daemon socket: {e}") from None
         try:
             return await trio.open_unix_socket(path)
+        except PermissionError:
+            raise DaemonDown(str(DaemonForbidden(path))) from None
         except FileNotFoundError:
             raise DaemonDown(f"the awp daemon is not running (no socket at {path})") from None
         except OSError as e:

@@ -8,12 +8,19 @@ only ever holds up itself.
 
 Security (see the Web API docs):
 
+- Every request needs the home's token (:mod:`awp.web.token`): the URL
+  ``awp web`` prints carries it as ``?token=``, which sets an HttpOnly,
+  SameSite=Strict cookie and redirects to the bare URL. Without a token or
+  cookie the answer is 401, with a wrong one 403 (scripts may send
+  ``Authorization: Bearer TOKEN``).
 - On a loopback address only ``Host: localhost``, ``*.localhost``, a loopback
   IP or an ``--allow-host`` name is answered; anything else gets 421 (DNS
   rebinding). On any other address every host name is accepted.
 - Every response carries ``X-Content-Type-Options: nosniff``,
   ``Referrer-Policy: no-referrer``, ``X-Frame-Options: DENY`` and a CSP that
   lets the page load nothing from elsewhere. JSON is ``Cache-Control: no-store``.
+- The API takes no request bodies: a GET with one gets 400, anything but
+  GET and HEAD 405.
 - Files: only PNG, JPEG, GIF, WebP and AVIF (whose bytes agree) are served
   inline; everything else is an ``application/octet-stream`` attachment under
   ``Content-Security-Policy: sandbox``.
@@ -29,7 +36,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlencode
 
 import h11
 import trio
@@ -38,6 +45,7 @@ from ..wire.canonical import compact_json
 from .daemon import DaemonDown, DaemonError
 from .hub import Hub, sse
 from .model import RASTER, conversation
+from .token import same
 
 log = logging.getLogger("awp.web")
 
@@ -76,6 +84,10 @@ WRITE_TIMEOUT = 30.0
 PING_SECONDS = float(os.environ.get("AWP_WEB_PING_SECONDS") or 20.0)
 _RECV = 64 * 1024
 _MAX_REQUEST_HEAD = 64 * 1024
+#: How long the browser keeps the token cookie (the token itself lasts until
+#: ``<home>/web.token`` is deleted).
+COOKIE_MAX_AGE = 30 * 24 * 3600
+PAGES = ("/", "/index.html")
 ACTIVITY_DEFAULT = 300
 ACTIVITY_MAX = 2000
 
@@ -164,20 +176,35 @@ def _status_reason(status: int) -> bytes:
         return b""
 
 
+def _cookies(header: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in header.split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep and name not in out:
+            out[name] = value.strip().strip('"')
+    return out
+
+
 class _Request:
     def __init__(self, method: str, target: str, headers: dict[str, str]) -> None:
         self.method = method
         path, _, qs = target.partition("?")
         self.path = path
-        self.query = dict(parse_qsl(qs, keep_blank_values=True))
+        self.pairs = parse_qsl(qs, keep_blank_values=True)
+        self.query = dict(self.pairs)
         self.headers = headers
+        self.has_body = False  # the client sent body bytes (left unread)
 
 
 class WebApp:
     """The routes of ``awp web`` and the HTTP plumbing that serves them."""
 
-    def __init__(self, hub: Hub, *, loopback: bool, allow_hosts: list[str]) -> None:
+    def __init__(self, hub: Hub, *, loopback: bool, allow_hosts: list[str], token: str,
+                 port: int) -> None:
         self.hub = hub
+        self.token = token
+        # Per port: cookies ignore ports, and two dashboards on one host must not clash.
+        self.cookie = f"awp_token_{port}"
         self.check_host = loopback
         self.allowed = normalize_allowed(allow_hosts)
         self.static = load_static()
@@ -236,7 +263,10 @@ class WebApp:
                 continue
             if isinstance(event, h11.Data):
                 if request is not None and len(event.data) > 0:
-                    pass  # GET bodies are ignored
+                    # No route takes a body: answer now, without reading the
+                    # rest, and close the connection afterwards.
+                    request.has_body = True
+                    return request
                 continue
             if isinstance(event, h11.EndOfMessage):
                 return request
@@ -277,19 +307,77 @@ class WebApp:
                                 [("cache-control", "no-store"), *(extra or [])])
         await self._send_raw(stream, conn, status, body, headers, head=head, close=close)
 
+    # -- the token ---------------------------------------------------------------------
+
+    def _credential(self, req: _Request) -> str | None:
+        """The token the request offers (query, bearer header or cookie), if any."""
+        if "token" in req.query:
+            return req.query["token"]
+        auth = req.headers.get("authorization", "")
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+        return _cookies(req.headers.get("cookie", "")).get(self.cookie)
+
+    def _set_cookie(self) -> tuple[str, str]:
+        return ("set-cookie", f"{self.cookie}={self.token}; Path=/; Max-Age={COOKIE_MAX_AGE};"
+                              " HttpOnly; SameSite=Strict")
+
+    async def _refuse(self, stream: trio.abc.Stream, conn: h11.Connection, req: _Request,
+                      status: int, why: str) -> None:
+        message = (f"{why}: open the URL that awp web printed (it ends in ?token=...);"
+                   " the token is also in web.token in the awp home")
+        head = req.method == "HEAD"
+        extra = [("www-authenticate", 'Bearer realm="awp web"')] if status == 401 else []
+        if req.path.startswith("/api/"):
+            await self._send(stream, conn, status, {"error": message}, head=head, extra=extra,
+                             close=req.has_body)
+        else:
+            await self._send_raw(stream, conn, status, (message + "\n").encode(), self._headers(
+                "text/plain; charset=utf-8", [("cache-control", "no-store"), *extra]),
+                head=head, close=req.has_body)
+
+    async def _check_token(self, stream: trio.abc.Stream, conn: h11.Connection,
+                           req: _Request) -> bool:
+        """Whether the request may go on; if not, its answer has been sent."""
+        given = self._credential(req)
+        if given is None:
+            await self._refuse(stream, conn, req, 401, "this dashboard needs its token")
+            return False
+        if not same(given, self.token):
+            await self._refuse(stream, conn, req, 403, "wrong token for this dashboard")
+            return False
+        if "token" in req.query and req.path in PAGES and req.method in ("GET", "HEAD"):
+            # Trade the token in the URL for a cookie, and get it out of the
+            # address bar and the history.
+            rest = urlencode([(k, v) for k, v in req.pairs if k != "token"])
+            await self._send_raw(stream, conn, 303, b"", self._headers(
+                "text/plain; charset=utf-8", [
+                    ("location", req.path + ("?" + rest if rest else "")),
+                    ("cache-control", "no-store"), self._set_cookie()]),
+                head=req.method == "HEAD", close=req.has_body)
+            return False
+        return True
+
     # -- routing ---------------------------------------------------------------------
 
     async def _respond(self, stream: trio.abc.Stream, conn: h11.Connection,
                        req: _Request) -> bool:
         head = req.method == "HEAD"
-        if req.method not in ("GET", "HEAD"):
-            await self._send(stream, conn, 405, {"error": f"method {req.method} not allowed"},
-                             extra=[("allow", "GET, HEAD")])
-            return True
         if self.check_host and not host_allowed(req.headers.get("host"), self.allowed):
             await self._send(stream, conn, 421, {
                 "error": "misdirected request: this dashboard answers only for localhost"
                          " (use --allow-host NAME behind a proxy)"}, head=head, close=True)
+            return False
+        if not await self._check_token(stream, conn, req):
+            return not req.has_body
+        if req.method not in ("GET", "HEAD"):
+            await self._send(stream, conn, 405, {"error": f"method {req.method} not allowed"},
+                             extra=[("allow", "GET, HEAD")], close=req.has_body)
+            return not req.has_body
+        if req.has_body:
+            await self._send(stream, conn, 400, {
+                "error": "the dashboard API takes no request body"}, head=head, close=True)
             return False
         try:
             if req.path in STATIC:
@@ -491,13 +579,13 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-async def serve(hub: Hub, host: str, port: int, *, allow_hosts: list[str],
+async def serve(hub: Hub, host: str, port: int, *, allow_hosts: list[str], token: str,
                 task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
     """Follow the daemon and serve the page until cancelled."""
     loopback = is_loopback_host(host)
-    app = WebApp(hub, loopback=loopback, allow_hosts=allow_hosts)
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()
+    app = WebApp(hub, loopback=loopback, allow_hosts=allow_hosts, token=token, port=bound[1])
     async with trio.open_nursery() as nursery:
         nursery.start_soon(hub.run)
         task_status.started((bound[0], bound[1], loopback))

@@ -118,6 +118,21 @@ def test_page_shows_the_network_live_and_renders_hostile_text_as_text(browser, n
 
     page.on("dialog", on_dialog)
 
+    # -- the token: a browser without it is refused; the printed URL lets it in
+    other = browser.new_context()
+    try:
+        refused = other.new_page()
+        resp = refused.goto(web.url + "/")
+        assert resp is not None and resp.status == 401
+        assert "needs its token" in refused.inner_text("body")
+    finally:
+        other.close()
+    resp = page.goto(web.login_url)
+    assert resp is not None and resp.status == 200 and page.url == web.url + "/"
+    cookies = page.context.cookies()
+    assert [(c["name"], c["httpOnly"], c["sameSite"]) for c in cookies] == [
+        (f"awp_token_{web.port}", True, "Strict")]
+
     # -- overview
     page.goto(web.url + "/#/")
     page.wait_for_selector("#stats .stat")
@@ -234,6 +249,7 @@ def test_page_waits_for_the_daemon(browser, make_node):
         page = browser.new_page(viewport={"width": 1200, "height": 700})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(web.login_url)
         page.goto(web.url + "/#/agents")
         page.wait_for_selector("#banner:not([hidden])")
         assert "Waiting for the awp daemon" in page.inner_text("#banner")

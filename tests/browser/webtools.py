@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sqlite3
 import subprocess
 import sys
@@ -31,7 +32,11 @@ HOSTILE = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2
 
 
 class Web:
-    """``awp web`` as a subprocess on a free loopback port."""
+    """``awp web`` as a subprocess on a free loopback port.
+
+    ``token`` is read from the URL it prints; ``get``/``post``/``stream`` send
+    it as the page's cookie, the way a browser does after the first visit.
+    """
 
     def __init__(self, home: str, *, extra: list[str] | None = None, host: str = "127.0.0.1",
                  env: dict | None = None) -> None:
@@ -42,10 +47,41 @@ class Web:
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.log_path = home.rstrip("/") + ".web.log"
+        self.token = ""
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def login_url(self) -> str:
+        """The URL ``awp web`` printed: the page, with the token."""
+        return f"{self.url}/?token={self.token}"
+
+    @property
+    def cookie(self) -> str:
+        return f"awp_token_{self.port}={self.token}"
+
+    def _kw(self, kw: dict) -> dict:
+        kw["headers"] = {"cookie": self.cookie, **(kw.get("headers") or {})}
+        return kw
+
+    def get(self, path: str, **kw) -> httpx.Response:
+        return httpx.get(self.url + path, **self._kw(kw))
+
+    def post(self, path: str, **kw) -> httpx.Response:
+        return httpx.post(self.url + path, **self._kw(kw))
+
+    def stream(self, method: str, path: str, **kw):
+        return httpx.stream(method, self.url + path, **self._kw(kw))
+
+    def _printed_token(self) -> str:
+        # Two awp web on one home share a log: the line with our port is ours.
+        for url, token in re.findall(r"awp web: serving (http://\S+)/\?token=([A-Za-z0-9_-]+) for ",
+                                     self.tail_log(200)):
+            if url == self.url:
+                return token
+        return ""
 
     def start(self) -> Web:
         env = dict(os.environ)
@@ -61,8 +97,11 @@ class Web:
         def up():
             if self.proc.poll() is not None:
                 raise AssertionError(f"awp web exited: {self.tail_log()}")
+            self.token = self.token or self._printed_token()
+            if not self.token:
+                return False
             try:
-                return httpx.get(self.url + "/api/state", timeout=2).status_code in (200, 503)
+                return self.get("/api/state", timeout=2).status_code in (200, 503)
             except httpx.HTTPError:
                 return False
 
@@ -71,7 +110,7 @@ class Web:
 
     def wait_state(self, cond=lambda st: True, timeout: float = 15.0, what: str = "state"):
         def check():
-            r = httpx.get(self.url + "/api/state", timeout=5)
+            r = self.get("/api/state", timeout=5)
             if r.status_code != 200:
                 return None
             st = r.json()

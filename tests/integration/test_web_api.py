@@ -69,7 +69,7 @@ def _send(node, peer: str, text: str, **kw) -> dict:
 
 
 def _activity(web: Web, **q) -> list[dict]:
-    return httpx.get(web.url + "/api/activity", params=q, timeout=5).json()["items"]
+    return web.get("/api/activity", params=q, timeout=5).json()["items"]
 
 
 # ---------------------------------------------------------------- state, headers
@@ -82,7 +82,7 @@ def test_state_describes_host_peers_links_and_threads(pair):
                                 "note": "cloning"})
     st = web.wait_state(lambda st: any(t["th"] == sent["th"] and "working" in (
         t["a_state"], t["b_state"]) for t in st["threads"]), what="the thread with a state")
-    r = httpx.get(web.url + "/api/state")
+    r = web.get("/api/state")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("application/json")
     assert r.headers["cache-control"] == "no-store"
@@ -119,7 +119,7 @@ def test_state_describes_host_peers_links_and_threads(pair):
 
     # Watching is not acting: the page's reads leave A's activity alone.
     before = a.api("GET", "/v1/activity")["active"]
-    httpx.get(web.url + f"/api/thread?peer={b.key}&th={sent['th']}")
+    web.get(f"/api/thread?peer={b.key}&th={sent['th']}")
     assert a.api("GET", "/v1/activity")["active"] == before
     # ...and it never marks anything read.
     assert a.inbound(th=sent["th"])[0]["read"] is False
@@ -131,20 +131,109 @@ def test_every_response_carries_the_security_headers(pair):
                         ("/app.css", "text/css"), ("/favicon.svg", "image/svg+xml"),
                         ("/api/activity", "application/json"),
                         ("/api/nope", "application/json"), ("/api/thread", "application/json")):
-        r = httpx.get(web.url + path)
+        r = web.get(path)
         _security(r)
         assert r.headers["content-type"].startswith(ctype), path
-    assert httpx.get(web.url + "/api/nope").status_code == 404
-    assert httpx.get(web.url + "/api/thread").json() == {"error": "peer is required"}
-    r = httpx.post(web.url + "/api/state", content=b"{}")
+    assert web.get("/api/nope").status_code == 404
+    assert web.get("/api/thread").json() == {"error": "peer is required"}
+    r = web.post("/api/state", content=b"{}")
     assert r.status_code == 405
     _security(r)
-    page = httpx.get(web.url + "/").text
+    page = web.get("/").text
     # The page loads only its own files: no external scripts, styles or fonts.
     assert "http://" not in page and "https://" not in page
     assert '<script src="/app.js"' in page
-    js = httpx.get(web.url + "/app.js").text
+    js = web.get("/app.js").text
     assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "eval(" not in js
+
+
+# ---------------------------------------------------------------- the token
+
+
+def test_every_request_needs_the_token(pair):
+    a, b, web = pair
+    # No token: 401 with a short explanation, on the page, the API and the event stream.
+    for path in ("/", "/index.html", "/app.js", "/favicon.svg", "/api/state", "/api/activity",
+                 "/api/events", f"/api/thread?peer={b.key}&th=x", "/api/blob?peer=x&dir=in&ref=y",
+                 "/api/nope"):
+        r = httpx.get(web.url + path, timeout=10)
+        assert r.status_code == 401, path
+        assert "needs its token" in r.text and "?token=" in r.text, path
+        assert r.headers["www-authenticate"].startswith("Bearer")
+        _security(r)
+        assert b.key not in r.text and a.key not in r.text
+    assert httpx.get(web.url + "/api/state").json()["error"].startswith(
+        "this dashboard needs its token")
+    assert httpx.get(web.url + "/").headers["content-type"].startswith("text/plain")
+    # A wrong one: 403, whichever way it comes.
+    wrong = "x" * 43
+    for kw in ({"params": {"token": wrong}}, {"headers": {"cookie": f"awp_token_{web.port}={wrong}"}},
+               {"headers": {"authorization": f"Bearer {wrong}"}},
+               {"headers": {"cookie": f"awp_token_1={web.token}"}}):
+        r = httpx.get(web.url + "/api/state", **kw)
+        assert r.status_code == (401 if "awp_token_1" in str(kw) else 403), kw
+        assert "token" in r.json()["error"]
+    # The printed URL sets the cookie and sends the browser to the bare URL.
+    r = httpx.get(web.login_url)
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    cookie = r.headers["set-cookie"]
+    assert cookie.startswith(f"awp_token_{web.port}={web.token};")
+    attrs = {x.strip().split("=")[0].lower() for x in cookie.split(";")[1:]}
+    assert {"httponly", "samesite", "path"} <= attrs and "SameSite=Strict" in cookie
+    assert "Path=/" in cookie
+    r = httpx.get(web.url + "/index.html", params={"token": web.token, "x": "1"})
+    assert r.status_code == 303 and r.headers["location"] == "/index.html?x=1"
+    with httpx.Client(base_url=web.url) as browser:
+        r = browser.get(f"/?token={web.token}", follow_redirects=True)
+        assert r.status_code == 200 and "<html" in r.text.lower()
+        assert str(r.url) == web.url + "/"
+        assert browser.get("/api/state").json()["self"] == a.key
+        with browser.stream("GET", "/api/events", timeout=10) as resp:
+            assert resp.status_code == 200
+            assert next(sse_events(resp.iter_lines())) == ("retry", "2000", None)
+    # Scripts may send it as a bearer token, or in the query of an API call.
+    r = httpx.get(web.url + "/api/state", headers={"authorization": f"Bearer {web.token}"})
+    assert r.status_code == 200 and r.json()["self"] == a.key
+    assert httpx.get(web.url + "/api/state", params={"token": web.token}).status_code == 200
+    # The host check still comes first.
+    r = httpx.get(web.login_url, headers={"host": "evil.example"})
+    assert r.status_code == 421
+
+
+def test_token_file_is_private_and_lasts(make_node, web_factory):
+    a = make_node("a").start()
+    web = web_factory(a.home)
+    path = os.path.join(a.home, "web.token")
+    st = os.stat(path)
+    assert st.st_mode & 0o777 == 0o600
+    with open(path) as f:
+        token = f.read().strip()
+    assert token == web.token and len(token) == 43  # 32 random bytes, base64url
+    web.stop()
+    again = web_factory(a.home)
+    assert again.token == token  # a browser's cookie outlives a restart
+    again.stop()
+    # A token others could read may have leaked: a new one replaces it.
+    os.chmod(path, 0o644)
+    third = web_factory(a.home)
+    assert third.token != token
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert httpx.get(third.url + "/api/state", params={"token": token}).status_code == 403
+
+
+def test_request_bodies_are_refused(pair):
+    a, b, web = pair
+    nested = b"[" * 100_000 + b"]" * 100_000
+    r = web.stream("GET", "/api/state", content=nested)
+    with r as resp:
+        resp.read()
+        assert resp.status_code == 400
+        assert resp.json() == {"error": "the dashboard API takes no request body"}
+    r = web.post("/api/state", content=nested)
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+    # Without the token a body changes nothing: 401.
+    assert httpx.post(web.url + "/api/state", content=nested).status_code == 401
+    assert web.get("/api/state").status_code == 200
 
 
 # ---------------------------------------------------------------- host check
@@ -155,29 +244,29 @@ def test_host_check_on_loopback(pair, web_factory):
     port = web.port
     for host in ("localhost", f"localhost:{port}", "dash.localhost", f"127.0.0.1:{port}",
                  "127.0.0.5", f"[::1]:{port}", "LOCALHOST"):
-        r = httpx.get(web.url + "/api/state", headers={"host": host})
+        r = web.get("/api/state", headers={"host": host})
         assert r.status_code == 200, host
     for host in ("evil.example", f"evil.example:{port}", "localhost.evil.example",
                  "127.0.0.1.nip.io", "10.0.0.1", "awp.example.internal"):
-        r = httpx.get(web.url + "/api/state", headers={"host": host})
+        r = web.get("/api/state", headers={"host": host})
         assert r.status_code == 421, host
         assert "error" in r.json()
         _security(r)
     # Every path is guarded, the page and the event stream included.
     for path in ("/", "/app.js", "/api/events", "/api/activity"):
-        assert httpx.get(web.url + path, headers={"host": "evil.example"}).status_code == 421
+        assert web.get(path, headers={"host": "evil.example"}).status_code == 421
 
     allowed = web_factory(a.home, extra=["--allow-host", "awp.example.internal"])
-    r = httpx.get(allowed.url + "/api/activity", headers={"host": "awp.example.internal"})
+    r = allowed.get("/api/activity", headers={"host": "awp.example.internal"})
     assert r.status_code == 200
-    r = httpx.get(allowed.url + "/api/activity", headers={"host": "other.example.internal"})
+    r = allowed.get("/api/activity", headers={"host": "other.example.internal"})
     assert r.status_code == 421
 
 
 def test_non_loopback_listen_accepts_every_host_and_warns(make_node, web_factory):
     a = make_node("a").start()
     web = web_factory(a.home, host="0.0.0.0")
-    r = httpx.get(web.url + "/api/activity", headers={"host": "anything.example"})
+    r = web.get("/api/activity", headers={"host": "anything.example"})
     assert r.status_code == 200
     wait_for(lambda: "warning" in web.tail_log(), 5, "the warning")
     assert "not a loopback address" in web.tail_log()
@@ -190,15 +279,15 @@ def test_no_daemon_503_and_the_page_waits(make_node, web_factory):
     a = make_node("a")
     os.makedirs(a.home, mode=0o700)
     web = web_factory(a.home)
-    r = httpx.get(web.url + "/api/state")
+    r = web.get("/api/state")
     assert r.status_code == 503
     assert r.headers["cache-control"] == "no-store"
     assert isinstance(r.json()["error"], str) and r.json()["error"]
-    assert httpx.get(web.url + "/api/thread?peer=ed25519:x&th=t").status_code == 503
-    assert httpx.get(web.url + "/").status_code == 200  # the page itself is there
-    assert httpx.get(web.url + "/api/activity").json() == {"items": []}
+    assert web.get("/api/thread?peer=ed25519:x&th=t").status_code == 503
+    assert web.get("/").status_code == 200  # the page itself is there
+    assert web.get("/api/activity").json() == {"items": []}
     # The event stream opens anyway and says why there is no state yet.
-    with httpx.stream("GET", web.url + "/api/events", timeout=10) as resp:
+    with web.stream("GET", "/api/events", timeout=10) as resp:
         events = sse_events(resp.iter_lines())
         assert next(events) == ("retry", "2000", None)
         kind, data, _ = next(events)
@@ -211,7 +300,7 @@ def test_no_daemon_503_and_the_page_waits(make_node, web_factory):
     st = web.wait_state(what="the state once the daemon runs")
     assert st["self"] == a.key
     a.stop()
-    wait_for(lambda: httpx.get(web.url + "/api/state").status_code == 503, 10,
+    wait_for(lambda: web.get("/api/state").status_code == 503, 10,
              "503 after the daemon stopped")
 
 
@@ -227,12 +316,12 @@ def test_thread_and_activity_carry_hostile_text_as_plain_json(pair):
     _send(a, b.key, "reply from a", th=first["th"])
 
     def convo():
-        r = httpx.get(web.url + "/api/thread", params={"peer": b.key, "th": first["th"]})
+        r = web.get("/api/thread", params={"peer": b.key, "th": first["th"]})
         got = r.json()
         return got if len(got.get("messages", [])) >= 4 else None
 
     got = wait_for(convo, 10, "the conversation")
-    r = httpx.get(web.url + "/api/thread", params={"peer": b.key, "th": first["th"]})
+    r = web.get("/api/thread", params={"peer": b.key, "th": first["th"]})
     assert r.headers["content-type"].startswith("application/json")
     assert r.headers["cache-control"] == "no-store"
     _security(r)
@@ -245,7 +334,7 @@ def test_thread_and_activity_carry_hostile_text_as_plain_json(pair):
     assert m1["from"] == b.key and "acked" not in m1
     assert st["state"] == "waiting" and st["note"] == "<b>note</b>" and st["from"] == b.key
     assert m3["from"] == a.key and m3["acked"] in (True, False)
-    wait_for(lambda: httpx.get(web.url + "/api/thread", params={
+    wait_for(lambda: web.get("/api/thread", params={
         "peer": b.key, "th": first["th"]}).json()["messages"][3]["acked"], 10, "the ack")
     # The text comes back exactly as sent, as JSON strings: nothing added, nothing run.
     assert json.loads(r.text)["messages"][1]["parts"][0]["text"] == HOSTILE
@@ -264,11 +353,11 @@ def test_thread_and_activity_carry_hostile_text_as_plain_json(pair):
     assert _activity(web, after=items[1]["seq"])[0]["seq"] > items[1]["seq"]
     assert len(_activity(web, limit=1)) == 1
     assert len(_activity(web, limit=999999)) == len(_activity(web))  # over 2,000: the default
-    assert httpx.get(web.url + "/api/activity?after=x").status_code == 400
+    assert web.get("/api/activity?after=x").status_code == 400
 
-    r = httpx.get(web.url + "/api/thread", params={"peer": b.key, "th": "thr_nothere"})
+    r = web.get("/api/thread", params={"peer": b.key, "th": "thr_nothere"})
     assert r.status_code == 404 and "private" in r.json()["error"]
-    assert httpx.get(web.url + "/api/thread", params={"peer": b.key}).status_code == 400
+    assert web.get("/api/thread", params={"peer": b.key}).status_code == 400
 
 
 def test_shared_threads_and_presence(pair):
@@ -290,18 +379,18 @@ def test_shared_threads_and_presence(pair):
     assert t0["shared_by"] == b.key and {t0["a"], t0["b"]} == {b.key, of}
     assert t0["a_state" if t0["a"] == of else "b_state"] == "working"
 
-    conv = httpx.get(web.url + "/api/thread", params={"peer": b.key, "th": "thr_shared0"}).json()
+    conv = web.get("/api/thread", params={"peer": b.key, "th": "thr_shared0"}).json()
     assert conv["shared_by"] == b.key and conv["a"] == b.key and conv["b"] == of
     assert conv["b_state"] == "working"
     assert [m["kind"] for m in conv["messages"]] == ["msg", "state"]
     assert conv["messages"][0]["parts"] == [{"type": "text", "text": "please do shared task 0"}]
     # A gossip-only thread: its messages are private to the two agents.
     g = gossip[0]
-    r = httpx.get(web.url + "/api/thread", params={"peer": g["a"], "th": g["th"]})
+    r = web.get("/api/thread", params={"peer": g["a"], "th": g["th"]})
     assert r.status_code == 404
 
     # A new mirrored line reaches the stream as a message event.
-    with httpx.stream("GET", web.url + "/api/events", timeout=20) as resp:
+    with web.stream("GET", "/api/events", timeout=20) as resp:
         add_mirror_line(a.home, b.key, "thr_shared0", of, {
             "t": "msg", "id": "late1", "ts": "2026-11-30T00:00:00Z", "th": "thr_shared0",
             "parts": [{"k": "text", "text": "late line"}]}, ident="mlate")
@@ -323,7 +412,7 @@ def test_fifty_agents_and_five_hundred_threads(pair):
     assert st["stats"]["agents"] == 52
     t0 = time.monotonic()
     for _ in range(5):
-        assert httpx.get(web.url + "/api/state").status_code == 200
+        assert web.get("/api/state").status_code == 200
     assert (time.monotonic() - t0) / 5 < 0.5
 
 
@@ -350,7 +439,7 @@ def test_blobs_inline_only_for_raster_images(pair, tmp_home_root):
                                       "files": paths})
 
     def parts():
-        r = httpx.get(web.url + "/api/thread", params={"peer": b.key, "th": sent["th"]})
+        r = web.get("/api/thread", params={"peer": b.key, "th": sent["th"]})
         msgs = r.json().get("messages") or []
         ps = [p for p in msgs[0]["parts"] if p["type"] == "blob"] if msgs else []
         return ps if len(ps) == 5 and all(p.get("url") for p in ps) else None
@@ -358,13 +447,13 @@ def test_blobs_inline_only_for_raster_images(pair, tmp_home_root):
     blobs = {p["name"]: p for p in wait_for(parts, 15, "every file received")}
     assert blobs["pic.png"]["mime"] == "image/png" and blobs["pic.png"]["size"] == len(
         files["pic.png"])
-    r = httpx.get(web.url + blobs["pic.png"]["url"])
+    r = web.get(blobs["pic.png"]["url"])
     assert r.status_code == 200 and r.content == files["pic.png"]
     assert r.headers["content-type"] == "image/png"
     assert r.headers["content-disposition"].startswith("inline")
     _security(r)
     for name in ("vector.svg", "page.html", "fake.png", "report.pdf"):
-        r = httpx.get(web.url + blobs[name]["url"])
+        r = web.get(blobs[name]["url"])
         assert r.status_code == 200 and r.content == files[name], name
         assert r.headers["content-type"] == "application/octet-stream", name
         assert r.headers["content-disposition"].startswith("attachment"), name
@@ -376,16 +465,16 @@ def test_blobs_inline_only_for_raster_images(pair, tmp_home_root):
     out = a.api("POST", "/v1/send", {"peer": b.key, "parts": [], "th": sent["th"],
                                      "files": [os.path.join(tmp_home_root, "pic.png")]})
     assert out["th"] == sent["th"]
-    msgs = wait_for(lambda: [m for m in httpx.get(web.url + "/api/thread", params={
+    msgs = wait_for(lambda: [m for m in web.get("/api/thread", params={
         "peer": b.key, "th": sent["th"]}).json()["messages"] if m["from"] == a.key], 10,
         "A's own file")
     url = msgs[0]["parts"][0]["url"]
-    assert "dir=out" in url and httpx.get(web.url + url).content == files["pic.png"]
+    assert "dir=out" in url and web.get(url).content == files["pic.png"]
 
-    base = web.url + "/api/blob"
-    assert httpx.get(base, params={"peer": b.key, "dir": "in", "ref": "nope"}).status_code == 404
-    assert httpx.get(base, params={"peer": b.key, "dir": "up", "ref": "x"}).status_code == 400
-    assert httpx.get(base, params={"peer": b.key}).status_code == 400
+    base = "/api/blob"
+    assert web.get(base, params={"peer": b.key, "dir": "in", "ref": "nope"}).status_code == 404
+    assert web.get(base, params={"peer": b.key, "dir": "up", "ref": "x"}).status_code == 400
+    assert web.get(base, params={"peer": b.key}).status_code == 400
 
 
 # ---------------------------------------------------------------- events
@@ -393,7 +482,7 @@ def test_blobs_inline_only_for_raster_images(pair, tmp_home_root):
 
 def test_event_stream_state_first_live_messages_and_replay(pair):
     a, b, web = pair
-    with httpx.stream("GET", web.url + "/api/events", timeout=20) as resp:
+    with web.stream("GET", "/api/events", timeout=20) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         assert resp.headers["cache-control"] == "no-store"
@@ -426,7 +515,7 @@ def test_event_stream_state_first_live_messages_and_replay(pair):
         _send(b, a.key, f"missed {i}", th=sent["th"])
     wait_for(lambda: len([i for i in _activity(web) if i["seq"] > missed_after]) >= 3, 10,
              "the missed activity")
-    with httpx.stream("GET", web.url + "/api/events", timeout=20,
+    with web.stream("GET", "/api/events", timeout=20,
                       headers={"last-event-id": str(missed_after)}) as resp:
         events = sse_events(resp.iter_lines())
         assert next(events)[0] == "retry"
@@ -445,7 +534,7 @@ def test_event_stream_state_first_live_messages_and_replay(pair):
 def test_event_stream_pings(make_node, web_factory):
     a = make_node("a").start()
     web = web_factory(a.home, env={"AWP_WEB_PING_SECONDS": "0.3"})
-    with httpx.stream("GET", web.url + "/api/events", timeout=10) as resp:
+    with web.stream("GET", "/api/events", timeout=10) as resp:
         for kind, text, _ in sse_events(resp.iter_lines()):
             if kind == "comment":
                 assert text == "ping"
@@ -463,7 +552,7 @@ def test_stalled_event_client_blocks_nobody(pair):
     done = threading.Event()
 
     def reader():
-        with httpx.stream("GET", web.url + "/api/events", timeout=60) as resp:
+        with web.stream("GET", "/api/events", timeout=60) as resp:
             for kind, data, _ in sse_events(resp.iter_lines()):
                 if kind == "message":
                     text = json.loads(data)["message"]["parts"][0]["text"]
@@ -484,7 +573,7 @@ def test_stalled_event_client_blocks_nobody(pair):
     assert done.wait(60), f"the live client got {len(seen)} messages"
     assert len(seen) == 121
     # The daemon and the web API kept answering.
-    assert httpx.get(web.url + "/api/state", timeout=5).status_code == 200
+    assert web.get("/api/state", timeout=5).status_code == 200
     assert a.api("GET", "/v1/status")["key"] == a.key
     assert time.monotonic() - t0 < 60
     stalled.close()
@@ -552,7 +641,7 @@ def test_presence_and_sharing_end_to_end(make_node, web_factory):
     assert agents[c.key]["sharing"] is True and agents[c.key]["name"] == "claude-code@c"
     assert agents[b.key]["status"] == "connected" and agents[b.key]["shares"] == [d.key]
     assert any({x["a"], x["b"]} == {b.key, c.key} for x in st["links"])
-    conv = httpx.get(web.url + "/api/thread", params={"peer": b.key, "th": sent["th"]}).json()
+    conv = web.get("/api/thread", params={"peer": b.key, "th": sent["th"]}).json()
     assert conv["shared_by"] == b.key and conv["b"] == c.key
     assert conv["messages"][0]["parts"] == [{"type": "text", "text": "shared hello"}]
     assert conv["messages"][0]["from"] == c.key
@@ -561,5 +650,5 @@ def test_presence_and_sharing_end_to_end(make_node, web_factory):
 
     # C keeps the thread out: the dashboard's copy goes away.
     c.api("POST", "/v1/private", {"peer": b.key, "th": sent["th"]})
-    wait_for(lambda: httpx.get(web.url + "/api/thread", params={
+    wait_for(lambda: web.get("/api/thread", params={
         "peer": b.key, "th": sent["th"]}).status_code == 404, 20, "the withdraw")

@@ -193,7 +193,7 @@ def test_wiring_the_binary() -> None:
     tree = plugin_files.plugin_tree(["/opt/awp bin/awp"])
     assert "\nWIRED='/opt/awp bin/awp'\n" in tree["bin/awp"][1]
     assert plugin_files.OPENCODE_PLUGIN not in tree
-    tree = plugin_files.plugin_tree(["/venv/bin/python3", "-m", "awp"])
+    tree = plugin_files.plugin_tree(["/venv/bin/python3", "-I", "-m", "awp"])
     assert "\nWIRED_PY=/venv/bin/python3\n" in tree["bin/awp"][1]
     js = plugin_files.opencode_plugin(["/opt/awp"])
     assert 'const WIRED = ["/opt/awp"];' in js

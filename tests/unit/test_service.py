@@ -12,10 +12,12 @@ import sys
 
 import pytest
 
+from awp import selfcmd
 from awp.daemon import service
 from awp.daemon.home import HomeLock
 
 AWP = ["/opt/awp/bin/awp"]
+PINNED = selfcmd.pinned_code(selfcmd.package_dir())
 
 
 def sections(text: str) -> dict[str, list[str]]:
@@ -426,7 +428,8 @@ def test_awp_command_prefers_this_installations_script(tmp_path, monkeypatch):
     assert service.awp_command(which=lambda n: mine) == [mine]
     # Another installation's awp (another venv, the system one) is not used;
     # this one's script next to the interpreter is, when there is one.
-    assert service.awp_command(which=lambda n: other) == [py, "-m", "awp"]
+    # Not even the python can run awp in isolation here: the -c form names it.
+    assert service.awp_command(which=lambda n: other) == [py, "-I", "-c", PINNED]
     sibling = _script(venv / "awp", str(venv / "python"))
     assert service.awp_command(which=lambda n: other) == [sibling]
     assert service.awp_command(which=lambda n: None) == [sibling]
@@ -440,7 +443,7 @@ def test_awp_command_ignores_binaries(tmp_path, monkeypatch):
     binary.write_bytes(b"\x7fELF\x02\x01\x01" + b"\0" * 64)
     binary.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(exe))
-    assert service.awp_command(which=lambda n: str(binary)) == [str(exe), "-m", "awp"]
+    assert service.awp_command(which=lambda n: str(binary)) == [str(exe), "-I", "-c", PINNED]
 
 
 def test_awp_command_for_this_process_runs_awp():
