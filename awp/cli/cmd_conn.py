@@ -32,6 +32,8 @@ def _short(key: str) -> str:
 
 def _peer_name(p: dict) -> str:
     name = p.get("name") or _short(p.get("key", ""))
+    if p.get("lookalike"):
+        name += " (look-alike)"  # another key claims this name or one drawn like it
     aliases = p.get("aliases") or []
     return f"{name} ({', '.join(aliases)})" if aliases else name
 

@@ -308,7 +308,7 @@ def wait(
     if records:
         out(render_records(records))
     if wanted:
-        row = _thread_row(client, thread or "", peer)
+        row = _thread_row(client, thread or "", res.get("peer") or peer)
         name = (row or {}).get("peer_name") or peer or "the peer"
         out(_state_line(thread or "", name, res.get("state"), (row or {}).get("their_note", ""),
                         bool(res.get("matched")), wanted))
@@ -318,6 +318,7 @@ def wait(
 
 
 def _thread_row(client, th: str, peer: str | None) -> dict | None:
+    """The thread (peer, th) as ``/v1/threads`` lists it; ``peer`` is a key or reference."""
     query = {"peer": peer} if peer else None
     try:
         rows = client.request("GET", "/v1/threads", query=query)
@@ -344,11 +345,13 @@ def read(
     """Show a conversation, both directions, oldest first, and mark it read.
 
     One thread, one peer, or everything recent. Marks what it shows as read
-    (even through grep or head) unless --no-mark.
+    (even through grep or head) unless --no-mark. A thread is one peer's: when
+    several peers used the same thread id, name the peer with -p.
 
     \b
     Examples:
       awp read thr_9k2abcd
+      awp read thr_9k2abcd -p builder
       awp read builder
       awp read -n 200
     """

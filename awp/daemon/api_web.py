@@ -248,7 +248,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
         def q(c: sqlite3.Connection) -> dict:
             log_max = queries.max_seq(c)
             mirror_max = c.execute("SELECT coalesce(max(rowid), 0) FROM mirrors").fetchone()[0]
-            labels: dict = {}
+            labels = queries.Labels(c)
             if after is None or after == "":
                 rows = c.execute("SELECT * FROM log ORDER BY seq DESC LIMIT ?",
                                  (tail,)).fetchall() if tail else []
@@ -286,7 +286,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
                 rows = c.execute(
                     "SELECT * FROM log WHERE peer = ? AND th = ? ORDER BY seq DESC LIMIT ?",
                     (peer, th, THREAD_LINES)).fetchall()
-                labels: dict = {}
+                labels = queries.Labels(c)
                 records = [queries.record(c, r, labels) for r in reversed(rows)]
                 return {"kind": "local", "peer": peer, "th": th, "subject": row["subject"],
                         "mine": row["mine"], "my_note": row["my_note"], "theirs": row["theirs"],

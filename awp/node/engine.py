@@ -35,6 +35,7 @@ from ..wire.grants import make_grant
 from ..wire.ids import IdGenerator, new_thread_id
 from ..wire.keys import Identity, KeyError_, normalize_key
 from ..wire.messages import default_subject
+from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
 from .config import NodeConfig
 from .connection import Connection
@@ -536,9 +537,9 @@ class Engine:
             return 0
         grantstore.receive(c, line.get("grant"), self.identity.key, conn.peer_key, now)
         ops.ensure_peer(c, key, now)
-        name = peer.get("name") if isinstance(peer.get("name"), str) else ""
+        name = clean_name(peer.get("name"))
         if name:
-            c.execute("UPDATE peers SET name = ? WHERE key = ? AND name = ''", (name[:200], key))
+            c.execute("UPDATE peers SET name = ? WHERE key = ? AND name = ''", (name, key))
         addr = peer.get("address")
         if isinstance(addr, str) and addr:
             try:

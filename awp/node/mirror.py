@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ..store import ops
 from ..wire.canonical import compact_json
 from ..wire.framing import MAX_LINE
+from ..wire.names import clean_name
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -123,7 +124,7 @@ class Mirror:
         c.execute(
             "INSERT OR IGNORE INTO mirrors (sharer, id, th, of, of_name, subject, dir, line, at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (sharer, line["id"], th, s("of"), s("of_name")[:200], s("subject")[:500],
+            (sharer, line["id"], th, s("of"), clean_name(s("of_name")), s("subject")[:500],
              s("dir"), compact_json(orig), now))
 
     # -- when a peer connects: has its sharing changed? -----------------------------------
