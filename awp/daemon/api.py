@@ -576,7 +576,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                     if matched or content:
                         await _mark(records)
                         return {"records": records, "matched": matched, "state": theirs,
-                                "timed_out": False, "peer": key}
+                                "timed_out": False, **({"peer": key} if th else {})}
                     await events.receive()
         finally:
             engine.waiting -= 1
@@ -585,7 +585,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         await _mark(notices)
         theirs = await engine.read(their_state) if states else None
         return {"records": notices, "matched": False, "state": theirs, "timed_out": True,
-                "peer": key}
+                **({"peer": key} if th else {})}
 
     @r.route("GET", "/v1/threads")
     async def threads(req: Request) -> list | dict:

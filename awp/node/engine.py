@@ -878,7 +878,7 @@ class Engine:
         def job(c: sqlite3.Connection) -> tuple:
             c.execute("UPDATE threads SET private = 1 WHERE peer = ? AND th = ?", (key, th))
             res = ops.queue_line(c, self.ids, key, build, log=False, now=now)
-            copies = self.mirror.withdraw(c, th, now) if self.mirror else []
+            copies = self.mirror.withdraw(c, th, now, key) if self.mirror else []
             return (*res, [], copies)
 
         await self.writer.run_with_hook(job, lambda r: self.hand_over(key, r))

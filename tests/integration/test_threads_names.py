@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -166,3 +167,30 @@ def test_lookalike_names_never_merge_or_shadow(make_node):
         assert awp(a, "alias", short_key(b.key), "realb").returncode == 0
         r = awp(a, "send", "--json", "realb", "to the real one")
         assert r.returncode == 0 and json.loads(r.stdout)["peer"] == b.key
+
+
+def _mirrored(node) -> list[tuple]:
+    with sqlite3.connect(node.home + "/awp.db") as con:
+        return con.execute("SELECT of, th FROM mirrors").fetchall()
+
+
+def test_private_from_a_third_peer_withdraws_only_its_own_thread(make_node):
+    """C making "its" copy of an id private must not wipe the host's copy of A-B."""
+    host, a, b = make_node("host").start(), make_node("a").start(), make_node("b").start()
+    a.connect(host)
+    a.connect(b)
+    a.api("POST", "/v1/share", {"hosts": [host.key]})
+    th = a.send(b.key, "A-B, shared with the host")["th"]
+    wait_for(lambda: (b.key, th) in _mirrored(host), 20, "the host has A-B")
+    with RawPeer(a.address, name="c") as c:
+        assert c.handshake()["t"] == "resume"
+        c.resume()
+        sent = c.msg("C uses the same id", th=th)
+        c.expect("ack", re=sent["id"])
+        wait_for(lambda: (c.key, th) in _mirrored(host), 20, "the host has C's copy")
+        sent = c.send_line({"t": "private", "th": th})
+        c.expect("ack", re=sent["id"])
+        wait_for(lambda: (c.key, th) not in _mirrored(host), 20, "the host forgets C's copy")
+    assert (b.key, th) in _mirrored(host)
+    rows = {t["peer"]: t for t in a.api("GET", "/v1/threads") if t["th"] == th}
+    assert rows[c.key]["private"] and not rows[b.key]["private"]
