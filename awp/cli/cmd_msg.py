@@ -362,10 +362,20 @@ def read(
     if target is not None:
         if not target.strip():
             raise CliError("the peer or thread is empty")
-        if target.startswith("thr_") or _is_thread(client, target):
+        if target.startswith("thr_"):
             th = target
         elif peer:
-            raise CliError(f"{target!r} is not a known thread, and -p names the peer already")
+            if not _is_thread(client, target):
+                raise CliError(f"{target!r} is not a known thread, and -p names the peer"
+                               " already")
+            th = target
+        elif _is_thread(client, target):
+            # Thread ids are any string a peer picks: one spelled like a peer never shadows it.
+            if _is_peer(client, target):
+                raise CliError(f"{target!r} is both a peer and a thread id here: awp read -p"
+                               f" {target} for the peer, awp read {target} -p PEER for the"
+                               " thread")
+            th = target
         else:
             peer = target
     body: dict = {"n": last, "mark": not no_mark}
@@ -383,6 +393,17 @@ def read(
         out(render_records(records))
     else:
         sys.stderr.write("nothing to show\n")
+
+
+def _is_peer(client, ref: str) -> bool:
+    """Whether ``ref`` names a known peer (or several: that is reported by the read)."""
+    from ..localapi.client import ApiFailure
+
+    try:
+        client.post("/v1/resolve", {"peer": ref})
+    except ApiFailure as e:
+        return e.status != 404
+    return True
 
 
 def _is_thread(client, ref: str) -> bool:

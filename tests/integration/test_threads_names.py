@@ -87,6 +87,9 @@ def test_third_peer_using_a_thread_id_gets_its_own_thread(trio_nodes):
         with pytest.raises(ApiFailure) as e:
             a.api("POST", path, body)
         assert e.value.code == "ambiguous_thread", path
+    with pytest.raises(ApiFailure) as e:
+        a.api("GET", "/v1/events", th=th)  # awp tail -t
+    assert e.value.code == "ambiguous_thread" and "awp tail -t" in e.value.message
     r = awp(a, "state", th, "done")
     assert r.returncode == 1 and f"awp state {short_key(b.key)} {th} STATE" in r.stderr
     assert awp(a, "state", short_key(b.key), th, "done").returncode == 0
@@ -94,6 +97,14 @@ def test_third_peer_using_a_thread_id_gets_its_own_thread(trio_nodes):
         "mine"] == "done"
     assert next(t for t in a.api("GET", "/v1/threads", peer=c.key) if t["th"] == th)[
         "mine"] == "open"
+
+    # A thread id spelled like a peer's name does not shadow the peer.
+    c.send(a.key, "C's thread named after B", th="b")
+    wait_for(lambda: a.inbound(th="b"), 20, "A has C's thread 'b'")
+    r = awp(a, "read", "b", "--no-mark")
+    assert r.returncode == 1 and "both a peer and a thread id" in r.stderr, r.stdout
+    r = awp(a, "read", "-p", "b", "--no-mark")
+    assert r.returncode == 0 and "B to A" in r.stdout and "named after B" not in r.stdout
 
 
 def test_wait_on_a_thread_is_not_woken_by_another_peer(trio_nodes):
