@@ -140,3 +140,14 @@ def test_thread_ids_are_per_peer(store):
     store.execute("INSERT INTO log (peer, dir, t, id, th, ts, at, line) VALUES"
                   " (?, 'in', 'introduce', '01C', 'thr_y', 30, 30, '{}')", (d,))
     assert queries.thread_peers(store, "thr_y") == [d]
+
+
+def test_local_name_is_cleaned_and_an_invisible_one_refused(tmp_path):
+    from awp.daemon.home import HomeError
+    from awp.daemon.settings import Flags, resolve
+
+    s = resolve(str(tmp_path), Flags(name=" lead\u200b@\u202elaptop "), {}, env={})
+    assert s.name == "lead@laptop"
+    assert s.remember["name"] == "lead@laptop"
+    with pytest.raises(HomeError, match="empty once spaces and invisible"):
+        resolve(str(tmp_path), Flags(name="\u200b \u2066"), {}, env={})
