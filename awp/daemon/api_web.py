@@ -35,6 +35,7 @@ from ..node.engine import Engine
 from ..store import queries
 from ..wire.address import AddressError, parse_address
 from ..wire.keys import KEY_PREFIX
+from ..wire.names import clean_name
 from ..wire.timefmt import now_ms
 from .app import DaemonState
 
@@ -193,7 +194,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
                 if not isinstance(doc, dict):
                     continue
                 doc.pop("sig", None)
-                presence.append({"origin": r["origin"], "name": r["name"], "seq": r["seq"],
+                presence.append({"origin": r["origin"], "name": clean_name(r["name"]), "seq": r["seq"],
                                  "doc": doc, "doc_ts": r["doc_ts"], "received": r["received"],
                                  "via": r["via"], "hops": r["hops"]})
             return {
