@@ -24,10 +24,15 @@ def _named_peers(c: sqlite3.Connection) -> list[tuple[str, str]]:
 
 
 def name_clashes(c: sqlite3.Connection) -> set[str]:
-    """The folds (see :func:`name_fold`) of names that two or more keys claim."""
+    """The folds (see :func:`name_fold`) of names that two or more keys claim.
+
+    Our own aliases count as claims, so a peer that calls itself like the
+    alias of another shows with its key prefix too.
+    """
     first: dict[str, str] = {}
     out: set[str] = set()
-    for key, name in _named_peers(c):
+    aliases = c.execute("SELECT key, alias FROM aliases").fetchall()
+    for key, name in [*_named_peers(c), *aliases]:
         fold = name_fold(name)
         if fold and first.setdefault(fold, key) != key:
             out.add(fold)
@@ -98,7 +103,8 @@ def resolve_peer(c: sqlite3.Connection, text: str) -> str:
     if row:
         return row[0]
     fold = name_fold(ref)
-    named = [k for k, n in _named_peers(c) if fold and name_fold(n) == fold]
+    claims = [*_named_peers(c), *c.execute("SELECT key, alias FROM aliases").fetchall()]
+    named = [k for k, n in claims if fold and name_fold(n) == fold]
     prefixed: list[str] = []
     if len(ref) >= 4:
         like = KEY_PREFIX + ref.replace("%", "").replace("_", "\\_") + "%"

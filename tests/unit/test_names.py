@@ -106,6 +106,13 @@ def test_lookalike_names_refuse_to_resolve_and_label_apart(store):
     assert queries.resolve_peer(store, short_key(c)) == c
     store.execute("INSERT INTO aliases (alias, key) VALUES ('real', ?)", (b,))
     assert queries.resolve_peer(store, "real") == b
+    # A peer calling itself like that alias never passes for it either.
+    d = _peer(store, "Real")
+    assert queries.resolve_peer(store, "real") == b
+    assert queries.peer_label(store, b) == "real"
+    assert queries.peer_label(store, d) == f"Real ({short_key(d)})"
+    with pytest.raises(LookupFailed):
+        queries.resolve_peer(store, "REAL")
 
 
 def test_a_name_that_is_another_peers_key_prefix_is_ambiguous(store):
