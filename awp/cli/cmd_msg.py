@@ -184,11 +184,13 @@ def read(
     """Show a conversation, both directions, oldest first, and mark it read.
 
     One thread, one peer, or everything recent. Marks what it shows as read
-    (even through grep or head) unless --no-mark.
+    (even through grep or head) unless --no-mark. A thread is one peer's: when
+    several peers used the same thread id, name the peer with -p.
 
     \b
     Examples:
       awp read thr_9k2abcd
+      awp read thr_9k2abcd -p builder
       awp read builder
       awp read -n 200
     """

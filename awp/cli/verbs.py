@@ -113,6 +113,7 @@ def _state_line(th: str, peer_name: str, theirs: str | None, note: str, matched:
 
 
 def _thread_row(client, th: str, peer: str | None) -> dict | None:
+    """The thread (peer, th) as ``/v1/threads`` lists it; ``peer`` is a key or reference."""
     query = {"peer": peer} if peer else None
     try:
         rows = client.request("GET", "/v1/threads", query=query)
@@ -122,6 +123,17 @@ def _thread_row(client, th: str, peer: str | None) -> dict | None:
         if r.get("th") == th:
             return r
     return None
+
+
+def _is_peer(client, ref: str) -> bool:
+    """Whether ``ref`` names a known peer (or several: that is reported by the read)."""
+    from ..localapi.client import ApiFailure
+
+    try:
+        client.post("/v1/resolve", {"peer": ref})
+    except ApiFailure as e:
+        return e.status != 404
+    return True
 
 
 def _is_thread(client, ref: str) -> bool:
@@ -149,6 +161,8 @@ def short(key: str) -> str:
 
 def _peer_name(p: dict) -> str:
     name = p.get("name") or short(p.get("key", ""))
+    if p.get("lookalike"):
+        name += " (look-alike)"  # another key claims this name or one drawn like it
     aliases = p.get("aliases") or []
     return f"{name} ({', '.join(aliases)})" if aliases else name
 
@@ -273,7 +287,7 @@ def wait(thread: str | None, peer: str | None, states: str | None, timeout: str,
     if records:
         out(render_records(records))
     if wanted:
-        row = _thread_row(client, thread or "", peer)
+        row = _thread_row(client, thread or "", res.get("peer") or peer)
         name = (row or {}).get("peer_name") or peer or "the peer"
         out(_state_line(thread or "", name, res.get("state"), (row or {}).get("their_note", ""),
                         bool(res.get("matched")), wanted))
@@ -292,10 +306,20 @@ def read(target: str | None, last: int, peer: str | None, no_mark: bool, home: s
     if target is not None:
         if not target.strip():
             raise CliError("the peer or thread is empty")
-        if target.startswith("thr_") or _is_thread(client, target):
+        if target.startswith("thr_"):
             th = target
         elif peer:
-            raise CliError(f"{target!r} is not a known thread, and -p names the peer already")
+            if not _is_thread(client, target):
+                raise CliError(f"{target!r} is not a known thread, and -p names the peer"
+                               " already")
+            th = target
+        elif _is_thread(client, target):
+            # Thread ids are any string a peer picks: one spelled like a peer never shadows it.
+            if _is_peer(client, target):
+                raise CliError(f"{target!r} is both a peer and a thread id here: awp read -p"
+                               f" {target} for the peer, awp read {target} -p PEER for the"
+                               " thread")
+            th = target
         else:
             peer = target
     body: dict = {"n": last, "mark": not no_mark}

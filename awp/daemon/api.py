@@ -23,6 +23,7 @@ from ..store.queries import LookupFailed
 from ..wire.address import AddressError, looks_like_address, parse_address
 from ..wire.grants import CAPABILITIES
 from ..wire.keys import KeyError_, normalize_key, short_key
+from ..wire.names import clean_name
 from ..wire.timefmt import now_ms
 from .app import DaemonState
 
@@ -212,23 +213,25 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     async def alias(req: Request) -> dict:
         body = _body(req)
         name = (_str(body, "alias") or "").strip()
-        if not name or name.startswith("ed25519:") or looks_like_address(name) or " " in name:
-            raise ApiError(400, "an alias is one word that is not a key or an address",
-                           "bad_request")
+        if (not name or name.startswith("ed25519:") or looks_like_address(name)
+                or name != clean_name(name) or " " in name):
+            raise ApiError(400, "an alias is one word that is not a key or an address, without"
+                           " control or invisible characters", "bad_request")
         key = await resolve(_str(body, "peer") or "")
         await engine.writer.run(lambda c: c.execute(
             "INSERT INTO aliases (alias, key) VALUES (?, ?) ON CONFLICT (alias)"
             " DO UPDATE SET key = excluded.key", (name, key)))
         return {"alias": name, "key": key}
 
-    async def _target(body: dict) -> tuple[str, str | None]:
+    async def _target(body: dict, how: str) -> tuple[str, str | None]:
         th = _str(body, "th")
         if th is not None and not th.strip():
             raise ApiError(400, "the thread id is empty", "bad_request")
         ref = _str(body, "peer")
         key = await resolve(ref) if ref else None
         if th and key is None:
-            key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(c, th)))
+            key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(c, th,
+                                                                                  how=how)))
         if key is None:
             raise ApiError(400, "name a peer (or a --thread to reply in)", "bad_request")
         return key, th
@@ -237,22 +240,24 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         if not th:
             return ""
 
-        def q(c: sqlite3.Connection) -> tuple[int, int, str]:
+        def q(c: sqlite3.Connection) -> tuple[int, int, str, str]:
             n, newest = queries.unread_in_thread(c, key, th)
-            return n, newest, queries.peer_label(c, key)
+            if not n:
+                return 0, 0, "", ""
+            return n, newest, queries.peer_label(c, key), queries.thread_ref(c, key, th)
 
-        n, newest, label = await engine.read(q)
+        n, newest, label, ref = await engine.read(q)
         if not n:
             return ""
         from ..durations import format_duration
 
         ago = format_duration((now_ms() - newest) / 1000)
-        return f"note: {n} unread from {label} in this thread ({ago} ago): awp read {th}"
+        return f"note: {n} unread from {label} in this thread ({ago} ago): awp read {ref}"
 
     @r.route("POST", "/v1/send")
     async def send(req: Request) -> dict:
         body = _body(req)
-        key, th = await _target(body)
+        key, th = await _target(body, "awp send {peer} --thread {th} ...")
         parts = body.get("parts") or []
         files = _files(body)
         if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts) or not (
@@ -275,7 +280,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     @r.route("POST", "/v1/state")
     async def set_state(req: Request) -> dict:
         body = _body(req)
-        key, th = await _target(body)
+        key, th = await _target(body, "awp state {peer} {th} STATE")
         word = (_str(body, "state") or "").strip()
         if word.lower() in ops.KNOWN_STATES:
             word = word.lower()  # "DONE" means done, not a new word the peer won't know
@@ -421,7 +426,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     @r.route("POST", "/v1/private")
     async def private(req: Request) -> dict:
         body = _body(req)
-        key, th = await _target(body)
+        key, th = await _target(body, "awp private {peer} {th}")
         if not th:
             raise ApiError(400, "private needs a thread", "bad_request")
         await engine.private(key, th)
@@ -480,6 +485,16 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "the thread id is empty", "bad_request")
         return key, th
 
+    def _bind(c: sqlite3.Connection, key: str | None, th: str | None, how: str) -> str | None:
+        """The peer a thread filter means (with ``c`` held): a thread is (peer, id).
+
+        A bare id used by several peers is refused rather than merged; an id
+        nobody used yet stays unbound (``None``) and matches nothing.
+        """
+        if key or not th:
+            return key
+        return _lookup(lambda: queries.scope_thread(c, th, None, how))
+
     async def _mark(records: list[dict]) -> None:
         seqs = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
         if seqs:
@@ -493,7 +508,14 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         body = _body(req)
         key, th = await _scope(body)
         n = int(_num(body, "n", 50))
-        records = await engine.read(lambda c: queries.read_log(c, peer=key, th=th, last=n))
+
+        def q(c: sqlite3.Connection) -> list[dict]:
+            bound = _bind(c, key, th, "awp read {th} -p {peer}")
+            if th and bound is None:
+                return []
+            return queries.read_log(c, peer=bound, th=th, last=n)
+
+        records = await engine.read(q)
         was_unread = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
         if body.get("mark", True):
             await _mark(records)
@@ -503,7 +525,14 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     async def inbox(req: Request) -> dict:
         body = _body(req)
         key, th = await _scope(body)
-        records = await engine.read(lambda c: queries.unread(c, peer=key, th=th))
+
+        def q(c: sqlite3.Connection) -> list[dict]:
+            bound = _bind(c, key, th, "awp tail --once -t {th} -p {peer}")
+            if th and bound is None:
+                return []
+            return queries.unread(c, peer=bound, th=th)
+
+        records = await engine.read(q)
         if body.get("mark", True):
             await _mark(records)
         return {"records": records}
@@ -518,34 +547,49 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "states must be a list of words", "bad_request")
         if states and not th:
             raise ApiError(400, "--state needs --thread", "bad_request")
+        how = "awp wait -t {th} -p {peer}"
         if states and key is None:
-            key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(c, th)))
+            key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(c, th,
+                                                                                  how=how)))
+        elif th and key is None:
+            key = await engine.read(lambda c: _bind(c, None, th, how))
 
         def their_state(c: sqlite3.Connection) -> str | None:
             row = c.execute("SELECT theirs FROM threads WHERE peer = ? AND th = ?",
                             (key, th)).fetchone()
             return row[0] if row else None
 
+        def pending(c: sqlite3.Connection) -> tuple[str | None, list[dict]]:
+            """Unread records in scope; a thread nobody used yet binds to its first user."""
+            bound = key
+            if th and bound is None:
+                first = queries.thread_peers(c, th)
+                if not first:
+                    return None, []
+                bound = first[0]
+            return bound, queries.unread(c, peer=bound, th=th)
+
         engine.waiting += 1
         try:
             with engine.changes.subscribe() as events, trio.move_on_after(timeout):
                 while True:
-                    records = await engine.read(lambda c: queries.unread(c, peer=key, th=th))
+                    key, records = await engine.read(pending)
                     theirs = await engine.read(their_state) if states else None
                     matched = bool(states) and theirs in states
                     content = [x for x in records if x["dir"] == "in"]
                     if matched or content:
                         await _mark(records)
                         return {"records": records, "matched": matched, "state": theirs,
-                                "timed_out": False}
+                                "timed_out": False, **({"peer": key} if th else {})}
                     await events.receive()
         finally:
             engine.waiting -= 1
-        records = await engine.read(lambda c: queries.unread(c, peer=key, th=th))
+        key, records = await engine.read(pending)
         notices = [x for x in records if x["dir"] == "notice"]
         await _mark(notices)
         theirs = await engine.read(their_state) if states else None
-        return {"records": notices, "matched": False, "state": theirs, "timed_out": True}
+        return {"records": notices, "matched": False, "state": theirs, "timed_out": True,
+                **({"peer": key} if th else {})}
 
     @r.route("GET", "/v1/threads")
     async def threads(req: Request) -> list | dict:
@@ -572,11 +616,25 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         mark = q.get("mark") in ("1", "true")
         all_dirs = q.get("all") in ("1", "true")
         start = q.get("from", "now")
+        if th and key is None:
+            key = await engine.read(lambda c: _bind(c, None, th, "awp tail -t {th} -p {peer}"))
+        bound = key
+
+        def batch_after(c: sqlite3.Connection, after: int) -> list[dict]:
+            """New records in scope; a thread nobody used yet binds to its first user."""
+            nonlocal bound
+            if th and bound is None:
+                first = queries.thread_peers(c, th)
+                if not first:
+                    return []
+                bound = first[0]
+            return queries.since(c, after, peer=bound, th=th, all_dirs=all_dirs)
 
         async def gen() -> Any:
             with engine.changes.subscribe() as changes:
                 if start == "unread":
-                    first = await engine.read(lambda c: queries.unread(c, peer=key, th=th))
+                    first = await engine.read(lambda c: queries.unread(
+                        c, peer=bound, th=th) if bound or not th else [])
                     after = await engine.read(queries.max_seq)
                     if mark:
                         await _mark(first)
@@ -586,8 +644,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                     after = await engine.read(queries.max_seq)
                 while True:
                     await changes.receive()
-                    batch = await engine.read(lambda c, a=after: queries.since(
-                        c, a, peer=key, th=th, all_dirs=all_dirs))
+                    batch = await engine.read(lambda c, a=after: batch_after(c, a))
                     if not batch:
                         continue
                     after = batch[-1]["seq"]

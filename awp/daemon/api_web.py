@@ -35,6 +35,7 @@ from ..node.engine import Engine
 from ..store import queries
 from ..wire.address import AddressError, parse_address
 from ..wire.keys import KEY_PREFIX
+from ..wire.names import clean_name
 from ..wire.timefmt import now_ms
 from .app import DaemonState
 
@@ -193,7 +194,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
                 if not isinstance(doc, dict):
                     continue
                 doc.pop("sig", None)
-                presence.append({"origin": r["origin"], "name": r["name"], "seq": r["seq"],
+                presence.append({"origin": r["origin"], "name": clean_name(r["name"]), "seq": r["seq"],
                                  "doc": doc, "doc_ts": r["doc_ts"], "received": r["received"],
                                  "via": r["via"], "hops": r["hops"]})
             return {
@@ -248,7 +249,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
         def q(c: sqlite3.Connection) -> dict:
             log_max = queries.max_seq(c)
             mirror_max = c.execute("SELECT coalesce(max(rowid), 0) FROM mirrors").fetchone()[0]
-            labels: dict = {}
+            labels = queries.Labels(c)
             if after is None or after == "":
                 rows = c.execute("SELECT * FROM log ORDER BY seq DESC LIMIT ?",
                                  (tail,)).fetchall() if tail else []
@@ -286,7 +287,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
                 rows = c.execute(
                     "SELECT * FROM log WHERE peer = ? AND th = ? ORDER BY seq DESC LIMIT ?",
                     (peer, th, THREAD_LINES)).fetchall()
-                labels: dict = {}
+                labels = queries.Labels(c)
                 records = [queries.record(c, r, labels) for r in reversed(rows)]
                 return {"kind": "local", "peer": peer, "th": th, "subject": row["subject"],
                         "mine": row["mine"], "my_note": row["my_note"], "theirs": row["theirs"],

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..durations import parse_duration
 from ..node.limits import Limits, limits_from_config
+from ..wire.names import clean_name
 from .configfile import SERVABLE, load_config_file
 from .home import HomeError, default_name, path
 
@@ -129,7 +130,14 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
             return str(v)
         return remembered.get(key, default)
 
-    name = remembered_value("name", flags.name, "AWP_NAME", "") or default_name()
+    given = remembered_value("name", flags.name, "AWP_NAME", "")
+    name = clean_name(given)  # what peers see: no invisible characters, one space at most
+    if given and not name:
+        raise HomeError(f"the name {given!r} is empty once spaces and invisible characters"
+                        " are removed")
+    if "name" in remember:
+        remember["name"] = name
+    name = name or default_name()
     about = remembered_value("about", flags.about, "AWP_ABOUT", "")
     model = remembered_value("model", None, "AWP_MODEL", "")
     harness_explicit, explicit = pick("harness", flags.harness, "AWP_HARNESS", cfg.get("harness"))

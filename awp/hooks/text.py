@@ -20,11 +20,26 @@ FRAMING = (
 CAP = 20
 
 def reply_hint(records: list[dict]) -> str:
-    """How to answer: with the thread id when the batch has just one thread."""
-    threads = {_thread(r) for r in records} - {""}
-    th = threads.pop() if len(threads) == 1 else "THREAD"
-    return (f'Reply in the thread with: awp send --thread {th} "..."; read the whole thread'
-            f" with: awp read {th}")
+    """How to answer: with the thread id when the batch has just one thread.
+
+    A thread is one peer's: when two peers used the same id in the batch, the
+    hint names each peer, so a reply never goes to the look-alike thread.
+    """
+    pairs = _pairs(records)
+    if len(pairs) == 1:
+        th = next(iter(pairs))[1]
+        return (f'Reply in the thread with: awp send --thread {th} "..."; read the whole'
+                f" thread with: awp read {th}")
+    ths = [th for _, th in pairs]
+    shared = sorted({th for th in ths if ths.count(th) > 1})
+    if shared:
+        forms = ", ".join(f"awp read {th} -p {_short(peer)}" for peer, th in sorted(pairs)
+                          if th in shared)
+        return (f"Several peers used the same thread id ({', '.join(shared)}): each is its own"
+                f' conversation. Reply with awp send PEER --thread THREAD "..."; read one'
+                f" with: {forms}")
+    return ('Reply in the thread with: awp send --thread THREAD "..."; read the whole thread'
+            " with: awp read THREAD")
 
 
 def _thread(rec: dict) -> str:
@@ -34,21 +49,29 @@ def _thread(rec: dict) -> str:
     return th if isinstance(th, str) else ""
 
 
+def _pairs(records: list[dict]) -> set[tuple[str, str]]:
+    """The (peer key, thread id) of each record with a thread."""
+    return {(str(r.get("peer") or ""), _thread(r)) for r in records if _thread(r)}
+
+
 def header(n: int) -> str:
     return f"New awp messages ({n}). {FRAMING}"
 
 
 def _pointer(rest: list[dict]) -> str:
     """``12 earlier ones are not shown: awp read thr_a (7), awp read thr_b (5)``."""
-    per: dict[str, int] = {}
+    per: dict[tuple[str, str], int] = {}
     loose = 0
     for r in rest:
         th = _thread(r)
         if th:
-            per[th] = per.get(th, 0) + 1
+            pair = (str(r.get("peer") or ""), th)
+            per[pair] = per.get(pair, 0) + 1
         else:
             loose += 1
-    where = [f"awp read {th} ({n})" for th, n in sorted(per.items(), key=lambda kv: -kv[1])]
+    ths = [th for _, th in per]
+    where = [f"awp read {th}{f' -p {_short(peer)}' if ths.count(th) > 1 else ''} ({n})"
+             for (peer, th), n in sorted(per.items(), key=lambda kv: -kv[1])]
     if loose:
         where.append(f"awp read -n {max(50, len(rest))} ({loose} without a thread)")
     n = len(rest)
@@ -80,8 +103,8 @@ def stop_text(records: list[dict], now: int | None = None) -> str:
     text = batch(records, now)
     if not text:
         return ""
-    threads = {_thread(r) for r in records[-CAP:]} - {""}
-    th = threads.pop() if len(threads) == 1 else "THREAD"
+    pairs = _pairs(records[-CAP:])
+    th = next(iter(pairs))[1] if len(pairs) == 1 else "THREAD"
     return (
         f"{text}\n\nBefore you finish: these awp messages arrived and are not handled yet."
         f' Handle them first: reply with awp send --thread {th} "...", or tell your user'

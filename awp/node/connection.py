@@ -28,6 +28,7 @@ from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
 from ..wire.messages import ACKED_TYPES, dump, parse_line
+from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
 from .handshake import Handshake
 
@@ -172,7 +173,7 @@ class Connection:
             raise ConnectionClosed("handshake timed out")
 
         self.peer_key = self.hs.peer_key
-        self.peer_name = self.hs.peer.get("name") if isinstance(self.hs.peer.get("name"), str) else ""
+        self.peer_name = clean_name(self.hs.peer.get("name"))
         caps = self.hs.peer.get("caps")
         self.peer_caps = [c for c in caps if isinstance(c, str)] if isinstance(caps, list) else []
         self.dialer_key = self.engine.identity.key if self.outbound else self.peer_key

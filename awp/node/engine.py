@@ -34,6 +34,7 @@ from ..wire.grants import make_grant
 from ..wire.ids import IdGenerator, new_thread_id
 from ..wire.keys import Identity, KeyError_, normalize_key
 from ..wire.messages import default_subject
+from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
 from .config import NodeConfig
 from .connection import Connection
@@ -546,9 +547,9 @@ class Engine:
         grantstore.receive(c, line.get("grant"), self.identity.key, conn.peer_key, now,
                            self.config.limits)
         ops.ensure_peer(c, key, now)
-        name = peer.get("name") if isinstance(peer.get("name"), str) else ""
+        name = clean_name(peer.get("name"))
         if name:
-            c.execute("UPDATE peers SET name = ? WHERE key = ? AND name = ''", (name[:200], key))
+            c.execute("UPDATE peers SET name = ? WHERE key = ? AND name = ''", (name, key))
         addr = peer.get("address")
         if isinstance(addr, str) and addr:
             try:
@@ -888,7 +889,7 @@ class Engine:
         def job(c: sqlite3.Connection) -> tuple:
             c.execute("UPDATE threads SET private = 1 WHERE peer = ? AND th = ?", (key, th))
             res = ops.queue_line(c, self.ids, key, build, log=False, now=now)
-            copies = self.mirror.withdraw(c, th, now) if self.mirror else []
+            copies = self.mirror.withdraw(c, th, now, key) if self.mirror else []
             return (*res, [], copies)
 
         await self.writer.run_with_hook(job, lambda r: self.hand_over(key, r))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ..store import ops
 from ..wire.canonical import compact_json
 from ..wire.framing import MAX_LINE
+from ..wire.names import clean_name
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -93,14 +94,21 @@ class Mirror:
             ops.add_notice(c, self.engine.ids, conn.peer_key, "private",
                            f"{conn.peer_name or conn.peer_key} made {th} private: it is no"
                            " longer mirrored to dashboard hosts", now, th=th)
-            return [("queued", q) for q in self.withdraw(c, th, now)]
+            return [("queued", q) for q in self.withdraw(c, th, now, conn.peer_key)]
         return []
 
-    def withdraw(self, c: sqlite3.Connection, th: str, now: int) -> list[tuple[str, tuple]]:
+    def withdraw(self, c: sqlite3.Connection, th: str, now: int,
+                 of: str) -> list[tuple[str, tuple]]:
+        """Tell every host to forget our thread ``th`` with ``of``.
+
+        ``of`` scopes the withdraw to that one thread: another peer that uses
+        the same id cannot make hosts forget a different conversation.
+        """
         out = []
         for host in self.engine.shares or []:
             def build(ident: str, ts: str) -> dict:
-                return {"t": "mirror", "id": ident, "ts": ts, "th": th, "withdraw": True}
+                return {"t": "mirror", "id": ident, "ts": ts, "th": th, "of": of,
+                        "withdraw": True}
             ops.ensure_peer(c, host, now)
             out.append((host, (*ops.queue_line(c, self.engine.ids, host, build, log=False,
                                                now=now), [])))
@@ -112,7 +120,12 @@ class Mirror:
     def _host_store(c: sqlite3.Connection, sharer: str, line: dict, now: int) -> None:
         th = line.get("th") or ""
         if line.get("withdraw") is True:
-            c.execute("DELETE FROM mirrors WHERE sharer = ? AND th = ?", (sharer, th))
+            of = line.get("of")
+            if isinstance(of, str) and of:  # one thread; without "of", every thread with that id
+                c.execute("DELETE FROM mirrors WHERE sharer = ? AND th = ? AND of = ?",
+                          (sharer, th, of))
+            else:
+                c.execute("DELETE FROM mirrors WHERE sharer = ? AND th = ?", (sharer, th))
             return
         orig = line.get("line")
         if not isinstance(orig, dict):
@@ -123,7 +136,7 @@ class Mirror:
         c.execute(
             "INSERT OR IGNORE INTO mirrors (sharer, id, th, of, of_name, subject, dir, line, at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (sharer, line["id"], th, s("of"), s("of_name")[:200], s("subject")[:500],
+            (sharer, line["id"], th, s("of"), clean_name(s("of_name")), s("subject")[:500],
              s("dir"), compact_json(orig), now))
 
     # -- when a peer connects: has its sharing changed? -----------------------------------

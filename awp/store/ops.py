@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from ..wire.canonical import compact_json
 from ..wire.ids import IdGenerator
 from ..wire.messages import default_subject
+from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 
 SOURCE_RANK = {"connect": 0, "introduce": 1, "hello": 2}
@@ -71,7 +72,7 @@ def record_hello(
     """Store what a peer says about itself; returns the previous row as a dict."""
     ensure_peer(conn, key, now)
     prev = dict(conn.execute("SELECT * FROM peers WHERE key = ?", (key,)).fetchone())
-    name = hello.get("name") if isinstance(hello.get("name"), str) else ""
+    name = clean_name(hello.get("name"))
     about = hello.get("about") if isinstance(hello.get("about"), str) else ""
     caps = [c for c in hello.get("caps") or [] if isinstance(c, str)] if isinstance(
         hello.get("caps"), list) else []
@@ -81,7 +82,7 @@ def record_hello(
     )
     conn.execute(
         "UPDATE peers SET name = ?, about = ?, caps = ?, shares = ?, last_seen = ? WHERE key = ?",
-        (name[:200], about[:1000], json.dumps(caps[:64]), shares_json, now, key),
+        (name, about[:1000], json.dumps(caps[:64]), shares_json, now, key),
     )
     return prev
 

@@ -7,6 +7,7 @@ import sqlite3
 
 from ..wire.address import address_hint
 from ..wire.keys import KEY_PREFIX, KeyError_, normalize_key, short_key
+from ..wire.names import clean_name, name_fold
 
 FINAL = ("done", "failed", "closed")
 
@@ -19,19 +20,78 @@ class LookupFailed(Exception):
         self.code = code
 
 
-def peer_label(c: sqlite3.Connection, key: str) -> str:
-    row = c.execute("SELECT name FROM peers WHERE key = ?", (key,)).fetchone()
+def _named_peers(c: sqlite3.Connection) -> list[tuple[str, str]]:
+    return c.execute("SELECT key, name FROM peers WHERE name != ''").fetchall()
+
+
+def name_clashes(c: sqlite3.Connection) -> set[str]:
+    """The folds (see :func:`name_fold`) of names that two or more keys claim.
+
+    Our own aliases count as claims, so a peer that calls itself like the
+    alias of another shows with its key prefix too.
+    """
+    first: dict[str, str] = {}
+    out: set[str] = set()
+    aliases = c.execute("SELECT key, alias FROM aliases").fetchall()
+    for key, name in [*_named_peers(c), *aliases]:
+        fold = name_fold(name)
+        if fold and first.setdefault(fold, key) != key:
+            out.add(fold)
+    return out
+
+
+def peer_label(c: sqlite3.Connection, key: str, clashes: set[str] | None = None) -> str:
+    """How a peer is shown: its alias, else its name, else its key prefix.
+
+    A name that another key also claims (or one that looks like it) gets the
+    key prefix after it, so two look-alikes never show as one peer.
+    """
     alias = c.execute("SELECT alias FROM aliases WHERE key = ? ORDER BY alias LIMIT 1",
                       (key,)).fetchone()
     if alias:
         return alias[0]
-    if row and row[0]:
-        return row[0]
-    return short_key(key)
+    row = c.execute("SELECT name FROM peers WHERE key = ?", (key,)).fetchone()
+    name = clean_name(row[0]) if row else ""
+    if not name:
+        return short_key(key)
+    if clashes is None:
+        clashes = name_clashes(c)
+    return f"{name} ({short_key(key)})" if name_fold(name) in clashes else name
+
+
+class Labels(dict):
+    """Peer labels for one request: the look-alike check runs once, not per key."""
+
+    def __init__(self, c: sqlite3.Connection) -> None:
+        super().__init__()
+        self.c = c
+        self.clashes: set[str] | None = None
+
+    def __missing__(self, key: str) -> str:
+        if self.clashes is None:
+            self.clashes = name_clashes(self.c)
+        label = self[key] = peer_label(self.c, key, self.clashes)
+        return label
+
+
+def _candidates(c: sqlite3.Connection, keys: list[str]) -> str:
+    """``b@box (key AbCd012345), ...``: the peers a lookup could mean."""
+    labels = Labels(c)
+    shown = []
+    for k in keys[:8]:
+        label, short = labels[k], short_key(k)
+        shown.append(label if label.endswith(f"({short})") else f"{label} (key {short})")
+    more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""
+    return ", ".join(shown) + more
 
 
 def resolve_peer(c: sqlite3.Connection, text: str) -> str:
-    """A peer's key from a key, alias, announced name, or key prefix (>= 4 chars)."""
+    """A peer's key from a key, alias, announced name, or key prefix (>= 4 chars).
+
+    Names match by their fold, so "builder" also finds "Builder " and
+    "builder\u200b"; when a name (or look-alike) belongs to several keys, or
+    the text is both a name and another peer's key prefix, nothing is picked.
+    """
     ref = text.strip()
     if not ref:
         raise LookupFailed("empty peer name")
@@ -43,48 +103,88 @@ def resolve_peer(c: sqlite3.Connection, text: str) -> str:
     row = c.execute("SELECT key FROM aliases WHERE alias = ?", (ref,)).fetchone()
     if row:
         return row[0]
-    rows = c.execute("SELECT key FROM peers WHERE name = ?", (ref,)).fetchall()
-    if len(rows) == 1:
-        return rows[0][0]
-    if len(rows) > 1:
-        keys = ", ".join(short_key(r[0]) for r in rows)
-        raise LookupFailed(
-            f"{len(rows)} peers are called {ref!r} ({keys}); use a key prefix or an alias",
-            "ambiguous_peer")
+    fold = name_fold(ref)
+    claims = [*_named_peers(c), *c.execute("SELECT key, alias FROM aliases").fetchall()]
+    named = [k for k, n in claims if fold and name_fold(n) == fold]
+    prefixed: list[str] = []
     if len(ref) >= 4:
         like = KEY_PREFIX + ref.replace("%", "").replace("_", "\\_") + "%"
-        rows = c.execute("SELECT key FROM peers WHERE key LIKE ? ESCAPE '\\'",
-                         (like,)).fetchall()
-        if len(rows) == 1:
-            return rows[0][0]
-        if len(rows) > 1:
-            names = ", ".join(f"{peer_label(c, r[0])} ({short_key(r[0])})" for r in rows[:8])
-            raise LookupFailed(f"key prefix {ref!r} matches {len(rows)} peers: {names}",
-                               "ambiguous_peer")
+        prefixed = [r[0] for r in c.execute(
+            "SELECT key FROM peers WHERE key LIKE ? ESCAPE '\\'", (like,))]
+    hits = list(dict.fromkeys(named + prefixed))
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        what = (f"{len(hits)} peers are called {ref!r} or a look-alike of it" if not prefixed
+                else f"{ref!r} names or is a key prefix of {len(hits)} peers")
+        raise LookupFailed(f"{what}: {_candidates(c, hits)}; use a longer key prefix or an"
+                           " alias (awp alias KEYPREFIX NICKNAME)", "ambiguous_peer")
     raise LookupFailed(f"unknown peer {ref!r}: not a name, alias or key prefix of a known peer"
                        f" (see awp peers){address_hint(ref)}")
 
 
-def thread_peer(c: sqlite3.Connection, th: str, peer: str | None = None) -> str:
-    """The peer of thread ``th``; errors when unknown or shared by several peers."""
+def thread_peers(c: sqlite3.Connection, th: str) -> list[str]:
+    """Every peer that used thread id ``th`` with us, the first to use it first.
+
+    Thread ids are chosen by whoever opens a thread, so another peer can use
+    the same id; each (peer, id) is its own thread.
+    """
+    keys = {r[0] for r in c.execute("SELECT peer FROM threads WHERE th = ?", (th,))}
+    keys.update(r[0] for r in c.execute(
+        "SELECT key FROM peers WHERE EXISTS"
+        " (SELECT 1 FROM log WHERE log.peer = peers.key AND log.th = ?)", (th,)))
+
+    def first_use(key: str) -> tuple[int, str]:
+        seq = c.execute("SELECT min(seq) FROM log WHERE peer = ? AND th = ?",
+                        (key, th)).fetchone()[0]
+        return (seq if seq is not None else 1 << 62, key)
+
+    return sorted(keys, key=first_use)
+
+
+def thread_peer(c: sqlite3.Connection, th: str, peer: str | None = None,
+                how: str = "") -> str:
+    """The peer of thread ``th``; errors when unknown or used by several peers.
+
+    ``how`` shows how to name the peer, with ``{peer}`` and ``{th}`` filled in.
+    """
     if peer:
         return peer
-    rows = c.execute("SELECT peer FROM threads WHERE th = ?", (th,)).fetchall()
-    if len(rows) == 1:
-        return rows[0][0]
-    if not rows:
+    found = scope_thread(c, th, None, how)
+    if found is None:
         raise LookupFailed(f"unknown thread {th!r} (see awp threads); name the peer to start it",
                            "unknown_thread")
-    names = ", ".join(peer_label(c, r[0]) for r in rows)
-    raise LookupFailed(f"thread {th!r} exists with several peers ({names}); name the peer",
+    return found
+
+
+def scope_thread(c: sqlite3.Connection, th: str, peer: str | None, how: str = "") -> str | None:
+    """The one peer a bare thread id means here: ``None`` when nobody used it yet.
+
+    Two peers using the same id is refused (``ambiguous_thread``) with the
+    candidates and how to pick one, never merged into one conversation.
+    """
+    if peer:
+        return peer
+    keys = thread_peers(c, th)
+    if len(keys) <= 1:
+        return keys[0] if keys else None
+    example = (how or "name the peer too, e.g. with --peer {peer}").format(
+        peer=short_key(keys[0]), th=th)
+    raise LookupFailed(f"thread {th!r} is used by {len(keys)} peers here, each its own"
+                       f" conversation: {_candidates(c, keys)}; pick one: {example}",
                        "ambiguous_thread")
+
+
+def thread_ref(c: sqlite3.Connection, key: str, th: str) -> str:
+    """``th``, or ``th -p KEYPREFIX`` when another peer uses the same id (for hints)."""
+    return th if len(thread_peers(c, th)) <= 1 else f"{th} -p {short_key(key)}"
 
 
 def record(c: sqlite3.Connection, row: sqlite3.Row, labels: dict | None = None) -> dict:
     """A log row as the API shows it."""
-    labels = labels if labels is not None else {}
+    labels = labels if labels is not None else Labels(c)
     key = row["peer"]
-    if key not in labels:
+    if not isinstance(labels, Labels) and key not in labels:
         labels[key] = peer_label(c, key)
     try:
         line = json.loads(row["line"])
@@ -125,7 +225,7 @@ def read_log(c: sqlite3.Connection, *, peer: str | None = None, th: str | None =
     rows = c.execute(
         f"SELECT * FROM log WHERE {where} ORDER BY seq DESC LIMIT ?", (*args, last)
     ).fetchall()
-    labels: dict = {}
+    labels = Labels(c)
     return [record(c, r, labels) for r in reversed(rows)]
 
 
@@ -137,7 +237,7 @@ def unread(c: sqlite3.Connection, *, peer: str | None = None, th: str | None = N
         f"SELECT * FROM log WHERE read = 0 AND dir IN {dirs} AND seq > ? AND {where}"
         " ORDER BY seq LIMIT ?", (after, *args, limit)
     ).fetchall()
-    labels: dict = {}
+    labels = Labels(c)
     return [record(c, r, labels) for r in rows]
 
 
@@ -150,7 +250,7 @@ def since(c: sqlite3.Connection, after: int, *, peer: str | None = None, th: str
         f"SELECT * FROM log WHERE seq > ? {dirs} AND {where} ORDER BY seq LIMIT ?",
         (after, *args, limit),
     ).fetchall()
-    labels: dict = {}
+    labels = Labels(c)
     return [record(c, r, labels) for r in rows]
 
 
@@ -182,13 +282,11 @@ def thread_table(c: sqlite3.Connection, *, peer: str | None = None, open_only: b
     """What ``awp threads`` prints, as bare rows: a tenth of the JSON of thread_rows."""
     where, args = _thread_filter(peer, open_only)
     unread_by = _unread_by_thread(c)
-    labels: dict = {}
+    labels = Labels(c)
     out = []
     for key, th, subject, mine, my_since, theirs, their_since in c.execute(
             "SELECT peer, th, subject, mine, my_since, theirs, their_since FROM threads t"
             f" WHERE {where} ORDER BY updated DESC LIMIT ?", (*args, limit)):
-        if key not in labels:
-            labels[key] = peer_label(c, key)
         out.append((th, labels[key], mine, my_since, theirs, their_since,
                     unread_by.get((key, th), 0), subject))
     return out
@@ -219,12 +317,10 @@ def thread_rows(c: sqlite3.Connection, *, peer: str | None = None, open_only: bo
         (*args, limit),
     ).fetchall()
     unread_by = _unread_by_thread(c)
-    labels: dict = {}
+    labels = Labels(c)
     out = []
     for r in rows:
         key = r["peer"]
-        if key not in labels:
-            labels[key] = peer_label(c, key)
         out.append({
             "th": r["th"], "thread": r["th"], "peer": key, "peer_name": labels[key],
             "subject": r["subject"], "mine": r["mine"], "my_note": r["my_note"],
@@ -237,6 +333,7 @@ def thread_rows(c: sqlite3.Connection, *, peer: str | None = None, open_only: bo
 
 
 def peer_rows(c: sqlite3.Connection) -> list[dict]:
+    clashes = name_clashes(c)
     out = []
     for r in c.execute("SELECT * FROM peers ORDER BY last_seen DESC, key").fetchall():
         key = r["key"]
@@ -251,7 +348,8 @@ def peer_rows(c: sqlite3.Connection) -> list[dict]:
         addrs = [dict(a) for a in c.execute(
             "SELECT addr, source, last_success, last_error FROM addresses WHERE peer = ?", (key,))]
         out.append({
-            "key": key, "short": short_key(key), "name": r["name"], "about": r["about"],
+            "key": key, "short": short_key(key), "name": clean_name(r["name"]),
+            "lookalike": bool(r["name"]) and name_fold(r["name"]) in clashes, "about": r["about"],
             "aliases": aliases, "caps": json.loads(r["caps"] or "[]"),
             "shares": json.loads(r["shares"]) if r["shares"] else [],
             "first_seen": r["first_seen"], "last_seen": r["last_seen"],

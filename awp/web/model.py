@@ -12,6 +12,7 @@ from typing import Any
 
 from ..harness.identity import normalize
 from ..wire.keys import short_key
+from ..wire.names import clean_name, name_fold
 from ..wire.timefmt import format_ts, parse_ts
 
 #: No heartbeat for this long: the agent shows as stale.
@@ -279,7 +280,14 @@ def build_state(snap: dict, *, at_ms: int | None = None) -> dict:
         del t["_updated"]
 
     # -- flags and the last fallbacks
+    folds: dict[str, set[str]] = {}
     for a in agents.values():
+        a["name"] = clean_name(a["name"])  # names come from peers: no invisible characters
+        if a["name"]:
+            folds.setdefault(name_fold(a["name"]), set()).add(a["key"])
+    for a in agents.values():
+        # Another key claims this name or one drawn like it: the page shows the key too.
+        a["lookalike"] = len(folds.get(name_fold(a["name"]), ())) > 1 if a["name"] else False
         if not a["harness"]:
             a["harness"] = guess_harness(a["name"])
         last = _ms(a["last_active"])

@@ -89,6 +89,17 @@ def test_statuses_links_and_unreachable():
     assert FAR not in {a["key"] for a in gone["agents"]}
 
 
+def test_names_are_cleaned_and_lookalikes_marked():
+    peer = {"key": PEER, "name": "builder", "up": True}
+    st = model.build_state(_snap(
+        peers=[peer],
+        presence=[_doc(FAR, "Builder\u200b \u202e", 10_000,
+                       peers=[{"key": GHOST, "name": "gh\u0000ost\u2066", "up": True}])]))
+    ag = {a["key"]: a for a in st["agents"]}
+    assert ag[FAR]["name"] == "Builder" and ag[GHOST]["name"] == "ghost"
+    assert ag[PEER]["lookalike"] and ag[FAR]["lookalike"] and not ag[GHOST]["lookalike"]
+
+
 def test_threads_from_every_source():
     local = {"th": "thr_l", "peer": PEER, "subject": "local", "mine": "working",
              "theirs": "open", "my_note": "n", "their_note": "", "updated": NOW - 1000,

@@ -236,6 +236,20 @@ def test_inbox_and_stop_text_point_at_the_thread() -> None:
     assert text.stop_text([]) == "" and text.inbox_text([]) == ""
 
 
+def test_a_thread_id_two_peers_used_is_named_with_each_peer() -> None:
+    """A third peer's line with another thread's id gets a hint that names the peer."""
+    ours, theirs = rec(1, "thr_same0001"), rec(2, "thr_same0001", "from the third peer")
+    theirs.update(peer="ed25519:Xyz0123456789", peer_name="mallory")
+    hint = text.inbox_text([ours, theirs])
+    assert 'awp send --thread thr_same0001 "..."' not in hint
+    assert "awp read thr_same0001 -p Abc" in hint
+    assert "awp read thr_same0001 -p Xyz0123456" in hint
+    many = [rec(i, "thr_same0001") for i in range(26)]
+    out = text.batch(many[:3] + [dict(theirs, seq=98)] + many[3:])  # 7 not shown
+    assert "awp read thr_same0001 -p Abc (6)" in out
+    assert "awp read thr_same0001 -p Xyz0123456 (1)" in out
+
+
 def test_session_text() -> None:
     status = {"name": "alice", "key": "ed25519:AbCdEfGhIjKlMn", "address": "tcp:127.0.0.1:9",
               "peers": [{"key": "ed25519:x", "name": "bob", "state": "connected (out)"},

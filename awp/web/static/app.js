@@ -131,7 +131,9 @@
   const short = (key) => (key || '').replace(/^ed25519:/, '').slice(0, 10);
   function nameOf(key) {
     const a = S.agents.get(key);
-    return a ? (a.name || a.short) : short(key);
+    if (!a) return short(key);
+    // Another key claims a look-alike name: show whose key this one is.
+    return a.name ? (a.lookalike ? a.name + ' (' + a.short + ')' : a.name) : a.short;
   }
   const isSelf = (key) => S.state && key === S.state.self;
   const enc = encodeURIComponent;
@@ -459,7 +461,7 @@
     else if (!a.direct && a.unreachable) why = "can't reach: " + a.unreachable;
     else if (a.status === 'stale') why = 'no heartbeat for ' + ago(a.seen);
     return h('a', { class: 'row', href: '#/agent/' + enc(a.key) }, avatar(a.key, 22),
-      h('span', { class: 'name', text: a.name }), statusPill(a),
+      h('span', { class: 'name', text: nameOf(a.key) }), statusPill(a),
       h('span', { class: sig.cls === 'sig-idle' ? 'sig-idle' : 'muted', text: why }));
   }
 

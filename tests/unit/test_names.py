@@ -1,0 +1,160 @@
+"""Peer names: the normal form, the look-alike fold, and lookups that refuse to guess."""
+
+from __future__ import annotations
+
+import pytest
+
+from awp.store import ops, queries
+from awp.store.db import open_store
+from awp.store.queries import LookupFailed
+from awp.wire.keys import Identity, short_key
+from awp.wire.names import NAME_MAX, clean_name, name_fold
+
+
+@pytest.mark.parametrize("raw, clean", [
+    ("builder", "builder"),
+    ("builder ", "builder"),
+    ("  builder\t", "builder"),
+    ("build\u200ber", "builder"),            # zero-width space
+    ("\u202ebuilder", "builder"),            # right-to-left override
+    ("builder\u2066\u2069", "builder"),      # bidi isolates
+    ("\ufeffbuilder", "builder"),            # byte order mark
+    ("a\u00a0\u2003 b\n\nc", "a b c"),       # every space is one space
+    ("bu\x00il\x1bder\x7f", "builder"),      # control characters
+    ("e\u0301", "\u00e9"),                   # NFC
+    ("\u3164", ""),                          # a letter that shows nothing
+    ("\u200b \u200d", ""),
+    (None, ""),
+    (42, ""),
+])
+def test_clean_name(raw, clean):
+    assert clean_name(raw) == clean
+
+
+def test_clean_name_bounds_length_and_stacked_marks():
+    assert len(clean_name("x" * 10_000)) == NAME_MAX
+    assert clean_name("x" + "\u0301" * 50) == "x" + "\u0301" * 3
+    assert clean_name("y" * (NAME_MAX - 1) + " z") == "y" * (NAME_MAX - 1)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("builder", "Builder "),
+    ("builder", "BUILDER"),
+    ("builder", "bu\u200bilder"),
+    ("builder", "\u0432uilder".replace("\u0432", "b")),
+    ("builder", "\u0412uilder"),             # Cyrillic capital ve
+    ("paypal", "\u0440\u0430yp\u0430l"),     # Cyrillic er and a
+    ("coder", "c\u03bfder"),                 # Greek omicron
+    ("node1", "nodel"),
+    ("o1", "0l"),
+    ("cafe", "caf\u00e9"),
+    ("worker-1", "worker\u2010l"),           # hyphen look-alike
+    ("\uff42uilder", "builder"),             # fullwidth
+])
+def test_lookalikes_fold_equal(a, b):
+    assert name_fold(a) == name_fold(b)
+
+
+@pytest.mark.parametrize("a, b", [
+    ("builder", "builders"),
+    ("builder", "build er"),
+    ("worker-1", "worker-2"),
+    ("a@box", "b@box"),
+])
+def test_different_names_fold_apart(a, b):
+    assert name_fold(a) != name_fold(b)
+
+
+@pytest.fixture
+def store(tmp_path):
+    c = open_store(str(tmp_path / "awp.db"))
+    yield c
+    c.close()
+
+
+def _peer(c, name: str) -> str:
+    key = Identity.generate().key
+    ops.record_hello(c, key, {"name": name}, 1)
+    return key
+
+
+def test_hello_name_is_stored_clean(store):
+    key = _peer(store, " evil\u202egnp.exe\u200b ")
+    assert store.execute("SELECT name FROM peers WHERE key = ?", (key,)).fetchone()[0] \
+        == "evilgnp.exe"
+
+
+def test_lookalike_names_refuse_to_resolve_and_label_apart(store):
+    b = _peer(store, "builder")
+    assert queries.resolve_peer(store, "builder") == b
+    assert queries.peer_label(store, b) == "builder"
+    # A second key claims a look-alike (stored raw, as an older store may hold it).
+    c = Identity.generate().key
+    ops.ensure_peer(store, c, 2)
+    store.execute("UPDATE peers SET name = 'Builder\u200b ' WHERE key = ?", (c,))
+    with pytest.raises(LookupFailed) as e:
+        queries.resolve_peer(store, "builder")
+    assert e.value.code == "ambiguous_peer"
+    assert short_key(b) in str(e.value) and short_key(c) in str(e.value)
+    with pytest.raises(LookupFailed):
+        queries.resolve_peer(store, "BUILDER")
+    assert queries.peer_label(store, b) == f"builder ({short_key(b)})"
+    assert queries.peer_label(store, c) == f"Builder ({short_key(c)})"
+    rows = {r["key"]: r for r in queries.peer_rows(store)}
+    assert rows[c]["name"] == "Builder" and rows[b]["lookalike"] and rows[c]["lookalike"]
+    # Key prefixes and aliases still pick exactly one.
+    assert queries.resolve_peer(store, short_key(c)) == c
+    store.execute("INSERT INTO aliases (alias, key) VALUES ('real', ?)", (b,))
+    assert queries.resolve_peer(store, "real") == b
+    # A peer calling itself like that alias never passes for it either.
+    d = _peer(store, "Real")
+    assert queries.resolve_peer(store, "real") == b
+    assert queries.peer_label(store, b) == "real"
+    assert queries.peer_label(store, d) == f"Real ({short_key(d)})"
+    with pytest.raises(LookupFailed):
+        queries.resolve_peer(store, "REAL")
+
+
+def test_a_name_that_is_another_peers_key_prefix_is_ambiguous(store):
+    b = _peer(store, "b")
+    c = _peer(store, short_key(b)[:6])
+    with pytest.raises(LookupFailed) as e:
+        queries.resolve_peer(store, short_key(b)[:6])
+    assert e.value.code == "ambiguous_peer"
+    assert queries.resolve_peer(store, short_key(c)) == c
+
+
+def test_thread_ids_are_per_peer(store):
+    b, c = _peer(store, "b"), _peer(store, "c")
+    assert queries.thread_peers(store, "thr_x") == []
+    assert queries.scope_thread(store, "thr_x", None) is None
+    ops.touch_thread_out(store, b, "thr_x", 10)
+    store.execute("INSERT INTO log (peer, dir, t, id, th, ts, at, line) VALUES"
+                  " (?, 'out', 'msg', '01A', 'thr_x', 10, 10, '{}')", (b,))
+    assert queries.thread_peer(store, "thr_x") == b
+    ops.store_inbound(store, c, {"t": "msg", "id": "01B", "th": "thr_x", "parts": []},
+                      '{"t":"msg"}', 20)
+    assert queries.thread_peers(store, "thr_x") == [b, c]
+    with pytest.raises(LookupFailed) as e:
+        queries.scope_thread(store, "thr_x", None, "awp read {th} -p {peer}")
+    assert e.value.code == "ambiguous_thread"
+    assert f"awp read thr_x -p {short_key(b)}" in str(e.value)
+    assert short_key(c) in str(e.value)
+    assert queries.scope_thread(store, "thr_x", c) == c
+    assert queries.thread_ref(store, c, "thr_x") == f"thr_x -p {short_key(c)}"
+    # A peer seen only in the log (an introduce line in that thread) counts too.
+    d = _peer(store, "d")
+    store.execute("INSERT INTO log (peer, dir, t, id, th, ts, at, line) VALUES"
+                  " (?, 'in', 'introduce', '01C', 'thr_y', 30, 30, '{}')", (d,))
+    assert queries.thread_peers(store, "thr_y") == [d]
+
+
+def test_local_name_is_cleaned_and_an_invisible_one_refused(tmp_path):
+    from awp.daemon.home import HomeError
+    from awp.daemon.settings import Flags, resolve
+
+    s = resolve(str(tmp_path), Flags(name=" lead\u200b@\u202elaptop "), {}, env={})
+    assert s.name == "lead@laptop"
+    assert s.remember["name"] == "lead@laptop"
+    with pytest.raises(HomeError, match="empty once spaces and invisible"):
+        resolve(str(tmp_path), Flags(name="\u200b \u2066"), {}, env={})
