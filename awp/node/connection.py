@@ -270,7 +270,7 @@ class Connection:
                 if isinstance(re, str) and re:
                     # The peer has it committed: wake `send --wait-ack` now, and
                     # drop the line from our outbox in the background.
-                    self.engine.ack_received(re)
+                    self.engine.ack_received(self.peer_key, re)
                     acks.append((line.get("th") or "", re))
                 self._seen_line(t)
             else:
@@ -291,7 +291,7 @@ class Connection:
             done, key = list(acks), self.peer_key
             acks.clear()
             pending = self.engine.writer.submit_nowait(
-                lambda c: [re for th, re in done if ops.apply_ack(c, key, th, re) or True])
+                lambda c: [re for th, re in done if ops.apply_ack(c, key, th, re)])
             await self._post(pending, self._after_acks, None)
 
     async def _store_run(self, batch: list, now: int) -> None:

@@ -276,17 +276,19 @@ def fetch_outbox(
 def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
     """The peer stored our line ``re``: drop it, and the never-acked lines before it.
 
-    Returns whether the id was still queued.
+    Only a line queued for ``peer`` itself is touched: an ack naming a line
+    we sent someone else changes nothing.  Returns whether the ack was news
+    (the line was still queued, or not yet marked acked).
     """
     row = conn.execute(
         "SELECT seq, th FROM outbox WHERE peer = ? AND id = ?", (peer, re)
     ).fetchone()
-    conn.execute(
+    marked = conn.execute(
         "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ? AND acked = 0",
         (peer, re),
-    )
+    ).rowcount
     if row is None:
-        return False
+        return marked > 0
     seq, qth = row
     conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
     conn.execute("UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"
