@@ -39,6 +39,8 @@ log = logging.getLogger("awp.node")
 trace_log = logging.getLogger("awp.trace")
 
 _SEND_BATCH = 256
+_SEND_BATCH_BYTES = 1 << 20  # and at most this much per write, so others get the lock
+_WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
 _MAX_INFLIGHT = 2048  # content lines read but not yet stored, per connection
 
 
@@ -96,6 +98,7 @@ class Connection:
         self._resumed_by_peer = trio.Event()
         self._pushed: list[tuple[int, str, str]] = []
         self._sending = False  # the sender loop is writing pushed lines
+        self.stalled = False  # closed because a write made no progress in time
 
     # -- public -------------------------------------------------------------------
 
@@ -338,7 +341,7 @@ class Connection:
             else:
                 intake.store_failed(self.peer_key, now, text, pending.error)
             if unsent:
-                await self.stream.send_all(unsent)
+                await self._write_all(unsent)
         finally:
             self._send_lock.release()
         if pending.error is not None:
@@ -657,21 +660,23 @@ class Connection:
     async def _send_rows(self, rows: list[tuple[int, str, str]]) -> None:
         """Write queued lines in order, many per write; chunks get their data now."""
         batch: list[str] = []
+        size = 0
         for seq, t, text in rows:
             if seq <= self._last_sent_seq:  # sent already (a rescan overtook a push)
                 continue
             if t == "chunk":
                 if batch:
                     await self._send_raw("".join(batch).encode("utf-8"))
-                    batch = []
+                    batch, size = [], 0
                 self._last_sent_seq = seq
                 await self._send_raw(await self.engine.fill_chunk(text))
                 continue
             batch.append(text + "\n")
+            size += len(text)
             self._last_sent_seq = seq
-            if len(batch) >= _SEND_BATCH:
+            if len(batch) >= _SEND_BATCH or size >= _SEND_BATCH_BYTES:
                 await self._send_raw("".join(batch).encode("utf-8"))
-                batch = []
+                batch, size = [], 0
         if batch:
             await self._send_raw("".join(batch).encode("utf-8"))
 
@@ -700,16 +705,25 @@ class Connection:
         self._unanswered += 1
         await self._send_line({"t": "ping"}, ident=ident)
 
-    async def send_bye(self, reason: str) -> None:
-        """Say bye, send nothing more, close after the peer's bye or a timeout."""
+    async def send_bye(self, reason: str) -> bool:
+        """Say bye, send nothing more, close after the peer's bye or a timeout.
+
+        False when the bye could not be written (a stalled or broken
+        connection, which is closed): the caller must not wait on that peer.
+        """
         if self._bye_sent:
-            return
+            return True
         self._bye_sent = True
         self.wake()
-        await self._send_line({"t": "bye", "reason": reason})
+        try:
+            await self._send_line({"t": "bye", "reason": reason})
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.close("could not say bye")
+            return False
         with trio.move_on_after(self.engine.config.bye_linger):
             await self._bye_received.wait()
         self.close("we said bye")
+        return True
 
     # -- writing ------------------------------------------------------------------
 
@@ -745,6 +759,12 @@ class Connection:
                 self._trace(">", ln)
 
     async def _send_raw(self, data: bytes) -> None:
+        """Write under the send lock, within the write deadline (see :meth:`_write_all`).
+
+        Waiting for the lock has no deadline of its own: whoever holds it is
+        writing and either makes progress or drops the connection within
+        ``write_timeout``, after which this raises at once.
+        """
         self._trace_out(data)
         # An uncontended lock is taken without a trip through the scheduler
         # (``async with`` yields before it returns), so the bytes leave now.
@@ -753,9 +773,37 @@ class Connection:
         else:
             self._send_lock.acquire_nowait()
         try:
-            await self.stream.send_all(data)
+            if self._cancel.cancel_called or self.closed.is_set():
+                raise trio.ClosedResourceError(self.close_reason or "connection closed")
+            await self._write_all(data)
         finally:
             self._send_lock.release()
+
+    async def _write_all(self, data: bytes) -> None:
+        """``send_all`` with a deadline on progress; the caller holds the send lock.
+
+        A peer that stops reading fills the socket buffers and would hold
+        every writer here (pings, acks, ``awp grant``, ``awp bye``) for
+        good.  Each slice of at most 256 KiB must go within
+        ``limits.write_timeout``, else the connection is closed (a write cut
+        short leaves a torn line, so it cannot be used again) and
+        ``BrokenResourceError`` raised; the lines stay in the outbox for the
+        next connection, and the redial backoff is not reset.
+        """
+        timeout = self.engine.config.limits.write_timeout
+        if timeout <= 0:
+            timeout = math.inf
+        for start in range(0, len(data), _WRITE_SLICE):
+            part = data if len(data) <= _WRITE_SLICE else data[start:start + _WRITE_SLICE]
+            with trio.move_on_after(timeout) as scope:
+                await self.stream.send_all(part)
+            if scope.cancelled_caught:
+                self.stalled = True
+                reason = f"a write to the peer stalled for {timeout:g}s"
+                log.info("dropping %s: %s", self.peer_name or self.peer_key[:18] or self.desc,
+                         reason)
+                self.close(reason)
+                raise trio.BrokenResourceError(reason)
 
     def _trace(self, arrow: str, raw: bytes) -> None:
         if self.engine.config.trace:

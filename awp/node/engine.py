@@ -819,13 +819,13 @@ class Engine:
         return False
 
     async def bye(self, key: str, reason: str = "") -> bool:
-        """Park the peer and say bye if connected; returns whether it was."""
+        """Park the peer and say bye if connected; returns whether a bye went out
+        (not when the connection stalled or broke: it is dropped instead)."""
         await self.writer.run(lambda c: ops.set_parked(c, key, True, reason))
         conn = self.peers.active(key)
         if conn is None:
             return False
-        await conn.send_bye(reason)
-        return True
+        return await conn.send_bye(reason)
 
     async def grant(self, key: str, caps: list[str], ttl: float,
                     aud: str | None = None) -> dict:
