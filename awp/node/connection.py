@@ -29,6 +29,7 @@ from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
 from ..wire.messages import ACKED_TYPES, dump, parse_line
 from ..wire.timefmt import format_ts, now_ms
+from .gaps import AckGaps, line_id
 from .handshake import Handshake
 
 if TYPE_CHECKING:
@@ -99,6 +100,8 @@ class Connection:
         self._pushed: list[tuple[int, str, str]] = []
         self._sending = False  # the sender loop is writing pushed lines
         self.stalled = False  # closed because a write made no progress in time
+        self._gaps = AckGaps(engine.config.limits.gap_timeout)  # lines awaiting their ack
+        self._gap_wake = trio.Event()
 
     # -- public -------------------------------------------------------------------
 
@@ -198,6 +201,8 @@ class Connection:
             nursery.start_soon(self._post_commit_loop)
             nursery.start_soon(self._sender_loop)
             nursery.start_soon(self._pinger)
+            if self._gaps.enabled:
+                nursery.start_soon(self._gap_watch)
             try:
                 await self._on_lines(pending)
                 pending = []
@@ -274,6 +279,7 @@ class Connection:
                     # The peer has it committed: wake `send --wait-ack` now, and
                     # drop the line from our outbox in the background.
                     self.engine.ack_received(self.peer_key, re)
+                    self._answered(re)
                     acks.append((line.get("th") or "", re))
                 self._seen_line(t)
             else:
@@ -479,6 +485,7 @@ class Connection:
     async def _after_resume(self, acked: object, _unused: object) -> None:
         if acked:
             self.engine.on_acked(self.peer_key, list(acked))  # type: ignore[arg-type]
+            self._gaps.forget(list(acked))  # type: ignore[arg-type]
         # Replay from the outbox.  Lines already handed over stay queued: one
         # handed over before its commit may not be visible to the rescan yet,
         # and whatever the rescan does send is skipped by seq when they go.
@@ -512,6 +519,8 @@ class Connection:
         code = line.get("code") if isinstance(line.get("code"), str) else ""
         detail = line.get("detail") if isinstance(line.get("detail"), str) else ""
         log.info("peer %s sent err %s %s", self.peer_name or self.peer_key[:18], code, detail)
+        if isinstance(line.get("re"), str):
+            self._answered(line["re"])  # an answer all the same: no gap there
         self.engine.on_peer_err(self, line)
         if code in errors.CLOSING:
             self.close(f"peer sent err {code}: {detail}".strip())
@@ -596,6 +605,7 @@ class Connection:
         out), and the line is replayed on the next resume.
         """
         data = text.encode("utf-8") + b"\n"
+        self._gaps.sent(line_id(text))
         self._sending = True
         try:
             if self._send_lock.locked():
@@ -671,6 +681,8 @@ class Connection:
                 self._last_sent_seq = seq
                 await self._send_raw(await self.engine.fill_chunk(text))
                 continue
+            if t in ACKED_TYPES:
+                self._gaps.sent(line_id(text))
             batch.append(text + "\n")
             size += len(text)
             self._last_sent_seq = seq
@@ -679,6 +691,36 @@ class Connection:
                 batch, size = [], 0
         if batch:
             await self._send_raw("".join(batch).encode("utf-8"))
+
+    def _answered(self, ident: str) -> None:
+        if self._gaps.answered(ident, trio.current_time()):
+            self._gap_wake.set()
+
+    async def _gap_watch(self) -> None:
+        """Send again a line the peer skipped over (see :mod:`awp.node.gaps`)."""
+        while not self._bye_sent:
+            due = self._gaps.due()
+            if due is None:
+                self._gap_wake = trio.Event()
+                await self._gap_wake.wait()
+                continue
+            await trio.sleep_until(due)
+            again, given_up = self._gaps.take_overdue(trio.current_time())
+            who = self.peer_name or self.peer_key[:18]
+            if given_up:
+                log.info("%s still has not acked %d line(s) sent twice; they wait for the"
+                         " next resume", who, len(given_up))
+            if not again:
+                continue
+            rows = await self.engine.read(
+                lambda c, key=self.peer_key, ids=again: ops.fetch_outbox_ids(c, key, ids))
+            if not rows or self._bye_sent:
+                continue
+            log.info("sending %d line(s) to %s again: a later line was acked first",
+                     len(rows), who)
+            for ident, _text in rows:
+                self._gaps.sent(ident, resent=True)
+            await self._send_raw("".join(text + "\n" for _i, text in rows).encode("utf-8"))
 
     async def _pinger(self) -> None:
         interval = self.engine.config.ping_interval

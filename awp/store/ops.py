@@ -273,6 +273,17 @@ def fetch_outbox(
     ).fetchall()
 
 
+def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> list[tuple[str, str]]:
+    """``(id, line)`` of those of ``ids`` still queued for ``peer``, in outbox order."""
+    rows: list[tuple[int, str, str]] = []
+    for i in range(0, len(ids), 500):
+        part = ids[i:i + 500]
+        rows += conn.execute(
+            f"SELECT seq, id, line FROM outbox WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
+            (peer, *part)).fetchall()
+    return [(r[1], r[2]) for r in sorted(rows)]
+
+
 def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
     """The peer stored our line ``re``: drop it, and the never-acked lines before it.
 
