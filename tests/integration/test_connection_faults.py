@@ -208,3 +208,28 @@ def test_a_line_lost_by_a_middlebox_is_sent_again(make_node):
             "after the lost one", "LOSE-ME"]
         assert proxy.accepted == 1, "the connection was replaced"
         assert len(proxy.dropped) == 1
+
+
+def test_a_line_never_acked_is_sent_again_once_and_the_connection_stays(make_node):
+    node = _configure(make_node, "a", gap_timeout="1s")
+    p = _raw(node)
+    try:
+        one = node.send(p.key, "one", wait_ack=0)
+        first = p.expect("msg", DELIVERY)  # never acked
+        assert first["id"] == one["id"]
+        two = node.send(p.key, "two", th=one["th"], wait_ack=0)
+        assert p.expect("msg", DELIVERY)["id"] == two["id"]
+        p.send_line({"t": "ack", "th": one["th"], "re": two["id"]})
+        again = p.expect("msg", DELIVERY)  # the gap: "one" comes again
+        assert again == first  # the same line, byte for byte
+        # Overtaken again after its second sending: left for the next resume.
+        three = node.send(p.key, "three", th=one["th"], wait_ack=0)
+        assert p.expect("msg", DELIVERY)["id"] == three["id"]
+        p.send_line({"t": "ack", "th": one["th"], "re": three["id"]})
+        wait_for(lambda: "sent twice" in node.tail_log(50), DELIVERY, "given up on one")
+        p.ping()
+        assert not [x for x in p.skipped if x.get("t") == "msg"], p.skipped  # no third copy
+        assert node.peer_state(p.key).startswith("connected")
+        assert _queued(node, p.key) == 1
+    finally:
+        p.close()
