@@ -49,7 +49,7 @@ class Limits:
     unclaimed_blob_ttl: float = 3600.0      # an unnamed blob is dropped after this
 
     # Time.
-    write_timeout: float = 30.0             # each 256 KiB of a write to a peer (0: none)
+    write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
     gap_timeout: float = 15.0               # an older line unacked while a newer one is (0: off)
 
     # Shape of what we parse.
