@@ -456,7 +456,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         acked = False
         ack_ms = None
         if wait_s > 0 and (connected or wait is not None):
-            acked = await engine.wait_ack(res["id"], wait_s)
+            acked = await engine.wait_ack(res["id"], wait_s, key)
             if acked:
                 ack_ms = round((time.perf_counter() - t0) * 1000, 3)
         status = "delivered" if acked else ("delivering" if connected or engine.peers.active(key)

@@ -30,6 +30,7 @@ from ..wire.framing import LineReader, LineTooLarge
 from ..wire.messages import ACKED_TYPES, dump, parse_line
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
+from .gaps import AckGaps, line_id
 from .handshake import Handshake
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ log = logging.getLogger("awp.node")
 trace_log = logging.getLogger("awp.trace")
 
 _SEND_BATCH = 256
+_SEND_BATCH_BYTES = 1 << 20  # and at most this much per write, so others get the lock
+_WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
 _MAX_INFLIGHT = 2048  # content lines read but not yet stored, per connection
 
 
@@ -97,6 +100,9 @@ class Connection:
         self._resumed_by_peer = trio.Event()
         self._pushed: list[tuple[int, str, str]] = []
         self._sending = False  # the sender loop is writing pushed lines
+        self.stalled = False  # closed because a write made no progress in time
+        self._gaps = AckGaps(engine.config.limits.gap_timeout)  # lines awaiting their ack
+        self._gap_wake = trio.Event()
 
     # -- public -------------------------------------------------------------------
 
@@ -196,6 +202,8 @@ class Connection:
             nursery.start_soon(self._post_commit_loop)
             nursery.start_soon(self._sender_loop)
             nursery.start_soon(self._pinger)
+            if self._gaps.enabled:
+                nursery.start_soon(self._gap_watch)
             try:
                 await self._on_lines(pending)
                 pending = []
@@ -271,7 +279,8 @@ class Connection:
                 if isinstance(re, str) and re:
                     # The peer has it committed: wake `send --wait-ack` now, and
                     # drop the line from our outbox in the background.
-                    self.engine.ack_received(re)
+                    self.engine.ack_received(self.peer_key, re)
+                    self._answered(re)
                     acks.append((line.get("th") or "", re))
                 self._seen_line(t)
             else:
@@ -292,7 +301,7 @@ class Connection:
             done, key = list(acks), self.peer_key
             acks.clear()
             pending = self.engine.writer.submit_nowait(
-                lambda c: [re for th, re in done if ops.apply_ack(c, key, th, re) or True])
+                lambda c: [re for th, re in done if ops.apply_ack(c, key, th, re)])
             await self._post(pending, self._after_acks, None)
 
     async def _store_run(self, batch: list, now: int) -> None:
@@ -339,7 +348,7 @@ class Connection:
             else:
                 intake.store_failed(self.peer_key, now, text, pending.error)
             if unsent:
-                await self.stream.send_all(unsent)
+                await self._write_all(unsent)
         finally:
             self._send_lock.release()
         if pending.error is not None:
@@ -477,6 +486,7 @@ class Connection:
     async def _after_resume(self, acked: object, _unused: object) -> None:
         if acked:
             self.engine.on_acked(self.peer_key, list(acked))  # type: ignore[arg-type]
+            self._gaps.forget(list(acked))  # type: ignore[arg-type]
         # Replay from the outbox.  Lines already handed over stay queued: one
         # handed over before its commit may not be visible to the rescan yet,
         # and whatever the rescan does send is skipped by seq when they go.
@@ -510,6 +520,8 @@ class Connection:
         code = line.get("code") if isinstance(line.get("code"), str) else ""
         detail = line.get("detail") if isinstance(line.get("detail"), str) else ""
         log.info("peer %s sent err %s %s", self.peer_name or self.peer_key[:18], code, detail)
+        if isinstance(line.get("re"), str):
+            self._answered(line["re"])  # an answer all the same: no gap there
         self.engine.on_peer_err(self, line)
         if code in errors.CLOSING:
             self.close(f"peer sent err {code}: {detail}".strip())
@@ -594,6 +606,7 @@ class Connection:
         out), and the line is replayed on the next resume.
         """
         data = text.encode("utf-8") + b"\n"
+        self._gaps.sent(line_id(text))
         self._sending = True
         try:
             if self._send_lock.locked():
@@ -658,23 +671,57 @@ class Connection:
     async def _send_rows(self, rows: list[tuple[int, str, str]]) -> None:
         """Write queued lines in order, many per write; chunks get their data now."""
         batch: list[str] = []
+        size = 0
         for seq, t, text in rows:
             if seq <= self._last_sent_seq:  # sent already (a rescan overtook a push)
                 continue
             if t == "chunk":
                 if batch:
                     await self._send_raw("".join(batch).encode("utf-8"))
-                    batch = []
+                    batch, size = [], 0
                 self._last_sent_seq = seq
                 await self._send_raw(await self.engine.fill_chunk(text))
                 continue
+            if t in ACKED_TYPES:
+                self._gaps.sent(line_id(text))
             batch.append(text + "\n")
+            size += len(text)
             self._last_sent_seq = seq
-            if len(batch) >= _SEND_BATCH:
+            if len(batch) >= _SEND_BATCH or size >= _SEND_BATCH_BYTES:
                 await self._send_raw("".join(batch).encode("utf-8"))
-                batch = []
+                batch, size = [], 0
         if batch:
             await self._send_raw("".join(batch).encode("utf-8"))
+
+    def _answered(self, ident: str) -> None:
+        if self._gaps.answered(ident, trio.current_time()):
+            self._gap_wake.set()
+
+    async def _gap_watch(self) -> None:
+        """Send again a line the peer skipped over (see :mod:`awp.node.gaps`)."""
+        while not self._bye_sent:
+            due = self._gaps.due()
+            if due is None:
+                self._gap_wake = trio.Event()
+                await self._gap_wake.wait()
+                continue
+            await trio.sleep_until(due)
+            again, given_up = self._gaps.take_overdue(trio.current_time())
+            who = self.peer_name or self.peer_key[:18]
+            if given_up:
+                log.info("%s still has not acked %d line(s) sent twice; they wait for the"
+                         " next resume", who, len(given_up))
+            if not again:
+                continue
+            rows = await self.engine.read(
+                lambda c, key=self.peer_key, ids=again: ops.fetch_outbox_ids(c, key, ids))
+            if not rows or self._bye_sent:
+                continue
+            log.info("sending %d line(s) to %s again: a later line was acked first",
+                     len(rows), who)
+            for ident, _text in rows:
+                self._gaps.sent(ident, resent=True)
+            await self._send_raw("".join(text + "\n" for _i, text in rows).encode("utf-8"))
 
     async def _pinger(self) -> None:
         interval = self.engine.config.ping_interval
@@ -701,16 +748,25 @@ class Connection:
         self._unanswered += 1
         await self._send_line({"t": "ping"}, ident=ident)
 
-    async def send_bye(self, reason: str) -> None:
-        """Say bye, send nothing more, close after the peer's bye or a timeout."""
+    async def send_bye(self, reason: str) -> bool:
+        """Say bye, send nothing more, close after the peer's bye or a timeout.
+
+        False when the bye could not be written (a stalled or broken
+        connection, which is closed): the caller must not wait on that peer.
+        """
         if self._bye_sent:
-            return
+            return True
         self._bye_sent = True
         self.wake()
-        await self._send_line({"t": "bye", "reason": reason})
+        try:
+            await self._send_line({"t": "bye", "reason": reason})
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.close("could not say bye")
+            return False
         with trio.move_on_after(self.engine.config.bye_linger):
             await self._bye_received.wait()
         self.close("we said bye")
+        return True
 
     # -- writing ------------------------------------------------------------------
 
@@ -746,6 +802,12 @@ class Connection:
                 self._trace(">", ln)
 
     async def _send_raw(self, data: bytes) -> None:
+        """Write under the send lock, within the write deadline (see :meth:`_write_all`).
+
+        Waiting for the lock has no deadline of its own: whoever holds it is
+        writing and either makes progress or drops the connection within
+        ``write_timeout``, after which this raises at once.
+        """
         self._trace_out(data)
         # An uncontended lock is taken without a trip through the scheduler
         # (``async with`` yields before it returns), so the bytes leave now.
@@ -754,9 +816,37 @@ class Connection:
         else:
             self._send_lock.acquire_nowait()
         try:
-            await self.stream.send_all(data)
+            if self._cancel.cancel_called or self.closed.is_set():
+                raise trio.ClosedResourceError(self.close_reason or "connection closed")
+            await self._write_all(data)
         finally:
             self._send_lock.release()
+
+    async def _write_all(self, data: bytes) -> None:
+        """``send_all`` with a deadline on progress; the caller holds the send lock.
+
+        A peer that stops reading fills the socket buffers and would hold
+        every writer here (pings, acks, ``awp grant``, ``awp bye``) for
+        good.  Each slice of at most 256 KiB must go within
+        ``limits.write_timeout``, else the connection is closed (a write cut
+        short leaves a torn line, so it cannot be used again) and
+        ``BrokenResourceError`` raised; the lines stay in the outbox for the
+        next connection, and the redial backoff is not reset.
+        """
+        timeout = self.engine.config.limits.write_timeout
+        if timeout <= 0:
+            timeout = math.inf
+        for start in range(0, len(data), _WRITE_SLICE):
+            part = data if len(data) <= _WRITE_SLICE else data[start:start + _WRITE_SLICE]
+            with trio.move_on_after(timeout) as scope:
+                await self.stream.send_all(part)
+            if scope.cancelled_caught:
+                self.stalled = True
+                reason = f"a write to the peer stalled for {timeout:g}s"
+                log.info("dropping %s: %s", self.peer_name or self.peer_key[:18] or self.desc,
+                         reason)
+                self.close(reason)
+                raise trio.BrokenResourceError(reason)
 
     def _trace(self, arrow: str, raw: bytes) -> None:
         if self.engine.config.trace:

@@ -99,8 +99,11 @@ class Engine:
         self.shares: list[str] | None = None
         self.started_at = now_ms()
         self._listeners: list[Any] = []
-        self._ack_waiters: dict[str, trio.Event] = {}
-        self._recent_acks: dict[str, None] = {}
+        # Our line id -> (the peer it was sent to, set when that peer acks it).
+        # An ack counts only from that peer: ids are guessable, so another
+        # peer's ack for the same id must complete nothing.
+        self._ack_waiters: dict[str, tuple[str, trio.Event]] = {}
+        self._recent_acks: dict[tuple[str, str], None] = {}  # (peer, id)
         # When recent inbound lines were committed (CLOCK_MONOTONIC ns), so a
         # bench on the same host can measure one-way latency (GET /v1/timings).
         self.commit_stamps: dict[str, int] = {}
@@ -466,20 +469,22 @@ class Engine:
             self.changes.publish({"kind": line["t"], "peer": conn.peer_key,
                                   "th": line.get("th") or "", "seq": seq})
 
-    def ack_received(self, ident: str) -> None:
-        ev = self._ack_waiters.pop(ident, None)
-        if ev is not None:
-            ev.set()
+    def ack_received(self, key: str, ident: str) -> None:
+        """Peer ``key`` acked ``ident``: wake whoever waits, if the line went to it."""
+        waiter = self._ack_waiters.get(ident)
+        if waiter is not None and waiter[0] == key:
+            del self._ack_waiters[ident]
+            waiter[1].set()
         # Remember recent acks: a waiter may ask after the ack arrived but
         # before our own bookkeeping of it has committed.
-        self._recent_acks[ident] = None
+        self._recent_acks[(key, ident)] = None
         if len(self._recent_acks) > 10_000:
             for old in list(self._recent_acks)[:5_000]:
                 del self._recent_acks[old]
 
     def on_acked(self, key: str, ids: list[str]) -> None:
         for i in ids:
-            self.ack_received(i)
+            self.ack_received(key, i)
         self.changes.publish({"kind": "ack", "peer": key, "ids": ids[:50]})
 
     def on_peer_resumed(self, conn: Connection) -> None:
@@ -634,11 +639,11 @@ class Engine:
         for host, copy in result[4] if len(result) > 4 else ():
             self.hand_over(host, copy, pushed, committed)
         ident = result[1]["id"]
-        if ident not in self._ack_waiters and ident not in self._recent_acks:
+        if ident not in self._ack_waiters and (key, ident) not in self._recent_acks:
             if len(self._ack_waiters) > 10_000:  # lines whose ack nobody awaits
                 for stale in list(self._ack_waiters)[:5_000]:
                     del self._ack_waiters[stale]
-            self._ack_waiters[ident] = trio.Event()
+            self._ack_waiters[ident] = (key, trio.Event())
         conn = self.peers.active(key)
         if conn is not None:
             how, to = pushed.get(key, ("", None)) if pushed is not None else ("", None)
@@ -803,34 +808,36 @@ class Engine:
         self.changes.publish({"kind": "sent", "peer": key, "th": res[1]["th"], "seq": res[0]})
         return {"id": res[1]["id"], "th": res[1]["th"], "line": res[1]}
 
-    async def wait_ack(self, ident: str, timeout: float) -> bool:
-        """True once the peer acked our line ``ident`` (or had already).
+    async def wait_ack(self, ident: str, timeout: float, peer: str = "") -> bool:
+        """True once the peer our line ``ident`` went to acked it (or had already).
 
         Lines queued by this process have an event from the moment they were
-        committed, so the common case needs no query.
+        committed, so the common case needs no query; ``peer``, when the
+        caller knows it, saves one when the ack came first.
         """
-        if ident in self._recent_acks:
+        if peer and (peer, ident) in self._recent_acks:
             return True
-        ev = self._ack_waiters.get(ident)
-        if ev is None:
-            acked = await self.read(lambda c: c.execute(
-                "SELECT acked FROM log WHERE dir = 'out' AND id = ?", (ident,)).fetchone())
-            if acked is None or acked[0]:
-                return bool(acked)
-            ev = self._ack_waiters.setdefault(ident, trio.Event())
+        waiter = self._ack_waiters.get(ident)
+        if waiter is None:
+            row = await self.read(lambda c: c.execute(
+                "SELECT peer, acked FROM log WHERE dir = 'out' AND id = ?", (ident,)).fetchone())
+            if row is None or row[1] or (row[0], ident) in self._recent_acks:
+                return row is not None
+            waiter = self._ack_waiters.setdefault(ident, (row[0], trio.Event()))
+        ev = waiter[1]
         with trio.move_on_after(max(0.0, timeout)):
             await ev.wait()
             return True
         return False
 
     async def bye(self, key: str, reason: str = "") -> bool:
-        """Park the peer and say bye if connected; returns whether it was."""
+        """Park the peer and say bye if connected; returns whether a bye went out
+        (not when the connection stalled or broke: it is dropped instead)."""
         await self.writer.run(lambda c: ops.set_parked(c, key, True, reason))
         conn = self.peers.active(key)
         if conn is None:
             return False
-        await conn.send_bye(reason)
-        return True
+        return await conn.send_bye(reason)
 
     async def grant(self, key: str, caps: list[str], ttl: float,
                     aud: str | None = None) -> dict:

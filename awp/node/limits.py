@@ -50,8 +50,8 @@ class Limits:
     unclaimed_blob_ttl: float = 3600.0      # an unnamed blob is dropped after this
 
     # Time.
-    write_timeout: float = 30.0             # any single write to a peer
-    gap_timeout: float = 15.0               # an older line unacked while a newer one is
+    write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
+    gap_timeout: float = 15.0               # an older line unacked while a newer one is (0: off)
 
     # Shape of what we parse.
     json_depth: int = 64                    # nesting of any JSON we parse (peer or local)

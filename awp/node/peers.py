@@ -147,11 +147,12 @@ class PeerManager:
                         s.dialing = False
                 if conn is not None:
                     # Stay with the connection; only one that lived a while
-                    # earns a fresh backoff, so a peer that accepts and drops
-                    # at once is not hammered.
+                    # (and was not dropped for not reading) earns a fresh
+                    # backoff, so a peer that accepts and drops or stalls is
+                    # not hammered.
                     up_since = trio.current_time()
                     await conn.closed.wait()
-                    if trio.current_time() - up_since >= cfg.stable_after:
+                    if trio.current_time() - up_since >= cfg.stable_after and not conn.stalled:
                         s.backoff = cfg.backoff_start
                         continue
                     if self.active(s.key):

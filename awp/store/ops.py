@@ -275,20 +275,33 @@ def fetch_outbox(
     ).fetchall()
 
 
+def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> list[tuple[str, str]]:
+    """``(id, line)`` of those of ``ids`` still queued for ``peer``, in outbox order."""
+    rows: list[tuple[int, str, str]] = []
+    for i in range(0, len(ids), 500):
+        part = ids[i:i + 500]
+        rows += conn.execute(
+            f"SELECT seq, id, line FROM outbox WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
+            (peer, *part)).fetchall()
+    return [(r[1], r[2]) for r in sorted(rows)]
+
+
 def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
     """The peer stored our line ``re``: drop it, and the never-acked lines before it.
 
-    Returns whether the id was still queued.
+    Only a line queued for ``peer`` itself is touched: an ack naming a line
+    we sent someone else changes nothing.  Returns whether the ack was news
+    (the line was still queued, or not yet marked acked).
     """
     row = conn.execute(
         "SELECT seq, th FROM outbox WHERE peer = ? AND id = ?", (peer, re)
     ).fetchone()
-    conn.execute(
+    marked = conn.execute(
         "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ? AND acked = 0",
         (peer, re),
-    )
+    ).rowcount
     if row is None:
-        return False
+        return marked > 0
     seq, qth = row
     conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
     conn.execute("UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"

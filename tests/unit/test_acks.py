@@ -1,0 +1,71 @@
+"""Acks count only from the peer a line was sent to: the store and the waiters."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from awp.node.config import NodeConfig
+from awp.node.engine import Engine
+from awp.store import ops
+from awp.store.db import open_store
+from awp.wire.ids import IdGenerator
+from awp.wire.keys import Identity
+
+A = "ed25519:" + "A" * 43
+B = "ed25519:" + "B" * 43
+
+
+@pytest.fixture
+def store(tmp_path):
+    c = open_store(str(tmp_path / "awp.db"))
+    yield c
+    c.close()
+
+
+def _queue(c, gen: IdGenerator, peer: str, text: str = "hi") -> tuple[int, dict, str]:
+    ops.ensure_peer(c, peer, 1)
+    return ops.queue_line(c, gen, peer, lambda i, ts: {
+        "t": "msg", "id": i, "ts": ts, "th": "thr_acktest1",
+        "parts": [{"k": "text", "text": text}]}, now=1)
+
+
+def test_an_ack_from_another_peer_leaves_the_line_queued_and_unacked(store):
+    gen = IdGenerator()
+    _seq, line, _text = _queue(store, gen, A)
+    assert ops.apply_ack(store, B, "thr_acktest1", line["id"]) is False
+    assert store.execute("SELECT count(*) FROM outbox WHERE peer = ?", (A,)).fetchone()[0] == 1
+    assert store.execute("SELECT acked FROM log WHERE id = ?", (line["id"],)).fetchone()[0] == 0
+    # The right peer's ack is news once, and drops the line.
+    assert ops.apply_ack(store, A, "thr_acktest1", line["id"]) is True
+    assert ops.apply_ack(store, A, "thr_acktest1", line["id"]) is False
+    assert store.execute("SELECT count(*) FROM outbox").fetchone()[0] == 0
+    assert store.execute("SELECT acked FROM log WHERE id = ?", (line["id"],)).fetchone()[0] == 1
+
+
+def test_a_waiter_wakes_only_for_the_peer_the_line_went_to(tmp_path):
+    eng = Engine(Identity.generate(), str(tmp_path / "awp.db"), NodeConfig(name="t"))
+    ident = "01M8N8" + "0" * 20
+
+    async def main() -> None:
+        eng.hand_over(A, (1, {"id": ident, "t": "msg"}, "{}", [], []), committed=False)
+        waiter = trio.Event()
+
+        async def wait() -> None:
+            assert await eng.wait_ack(ident, 5) is True
+            waiter.set()
+
+        async with trio.open_nursery() as n:
+            n.start_soon(wait)
+            await trio.testing.wait_all_tasks_blocked()
+            eng.ack_received(B, ident)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not waiter.is_set()
+            # A recent ack from the wrong peer does not answer a later ask either.
+            assert await eng.wait_ack(ident, 0, peer=A) is False
+            eng.ack_received(A, ident)
+        assert waiter.is_set()
+        assert await eng.wait_ack(ident, 0, peer=A) is True
+
+    trio.run(main)
