@@ -223,15 +223,15 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             " DO UPDATE SET key = excluded.key", (name, key)))
         return {"alias": name, "key": key}
 
-    async def _target(body: dict, how: str) -> tuple[str, str | None]:
+    async def _target(body: dict, how: str, starts: bool = False) -> tuple[str, str | None]:
         th = _str(body, "th")
         if th is not None and not th.strip():
             raise ApiError(400, "the thread id is empty", "bad_request")
         ref = _str(body, "peer")
         key = await resolve(ref) if ref else None
         if th and key is None:
-            key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(c, th,
-                                                                                  how=how)))
+            key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(
+                c, th, how=how, starts=starts)))
         if key is None:
             raise ApiError(400, "name a peer (or a --thread to reply in)", "bad_request")
         return key, th
@@ -257,7 +257,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     @r.route("POST", "/v1/send")
     async def send(req: Request) -> dict:
         body = _body(req)
-        key, th = await _target(body, "awp send {peer} --thread {th} ...")
+        key, th = await _target(body, "awp send {peer} --thread {th} ...", starts=True)
         parts = body.get("parts") or []
         files = _files(body)
         if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts) or not (
@@ -489,10 +489,19 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         """The peer a thread filter means (with ``c`` held): a thread is (peer, id).
 
         A bare id used by several peers is refused rather than merged; an id
-        nobody used yet stays unbound (``None``) and matches nothing.
+        nobody used with us (with that peer, when one is named) is
+        ``unknown_thread``, as for send and state: a typo must not read as an
+        empty thread or a wait that never ends.
         """
-        if key or not th:
+        if not th:
             return key
+        users = queries.thread_peers(c, th)
+        if key:
+            if key not in users:
+                raise ApiError(404, str(queries.unknown_thread(th)), "unknown_thread")
+            return key
+        if not users:
+            raise ApiError(404, str(queries.unknown_thread(th)), "unknown_thread")
         return _lookup(lambda: queries.scope_thread(c, th, None, how))
 
     async def _mark(records: list[dict]) -> None:
@@ -551,8 +560,9 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         if states and key is None:
             key = await engine.read(lambda c: _lookup(lambda: queries.thread_peer(c, th,
                                                                                   how=how)))
-        elif th and key is None:
-            key = await engine.read(lambda c: _bind(c, None, th, how))
+        elif th:
+            bound_key = key
+            key = await engine.read(lambda c: _bind(c, bound_key, th, how))
 
         def their_state(c: sqlite3.Connection) -> str | None:
             row = c.execute("SELECT theirs FROM threads WHERE peer = ? AND th = ?",

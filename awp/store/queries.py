@@ -143,18 +143,25 @@ def thread_peers(c: sqlite3.Connection, th: str) -> list[str]:
 
 
 def thread_peer(c: sqlite3.Connection, th: str, peer: str | None = None,
-                how: str = "") -> str:
+                how: str = "", starts: bool = False) -> str:
     """The peer of thread ``th``; errors when unknown or used by several peers.
 
-    ``how`` shows how to name the peer, with ``{peer}`` and ``{th}`` filled in.
+    ``how`` shows how to name the peer, with ``{peer}`` and ``{th}`` filled in;
+    ``starts`` says the command can start a thread (``send``), so naming the
+    peer is the way out of an unknown id.
     """
     if peer:
         return peer
     found = scope_thread(c, th, None, how)
     if found is None:
-        raise LookupFailed(f"unknown thread {th!r} (see awp threads); name the peer to start it",
-                           "unknown_thread")
+        raise unknown_thread(th, starts)
     return found
+
+
+def unknown_thread(th: str, starts: bool = False) -> LookupFailed:
+    """The one error for a thread id nobody used with us."""
+    hint = "; name the peer to start it" if starts else ""
+    return LookupFailed(f"unknown thread {th!r} (see awp threads){hint}", "unknown_thread")
 
 
 def scope_thread(c: sqlite3.Connection, th: str, peer: str | None, how: str = "") -> str | None:

@@ -123,7 +123,15 @@ def test_unknown_peer_points_at_awp_peers(homes):
     line = one_error_line(h.run("read", "nobody"), "read")
     assert "awp peers" in line
     line = one_error_line(h.run("state", "thr_nothere1", "done"), "state")
-    assert "unknown thread" in line
+    assert "unknown thread" in line and "start it" not in line
+    # Every command that takes a thread says the same of an id nobody used (it used to
+    # read as an empty thread, and wait used to wait for it).
+    for args in (["read", "thr_nothere1"], ["wait", "--thread", "thr_nothere1", "--timeout", "1m"],
+                 ["private", "thr_nothere1"], ["tail", "--once", "-t", "thr_nothere1"]):
+        line = one_error_line(h.run(*args), args[0])
+        assert line == f"awp {args[0]}: unknown thread 'thr_nothere1' (see awp threads)", line
+    line = one_error_line(h.run("send", "--thread", "thr_nothere1", "x"), "send")
+    assert line.endswith("name the peer to start it")
     h.ok("down")
 
 
