@@ -102,9 +102,11 @@ def run(home: str, flags: Flags) -> int:
     try:
         db_path = homes.path(home, "awp.db")
         seed = homes.load_identity_seed(home)
-        check.verify(db_path, hint=hint)
+        warning = check.verify(db_path, hint=hint)
         settings = resolve(home, flags, remembered_values(db_path))
         setup_logging(settings.trace)
+        if warning:
+            log.warning("%s", warning)
         homes.write_private(homes.path(home, "daemon.pid"), f"{os.getpid()}\n")
         # Short GIL slices: the store writer thread and the event loop hand work
         # back and forth constantly, and the default 5 ms slice shows up as latency.

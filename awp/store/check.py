@@ -50,6 +50,7 @@ class WalReport:
     commits: int = 0  # committed transactions among them
     lost_commits: int = 0  # committed transactions written after a bad frame
     bad_frame: int = -1  # index of the first bad frame, -1 if none
+    dropped: int = 0  # frames of the current WAL from the first bad one on
 
     @property
     def damaged(self) -> bool:
@@ -118,8 +119,11 @@ def check_wal(db_path: str) -> WalReport:
                 report.bad_frame = i
         elif intact and commit:
             report.lost_commits += 1
-        if ours:
-            prev = (f0, f1)
+        if ours and not replaying:
+            report.dropped += 1
+        # The next frame chains from this one's stored checksum even when this
+        # one is damaged (salts included): that is what lets us see past it.
+        prev = (f0, f1)
         off += step
         i += 1
     return report
@@ -149,7 +153,7 @@ def wal_message(path: str, report: WalReport) -> str:
             " by SQLite without a word")
 
 
-def verify(db_path: str, *, hint: str = "") -> None:
+def verify(db_path: str, *, hint: str = "") -> str:
     """Check the store's files before anything opens them for writing.
 
     Runs :func:`check_wal` first (opening the store replays the WAL and, at
@@ -157,10 +161,16 @@ def verify(db_path: str, *, hint: str = "") -> None:
     evidence), then ``quick_check`` on a connection that reads through the
     WAL.  Raises :class:`StoreDamaged` with one line naming the damage and
     ``hint`` (what to run); a store that does not exist yet is sound.
+
+    Returns a warning ('' if none) for a WAL that ends in frames that do not
+    check out with no committed transaction after them: a write cut short by
+    a crash or power loss looks exactly like that (SQLite rightly leaves it
+    out, and it was never acknowledged), and so does damage to the very last
+    transaction, which is why it is worth a line in the log.
     """
     name = os.path.basename(db_path)
     if not os.path.exists(db_path):
-        return
+        return ""
     try:
         wal = check_wal(db_path)
     except OSError as e:
@@ -184,6 +194,11 @@ def verify(db_path: str, *, hint: str = "") -> None:
         conn.close()
     if finding:
         raise StoreDamaged(f"{name} is damaged ({_first_line(finding)}){hint}")
+    if wal.dropped:
+        return (f"{name}-wal ends in {wal.dropped} frame(s) that do not check out (a write"
+                " cut short by a crash, or damage to the last transaction): SQLite leaves"
+                " them out")
+    return ""
 
 
 def _first_line(text: str) -> str:
