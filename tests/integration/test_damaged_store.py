@@ -155,7 +155,11 @@ def test_a_page_going_bad_under_a_running_daemon_gives_a_clear_error(make_node):
     db = os.path.join(b.home, "awp.db")
     leaf = _leaf_of_log(db)
     b.start()
+    a.connect(b)
     _smash(db, leaf)
+    # A commit makes every reader of b drop its page cache (which may hold
+    # the page from before): the next read goes to the file.
+    a.send(b.key, "after the damage", wait_ack=30)
     with pytest.raises(ApiFailure) as e:
         b.api("POST", "/v1/read", {"n": 1_000_000, "mark": False})
     assert e.value.status == 500 and e.value.code == "store_damaged", e.value

@@ -107,3 +107,44 @@ def test_damage_errors_are_told_from_other_sqlite_errors(tmp_path):
     assert not check.is_damage(sqlite3.OperationalError("database is locked"))
     with pytest.raises(check.StoreDamaged, match="bad.db is damaged"):
         check.verify(str(bad))
+
+
+def _store(tmp_path, rows: int = 300) -> str:
+    db = str(tmp_path / "s.db")
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute("PRAGMA journal_mode = WAL")
+    c.execute("CREATE TABLE x (v TEXT)")
+    c.execute("BEGIN")
+    for i in range(rows):
+        c.execute("INSERT INTO x VALUES (?)", (f"{i} " * 100,))
+    c.execute("COMMIT")
+    c.close()  # a clean close: checkpointed, no WAL left
+    assert not os.path.exists(db + "-wal")
+    return db
+
+
+def test_a_truncated_store_is_told_by_its_header(tmp_path):
+    db = _store(tmp_path)
+    assert check.check_header(db) == ""
+    size = os.path.getsize(db)
+    with open(db, "r+b") as f:
+        f.truncate(size - 4096)
+    assert "truncated" in check.check_header(db)
+    with pytest.raises(check.StoreDamaged, match="truncated"):
+        check.verify(db)
+
+
+def test_a_big_store_is_checked_in_full_only_after_an_unclean_stop(tmp_path, monkeypatch):
+    db = _store(tmp_path)
+    with open(db, "r+b") as f:  # a damaged page in the middle of the table
+        f.seek(4096 * 10)
+        f.write(b"\xa5" * 64)
+    monkeypatch.setattr(check, "QUICK_CHECK_ALWAYS", 0)
+    assert check.verify(db) == ""  # clean stop: header and WAL only (reads will tell)
+    open(db + "-wal", "wb").close()  # as a crash leaves it
+    with pytest.raises(check.StoreDamaged):
+        check.verify(db)
+    monkeypatch.setattr(check, "QUICK_CHECK_ALWAYS", 1 << 30)
+    os.unlink(db + "-wal")
+    with pytest.raises(check.StoreDamaged):
+        check.verify(db)
