@@ -2,7 +2,8 @@
 
 SQLite reports most damage itself, but only when it reads the damaged page,
 which may be long after start (a 500 in the middle of a read) or never (a
-page nobody reads until a checkpoint copies it).  Two checks run at start:
+page nobody reads until a checkpoint copies it).  Three checks run at start,
+before anything opens the store for writing (:func:`verify`):
 
 - :func:`check_wal` reads the write-ahead log before SQLite opens it.  When
   SQLite recovers a WAL it keeps the frames up to the first one whose
@@ -11,9 +12,12 @@ page nobody reads until a checkpoint copies it).  Two checks run at start:
   message committed after it, with no error anywhere.  We verify each frame
   against its predecessor's stored checksum, so a committed frame *after* a
   bad one is still recognised as written by this WAL, and say so.
+- :func:`check_header` compares the page count in the file's header with
+  its size (a truncated file), at every start: it costs one read.
 - :func:`quick_check` runs ``PRAGMA quick_check`` (every page of every
   B-tree is read and its structure checked; index contents are not compared
-  with their tables, which is what makes it quick).
+  with their tables, which is what makes it quick): at every start up to
+  :data:`QUICK_CHECK_ALWAYS`, and after an unclean stop at any size.
 
 Either failure raises :class:`StoreDamaged`, whose message is one line that
 says what is wrong and what to run (``awp repair``).
@@ -58,10 +62,10 @@ class WalReport:
 
 
 def _checksum(data: bytes, s0: int, s1: int, big: bool) -> tuple[int, int]:
-    words = struct.unpack(f"{'>' if big else '<'}{len(data) // 4}I", data)
-    for i in range(0, len(words), 2):
-        s0 = (s0 + words[i] + s1) & _MASK
-        s1 = (s1 + words[i + 1] + s0) & _MASK
+    words = iter(struct.unpack(f"{'>' if big else '<'}{len(data) // 4}I", data))
+    for a, b in zip(words, words, strict=False):  # pairs of words (lengths are multiples of 8)
+        s0 = (s0 + a + s1) & _MASK
+        s1 = (s1 + b + s0) & _MASK
     return s0, s1
 
 
