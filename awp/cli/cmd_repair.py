@@ -66,7 +66,9 @@ def repair(
     out(f"new awp.db: {total} rows kept ({per or 'none'})")
     for table, n in result.unreadable.items():
         out(f"  {table}: {n} unreadable stretch{'es' if n != 1 else ''} skipped")
-    if result.lost_tables:
+    if "*" in result.lost_tables:
+        out("  nothing could be read from the damaged file")
+    elif result.lost_tables:
         out(f"  unreadable: {', '.join(result.lost_tables)}")
     if result.wal is not None and result.wal.damaged:
         out(f"  the write-ahead log held {result.wal.lost_commits} committed transaction(s)"
