@@ -13,7 +13,7 @@ import re
 import typer
 
 from .. import PROTOCOL_VERSION, __version__
-from . import cmd_conn, cmd_grants, cmd_msg, cmd_service, cmd_share  # noqa: F401  (registers the commands)
+from . import cmd_conn, cmd_grants, cmd_msg, cmd_repair, cmd_service, cmd_share  # noqa: F401  (registers the commands)
 from .cmd_agent import hook_cmd as _hook  # noqa: F401  (registers hook, mcp, bootstrap, model)
 from .cmd_conform import conform as _conform  # noqa: F401  (registers awp conform)
 from .cmd_web import web_cmd as _web  # noqa: F401  (registers awp web)

@@ -670,6 +670,10 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
 
 def _store_error(e: Exception) -> ApiError:
     """The store refused a write (full or read-only disk): say so; nothing was queued."""
+    from ..store.check import is_damage
+
+    if is_damage(e):
+        raise e  # the whole API maps damage to store_damaged (awp.daemon.damage)
     return ApiError(507, f"cannot store it ({e}); nothing was queued", "store_error")
 
 

@@ -21,7 +21,7 @@ from ..node.engine import Engine
 from ..node.mirror import Mirror
 from ..node.presence import Presence
 from ..node.serving import Serving
-from ..store import ops, queries
+from ..store import check, ops, queries
 from ..store.db import StoreError, open_store
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import Identity
@@ -92,6 +92,7 @@ def node_config(s: Settings) -> NodeConfig:
 
 def run(home: str, flags: Flags) -> int:
     """Run the daemon in the foreground until SIGTERM/SIGINT or ``awp down``."""
+    hint = check.repair_hint(home)
     try:
         homes.ensure_home(home)
         lock = homes.HomeLock(home)
@@ -102,8 +103,11 @@ def run(home: str, flags: Flags) -> int:
     try:
         db_path = homes.path(home, "awp.db")
         seed = homes.load_identity_seed(home)
+        warning = check.verify(db_path, hint=hint)
         settings = resolve(home, flags, remembered_values(db_path))
         setup_logging(settings.trace)
+        if warning:
+            log.warning("%s", warning)
         homes.write_private(homes.path(home, "daemon.pid"), f"{os.getpid()}\n")
         # Short GIL slices: the store writer thread and the event loop hand work
         # back and forth constantly, and the default 5 ms slice shows up as latency.
@@ -111,6 +115,15 @@ def run(home: str, flags: Flags) -> int:
         return trio.run(_main, home, Identity(seed), db_path, settings)
     except (homes.HomeError, StoreError, OSError) as e:
         print(f"awp daemon: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        # Damage SQLite finds after the start checks (inside the event loop,
+        # so wrapped in an exception group): one line, not a traceback.
+        found = check.damage_in(e)
+        if found is None:
+            raise
+        why = found if isinstance(found, StoreError) else f"awp.db is damaged ({found}){hint}"
+        print(f"awp daemon: {why}", file=sys.stderr)
         return 1
     finally:
         for name in ("daemon.pid",):
@@ -156,6 +169,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         from .api_agent import add_agent_routes
 
         add_agent_routes(router, engine, state)
+        from .damage import guard
+
+        guard(router, home)
         sock = socket_path_for_home(home, create=True)
         state.socket_path = sock
         if sock != homes.path(home, "awp.sock"):

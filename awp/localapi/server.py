@@ -261,6 +261,12 @@ class Router:
                 raise ValueError(f"route registered twice: {method} {path}")
         self._routes.append(_Route(method, path, handler))
 
+    def wrap(self, wrapper: Callable[[Handler], Handler]) -> None:
+        """Replace every handler registered so far by ``wrapper(handler)``
+        (error mapping for a whole API in one place)."""
+        for route in self._routes:
+            route.handler = wrapper(route.handler)
+
     def resolve(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
         """Find the handler for a request, or raise the 404/405 ``ApiError``."""
         parts = _split_path(path)

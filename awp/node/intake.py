@@ -48,11 +48,21 @@ class Intake:
                         e)
             return None
         try:
-            records = journal.recover()
-            if records:
-                n = replay(conn, records)
+            scan = journal.recover()
+            kept = _keep(journal) if scan.damaged or scan.torn else ""
+            if scan.damaged:
+                log.error("the intake journal is damaged: %d stretch(es) failed their checksum;"
+                          " %d lines read around them; the file is kept as %s",
+                          scan.damaged, len(scan.records), kept)
+            elif scan.torn:
+                log.warning("the intake journal ends in a record that fails its checksum (a"
+                            " write cut short by a crash, never acked, or damage to the last"
+                            " line); %d lines read before it; the file is kept as %s",
+                            len(scan.records), kept)
+            if scan.records:
+                n = replay(conn, scan.records)
                 log.info("stored %d of %d lines from the intake journal (the rest were"
-                         " already stored)", n, len(records))
+                         " already stored)", n, len(scan.records))
             journal.clear()
         except BaseException:
             journal.close()
@@ -106,6 +116,14 @@ class Intake:
 
     def close(self) -> None:
         self.journal.close()
+
+
+def _keep(journal: IntakeJournal) -> str:
+    """Copy a damaged journal aside before it is cleared; where it went, or why not."""
+    try:
+        return journal.keep_copy()
+    except OSError as e:
+        return f"nowhere (cannot copy it: {e})"
 
 
 def replay(conn: sqlite3.Connection, records: list[Record]) -> int:

@@ -19,11 +19,19 @@ File layout: records back to back from offset 0, each
     magic "AWPi" | payload length (u32) | serial (u64) | crc32 (u32) | payload
 
 with the payload ``peer key \\n received-at ms \\n raw line``.  Serials grow
-by one from record to record; recovery reads from the start and stops at the
-first record whose magic, length, checksum or serial does not follow, so a
-torn write (never acked) and the leftovers of an earlier round are ignored.
+by one from record to record, and across rounds.  Recovery reads from the
+start and follows the chain while magic, length, checksum and serial agree.
+Where the chain breaks it looks further: a record that checks out and
+carries a higher serial was written later in this round (acked), so the
+break was damage, and reading goes on from there; leftovers of earlier
+rounds carry lower serials and are ignored, as is a torn write (never acked)
+at the end.  What recovery met is counted (:class:`Scan`), so the caller
+can report it and keep the file for a closer look.
+
 The file is filled with zeros when created, so appends overwrite blocks the
-file already owns and the sync has no file size or block map to update.
+file already owns and the sync has no file size or block map to update.  A
+file found shorter than that is extended from its end, never rewritten:
+what it holds is read first.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import struct
 import time
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 log = logging.getLogger("awp.store")
 
@@ -66,28 +75,68 @@ def encode(serial: int, rec: Record) -> bytes:
     return _HEADER.pack(MAGIC, len(payload), serial, crc) + payload
 
 
-def decode_all(data: bytes) -> tuple[list[Record], int]:
-    """The records of the current round, in order, and the last serial (0 if none)."""
+class Scan(NamedTuple):
+    """What recovery read from a journal."""
+
+    records: list[Record]  # the lines of the current round, in order
+    last: int  # the last serial read (0 if none)
+    damaged: int = 0  # breaks in the chain with good records of this round after them
+    torn: int = 0  # the round ends in a record of it that does not check out
+
+
+def _record_at(data: bytes, off: int) -> tuple[Record, int, int] | None:
+    """The record at ``off`` as (record, serial, end), or None if it does not check out."""
+    if off + _HEADER.size > len(data):
+        return None
+    magic, length, serial, crc = _HEADER.unpack_from(data, off)
+    end = off + _HEADER.size + length
+    if magic != MAGIC or length > MAX_RECORD or end > len(data):
+        return None
+    payload = data[off + _HEADER.size:end]
+    if zlib.crc32(payload, zlib.crc32(struct.pack("<IQ", length, serial))) != crc:
+        return None
+    try:
+        peer, at, text = payload.decode().split("\n", 2)
+        return Record(peer, int(at), text), serial, end
+    except ValueError:
+        return None
+
+
+def decode_all(data: bytes) -> Scan:
+    """The records of the current round, in order, and what was met on the way."""
     out: list[Record] = []
-    off, last = 0, 0
-    while off + _HEADER.size <= len(data):
-        magic, length, serial, crc = _HEADER.unpack_from(data, off)
-        end = off + _HEADER.size + length
-        if magic != MAGIC or length > MAX_RECORD or end > len(data):
+    off, last, damaged, torn = 0, 0, 0, 0
+    while True:
+        got = _record_at(data, off)
+        if got is not None and (not out or got[1] == last + 1):
+            out.append(got[0])
+            last, off = got[1], got[2]
+            continue
+        if not any(data[off:off + _HEADER.size]):
+            break  # zeros: never written, or cleared after the last round was stored
+        later = _next_after(data, off + 1, last)
+        if later is None:
+            # Offset 0 holds zeros or this round's first record; further on, a
+            # header with the next serial is this round's too: cut short or damaged.
+            if off == 0 or (off + _HEADER.size <= len(data) and data[off:off + 4] == MAGIC
+                            and _HEADER.unpack_from(data, off)[2] == last + 1):
+                torn = 1
             break
-        if out and serial != last + 1:
-            break
-        payload = data[off + _HEADER.size:end]
-        if zlib.crc32(payload, zlib.crc32(struct.pack("<IQ", length, serial))) != crc:
-            break
-        try:
-            peer, at, text = payload.decode().split("\n", 2)
-            rec = Record(peer, int(at), text)
-        except ValueError:
-            break
+        damaged += 1
+        rec, last, off = later
         out.append(rec)
-        last, off = serial, end
-    return out, last
+    return Scan(out, last, damaged, torn)
+
+
+def _next_after(data: bytes, start: int, last: int) -> tuple[Record, int, int] | None:
+    """The next record from ``start`` on that checks out with a serial above ``last``."""
+    at = data.find(MAGIC, start)
+    while at != -1:
+        got = _record_at(data, at)
+        if got is not None and got[1] > last:
+            return got
+        at = data.find(MAGIC, at + 1)
+    return None
 
 
 class IntakeJournal:
@@ -108,8 +157,9 @@ class IntakeJournal:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.fchmod(fd, 0o600)
-            if os.fstat(fd).st_size < SIZE:
-                os.pwrite(fd, bytes(SIZE), 0)
+            size = os.fstat(fd).st_size
+            if size < SIZE:  # extend from the end: what is there is read by recover()
+                os.pwrite(fd, bytes(SIZE - size), size)
                 os.fsync(fd)
                 _sync_dir(os.path.dirname(os.path.abspath(path)))  # the new name too
         except BaseException:
@@ -117,10 +167,22 @@ class IntakeJournal:
             raise
         return cls(fd, path)
 
-    def recover(self) -> list[Record]:
+    def recover(self) -> Scan:
         """Lines journaled by an earlier run (all acked; maybe not in SQLite)."""
-        records, _ = decode_all(os.pread(self._fd, SIZE, 0))
-        return records
+        return decode_all(os.pread(self._fd, max(SIZE, os.fstat(self._fd).st_size), 0))
+
+    def keep_copy(self) -> str:
+        """Copy the journal as it is to ``<path>.damaged-<UTC time>``; the copy's path."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest = f"{self.path}.damaged-{stamp}"
+        data = os.pread(self._fd, max(SIZE, os.fstat(self._fd).st_size), 0)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return dest
 
     def clear(self) -> None:
         """After the recovered lines are committed: zero the journal's start."""

@@ -38,18 +38,35 @@ def journal(tmp_path):
 def test_records_round_trip_in_order():
     recs = [Record(PEER, 1000 + i, _msg(_id(i), f"text {i} \u00e9\u4e2d")) for i in range(5)]
     data = b"".join(encode(41 + i, r) for i, r in enumerate(recs)) + bytes(100)
-    got, last = decode_all(data)
+    got, last, _, _ = decode_all(data)
     assert got == recs and last == 45
 
 
-def test_a_torn_or_altered_record_ends_the_round():
+def test_a_torn_last_record_ends_the_round_and_is_counted():
     recs = [Record(PEER, i, _msg(_id(i))) for i in range(3)]
+    whole = b"".join(encode(7 + i, r) for i, r in enumerate(recs))
+    scan = decode_all(whole[:-5] + bytes(100))  # the last write was cut short
+    assert scan.records == recs[:2] and (scan.damaged, scan.torn) == (0, 1)
+    scan = decode_all(whole[:-5])  # ... at the end of the file
+    assert scan.records == recs[:2] and (scan.damaged, scan.torn) == (0, 1)
+    assert decode_all(whole + bytes(100)) == (recs, 9, 0, 0)
+
+
+@pytest.mark.parametrize("where", [0, 2, 6, 30])  # magic, length, serial, payload
+def test_a_damaged_record_does_not_hide_the_good_ones_after_it(where):
+    recs = [Record(PEER, i, _msg(_id(i))) for i in range(4)]
     blobs = [encode(7 + i, r) for i, r in enumerate(recs)]
-    whole = b"".join(blobs)
-    assert decode_all(whole[:-5])[0] == recs[:2]  # the last write was cut short
-    flipped = bytearray(whole)
-    flipped[len(blobs[0]) + 30] ^= 0x01  # one bit of the second record's payload
-    assert decode_all(bytes(flipped))[0] == recs[:1]
+    flipped = bytearray(b"".join(blobs) + bytes(64))
+    flipped[len(blobs[0]) + where] ^= 0x01  # one bit of the second record
+    scan = decode_all(bytes(flipped))
+    assert scan.records == [recs[0], *recs[2:]] and scan.damaged == 1, scan
+    first = bytearray(b"".join(blobs))
+    first[where] ^= 0x01  # the first record: the rest is still found
+    scan = decode_all(bytes(first))
+    assert scan.records == recs[1:] and scan.damaged == 1, scan
+    only = bytearray(blobs[0] + bytes(64))
+    only[where] ^= 0x01  # a round of one damaged record is not silent either
+    assert decode_all(bytes(only)) == ([], 0, 0, 1)
 
 
 def test_a_serial_that_does_not_follow_ends_the_round():
@@ -63,7 +80,7 @@ def test_journal_file_is_private_zero_filled_and_refuses_a_symlink(tmp_path):
     IntakeJournal.open(str(path)).close()
     st = os.stat(path)
     assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_size == ij.SIZE
-    assert IntakeJournal.open(str(path)).recover() == []
+    assert IntakeJournal.open(str(path)).recover().records == []
     target = tmp_path / "elsewhere"
     target.write_bytes(b"")
     link = tmp_path / "linked.journal"
@@ -78,7 +95,7 @@ def test_appended_lines_are_recovered_until_stored(tmp_path, journal):
     assert all(journal.append(r) for r in recs)
     assert journal.pending == 3
     reopened = IntakeJournal.open(journal.path)
-    assert reopened.recover() == recs
+    assert reopened.recover().records == recs
     reopened.close()
 
 
@@ -90,20 +107,20 @@ def test_a_new_round_starts_at_the_beginning_and_hides_the_old_one(journal):
     assert journal.pending == 0
     new = Record(OTHER, 99, _msg(_id(50), "new"))
     assert journal.append(new)
-    assert journal.recover() == [new]
+    assert journal.recover().records == [new]
     # the same length as the record it overwrites: the next old record's
     # serial is lower than the new one's, so it is not read as a follower
     for _ in range(2):
         journal.stored()
     same = Record(PEER, 0, _msg(_id(0), "an older, longer line " * 3))
     assert journal.append(same)
-    assert journal.recover() == [same]
+    assert journal.recover().records == [same]
 
 
 def test_clear_empties_the_journal(journal):
     journal.append(Record(PEER, 1, _msg(_id(1))))
     journal.clear()
-    assert journal.recover() == [] and journal.pending == 0
+    assert journal.recover().records == [] and journal.pending == 0
 
 
 def test_oversized_lines_and_a_full_round_take_the_ordinary_way(journal):
@@ -115,7 +132,7 @@ def test_oversized_lines_and_a_full_round_take_the_ordinary_way(journal):
     size = len(encode(0, big))
     assert n == ij.SIZE // size or n == ij.SIZE // size - 1  # as many as fit
     assert not journal.append(big)
-    assert len(journal.recover()) == n
+    assert len(journal.recover().records) == n
     for _ in range(n):
         journal.stored()
     assert journal.fits(len(big.text)) and journal.append(big)  # a new round
@@ -129,7 +146,7 @@ def test_every_record_the_journal_takes_is_read_back_at_the_size_limit(journal):
         if journal.append(rec):
             taken.append(rec)
         journal.stored()
-        assert journal.recover() == taken[-1:]
+        assert journal.recover().records == taken[-1:]
     assert taken and len(taken[-1].text) < ij.MAX_RECORD
 
 

@@ -1,0 +1,210 @@
+"""A damaged store: the daemon says so in one line and loses nothing silently.
+
+Real daemons in temp homes; the damage is done to the real files between
+runs (or, for a page going bad at run time, under a running daemon): a
+truncated awp.db, a page of the log table overwritten, a bit flipped in a
+committed WAL frame.  ``awp repair`` then moves the files aside and keeps
+what can be read.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import struct
+import subprocess
+import sys
+
+import pytest
+from nodes import ROOT, Node, wait_for
+
+from awp.localapi.client import ApiFailure
+
+MSGS = 120
+TEXT = "x" * 700  # about five log rows to a 4 KiB page
+
+
+def _fill(make_node) -> tuple[Node, Node]:
+    """``b`` holds MSGS inbound messages from ``a``; both still running."""
+    a = make_node("a").start()
+    b = make_node("b").start()
+    a.connect(b)
+    th = a.send(b.key, "first", subject="damage")["th"]
+    for i in range(MSGS - 1):
+        a.send(b.key, f"{i} {TEXT}", th=th, wait_ack=0)
+    wait_for(lambda: len(b.inbound(peer=a.key)) >= MSGS, 60, "every message at b")
+    return a, b
+
+
+def _log_lines(node: Node) -> list[str]:
+    with open(node.log_path, errors="replace") as f:
+        return f.read().splitlines()
+
+
+def _start_fails(node: Node) -> str:
+    """Start the daemon, expect it to refuse; the one line it printed."""
+    before = len(_log_lines(node))
+    node.start(wait=False)
+    assert node.proc is not None
+    rc = node.proc.wait(30)
+    node.proc = None
+    lines = _log_lines(node)[before:]
+    assert rc != 0
+    assert len(lines) == 1, lines
+    assert "Traceback" not in lines[0] and "Group" not in lines[0], lines
+    return lines[0]
+
+
+def _repair(node: Node, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("AWP_HOME", None)
+    return subprocess.run([sys.executable, "-m", "awp", "repair", "--home", node.home, *args],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+
+
+def _page_size(db: str) -> int:
+    with open(db, "rb") as f:
+        head = f.read(100)
+    size = struct.unpack(">H", head[16:18])[0]
+    return 65536 if size == 1 else size
+
+
+def _leaf_of_log(db: str, where: float = 0.5) -> int:
+    """A leaf page of the log table's B-tree (1-based number): the one at
+    ``where`` (0 the first, 0.5 the middle) among each interior page's children."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        page = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'log'").fetchone()[0]
+    finally:
+        con.close()
+    size = _page_size(db)
+    with open(db, "rb") as f:
+        while True:
+            f.seek((page - 1) * size)
+            data = f.read(size)
+            if data[0] == 0x0D:  # a table leaf
+                return page
+            assert data[0] == 0x05, data[0]  # a table interior page
+            n = struct.unpack(">H", data[3:5])[0]
+            k = int(n * where)
+            cell = struct.unpack(">H", data[12 + 2 * k:14 + 2 * k])[0]
+            page = struct.unpack(">I", data[cell:cell + 4])[0]
+
+
+def _smash(db: str, page: int) -> None:
+    size = _page_size(db)
+    with open(db, "r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xa5" * 64)
+
+
+def test_a_truncated_store_refuses_to_start_in_one_line_and_repair_keeps_the_rest(make_node):
+    a, b = _fill(make_node)
+    b.stop()  # the messages are checkpointed into awp.db
+    b.start()
+    b.kill()  # kill -9: the WAL holds what this run wrote at its start
+    db = os.path.join(b.home, "awp.db")
+    size, page = os.path.getsize(db), _page_size(db)
+    first = _leaf_of_log(db, 0)  # keep the log's first leaves, lose the rest of the file
+    cut = max(first, (first + size // page) // 2) * page
+    with open(db, "r+b") as f:
+        f.truncate(cut)
+    line = _start_fails(b)
+    assert line.startswith("awp daemon: awp.db is damaged"), line
+    assert f"awp repair --home {b.home}" in line, line
+    assert os.path.getsize(db) == cut  # nothing moved or rewritten
+
+    r = _repair(b, "--check")
+    assert r.returncode == 1 and r.stderr.startswith("awp repair: awp.db is damaged"), r.stderr
+    r = _repair(b)
+    assert r.returncode == 0, r.stderr
+    aside = [n for n in os.listdir(b.home) if n.startswith("awp.db.damaged-") and "-" not in
+             n[len("awp.db.damaged-"):]]
+    assert len(aside) == 1, os.listdir(b.home)
+    assert os.path.getsize(os.path.join(b.home, aside[0])) == cut
+    b.start()  # sound again
+    kept = len(b.inbound(peer=a.key))
+    assert 0 < kept < MSGS, (kept, r.stdout)  # the rows before the cut still read
+    r = _repair(b)
+    assert r.returncode == 1 and "stop it first (awp down)" in r.stderr, r.stderr
+    b.stop()
+    r = _repair(b, "--check")
+    assert r.returncode == 0 and "sound" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_a_damaged_page_is_found_at_start_and_repair_skips_only_that_page(make_node):
+    a, b = _fill(make_node)
+    b.stop()
+    db = os.path.join(b.home, "awp.db")
+    _smash(db, _leaf_of_log(db))
+    line = _start_fails(b)
+    assert line.startswith("awp daemon: awp.db is damaged ("), line
+    assert "awp repair" in line, line
+
+    r = _repair(b)
+    assert r.returncode == 0, r.stderr
+    assert "log: 1 unreadable stretch skipped" in r.stdout, r.stdout
+    b.start()
+    kept = len(b.inbound(peer=a.key))
+    assert MSGS - 20 <= kept < MSGS, (kept, r.stdout)  # one page's rows lost, no more
+
+
+def test_a_page_going_bad_under_a_running_daemon_gives_a_clear_error(make_node):
+    a, b = _fill(make_node)
+    b.stop()
+    db = os.path.join(b.home, "awp.db")
+    leaf = _leaf_of_log(db)
+    b.start()
+    a.connect(b)
+    _smash(db, leaf)
+    # A commit makes every reader of b drop its page cache (which may hold
+    # the page from before): the next read goes to the file.
+    a.send(b.key, "after the damage", wait_ack=30)
+    with pytest.raises(ApiFailure) as e:
+        b.api("POST", "/v1/read", {"n": 1_000_000, "mark": False})
+    assert e.value.status == 500 and e.value.code == "store_damaged", e.value
+    assert "awp repair" in e.value.message, e.value.message
+    lines = _log_lines(b)
+    assert any("store damaged" in x for x in lines), lines[-5:]
+    assert not any("Traceback" in x for x in lines), lines[-20:]
+    with pytest.raises(ApiFailure) as e:  # and again: the daemon keeps running
+        b.api("POST", "/v1/read", {"n": 1_000_000, "mark": False})
+    assert e.value.code == "store_damaged" and b.proc is not None and b.proc.poll() is None
+
+
+def test_a_flipped_bit_in_a_committed_wal_frame_is_reported_at_start(make_node):
+    a = make_node("a").start()
+    b = make_node("b").start()
+    a.connect(b)
+    b.stop()  # the WAL starts empty at b's next start
+    b.start()
+    a.connect(b)
+    th = a.send(b.key, "first", subject="wal")["th"]
+    for i in range(30):
+        a.send(b.key, f"{i} {TEXT}", th=th, wait_ack=5)
+    wal = os.path.join(b.home, "awp.db-wal")
+    b.kill()  # kill -9: the committed frames stay in the WAL
+    from awp.store.check import check_wal
+
+    report = check_wal(os.path.join(b.home, "awp.db"))
+    assert report.commits >= 30 and not report.damaged, report
+    size = os.path.getsize(wal)
+    page = _page_size(os.path.join(b.home, "awp.db"))
+    with open(wal, "r+b") as f:  # one bit in the page of the second frame
+        off = 32 + (24 + page) + 24 + 50
+        f.seek(off)
+        byte = f.read(1)[0]
+        f.seek(off)
+        f.write(bytes([byte ^ 0x10]))
+    line = _start_fails(b)
+    assert "awp.db-wal is damaged at frame 2" in line, line
+    assert "committed transactions after it" in line and "awp repair" in line, line
+    assert os.path.getsize(wal) == size  # the WAL is left as it was
+
+    r = _repair(b)
+    assert r.returncode == 0, r.stderr
+    assert "committed transaction(s) after its damaged frame" in r.stdout, r.stdout
+    kept_wal = [n for n in os.listdir(b.home) if n.startswith("awp.db.damaged-")
+                and n.endswith("-wal")]
+    assert kept_wal and os.path.getsize(os.path.join(b.home, kept_wal[0])) == size
+    b.start()

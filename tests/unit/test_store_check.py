@@ -1,0 +1,150 @@
+"""The WAL check: what SQLite would drop silently, and what is only a torn tail."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+
+import pytest
+
+from awp.store import check
+
+COMMITS = 10
+
+
+@pytest.fixture
+def wal_copy(tmp_path):
+    """A store whose WAL holds COMMITS committed transactions (as after kill -9)."""
+    db = str(tmp_path / "live.db")
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute("PRAGMA journal_mode = WAL")
+    c.execute("PRAGMA wal_autocheckpoint = 0")
+    c.execute("CREATE TABLE x (i INTEGER PRIMARY KEY, v TEXT)")
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for i in range(COMMITS):
+        c.execute("INSERT INTO x (v) VALUES (?)", (f"row {i} " * 40,))
+    copy = str(tmp_path / "copy.db")
+    shutil.copyfile(db, copy)
+    shutil.copyfile(db + "-wal", copy + "-wal")
+    c.close()
+    return copy
+
+
+def _flip(path: str, off: int, bit: int = 1) -> None:
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)[0]
+        f.seek(off)
+        f.write(bytes([b ^ bit]))
+
+
+def _frame(i: int, at: int = 0) -> int:
+    return 32 + i * (24 + 4096) + at
+
+
+def test_an_intact_wal_is_replayed_whole(wal_copy):
+    r = check.check_wal(wal_copy)
+    assert (r.frames, r.commits, r.damaged, r.dropped) == (COMMITS, COMMITS, False, 0)
+    assert check.verify(wal_copy) == ""
+
+
+def test_a_flipped_bit_in_an_early_frame_is_damage_sqlite_would_hide(wal_copy):
+    _flip(wal_copy + "-wal", _frame(2, 24 + 100))
+    r = check.check_wal(wal_copy)
+    assert r.damaged and r.bad_frame == 2 and r.lost_commits == COMMITS - 3, r
+    with pytest.raises(check.StoreDamaged, match="frame 3: 7 committed transactions"):
+        check.verify(wal_copy, hint="; run it")
+    # what SQLite itself does with it: two rows, and quick_check says ok
+    c = sqlite3.connect(wal_copy)
+    assert c.execute("SELECT count(*) FROM x").fetchone()[0] == 2
+    assert c.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+    c.close()
+
+
+@pytest.mark.parametrize("where", [8, 12, 16])  # salt-1, salt-2, checksum-1 of frame 4
+def test_damage_in_a_frame_header_is_seen_past_too(wal_copy, where):
+    _flip(wal_copy + "-wal", _frame(4, where))
+    r = check.check_wal(wal_copy)
+    assert r.damaged and r.bad_frame == 4, r
+
+
+def test_a_torn_last_frame_is_only_a_warning(wal_copy):
+    size = os.path.getsize(wal_copy + "-wal")
+    with open(wal_copy + "-wal", "r+b") as f:
+        f.truncate(size - 1000)  # the last frame cut short: SQLite never acked it
+    r = check.check_wal(wal_copy)
+    assert not r.damaged and r.frames == COMMITS - 1, r
+    _flip(wal_copy + "-wal", _frame(COMMITS - 2, 24 + 7))  # now the last whole frame too
+    r = check.check_wal(wal_copy)
+    assert not r.damaged and r.dropped == 1, r
+    assert "1 frame(s) that do not check out" in check.verify(wal_copy)
+
+
+def test_frames_left_from_before_a_wal_restart_are_not_damage(tmp_path):
+    db = str(tmp_path / "s.db")
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute("PRAGMA journal_mode = WAL")
+    c.execute("PRAGMA wal_autocheckpoint = 0")
+    c.execute("CREATE TABLE x (v TEXT)")
+    for i in range(8):
+        c.execute("INSERT INTO x VALUES (?)", (str(i) * 300,))
+    c.execute("PRAGMA wal_checkpoint(RESTART)")
+    c.execute("INSERT INTO x VALUES ('after restart')")  # rewrites the header, new salts
+    shutil.copyfile(db, db + ".c")
+    shutil.copyfile(db + "-wal", db + ".c-wal")
+    c.close()
+    r = check.check_wal(db + ".c")
+    assert r.frames == 1 and not r.damaged and r.dropped == 0, r
+
+
+def test_damage_errors_are_told_from_other_sqlite_errors(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not a database file at all" * 200)
+    with pytest.raises(sqlite3.DatabaseError) as e:
+        sqlite3.connect(str(bad)).execute("SELECT * FROM sqlite_master").fetchall()
+    assert check.is_damage(e.value)
+    assert not check.is_damage(sqlite3.OperationalError("database is locked"))
+    with pytest.raises(check.StoreDamaged, match="bad.db is damaged"):
+        check.verify(str(bad))
+
+
+def _store(tmp_path, rows: int = 300) -> str:
+    db = str(tmp_path / "s.db")
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute("PRAGMA journal_mode = WAL")
+    c.execute("CREATE TABLE x (v TEXT)")
+    c.execute("BEGIN")
+    for i in range(rows):
+        c.execute("INSERT INTO x VALUES (?)", (f"{i} " * 100,))
+    c.execute("COMMIT")
+    c.close()  # a clean close: checkpointed, no WAL left
+    assert not os.path.exists(db + "-wal")
+    return db
+
+
+def test_a_truncated_store_is_told_by_its_header(tmp_path):
+    db = _store(tmp_path)
+    assert check.check_header(db) == ""
+    size = os.path.getsize(db)
+    with open(db, "r+b") as f:
+        f.truncate(size - 4096)
+    assert "truncated" in check.check_header(db)
+    with pytest.raises(check.StoreDamaged, match="truncated"):
+        check.verify(db)
+
+
+def test_a_big_store_is_checked_in_full_only_after_an_unclean_stop(tmp_path, monkeypatch):
+    db = _store(tmp_path)
+    with open(db, "r+b") as f:  # a damaged page in the middle of the table
+        f.seek(4096 * 10)
+        f.write(b"\xa5" * 64)
+    monkeypatch.setattr(check, "QUICK_CHECK_ALWAYS", 0)
+    assert check.verify(db) == ""  # clean stop: header and WAL only (reads will tell)
+    open(db + "-wal", "wb").close()  # as a crash leaves it
+    with pytest.raises(check.StoreDamaged):
+        check.verify(db)
+    monkeypatch.setattr(check, "QUICK_CHECK_ALWAYS", 1 << 30)
+    os.unlink(db + "-wal")
+    with pytest.raises(check.StoreDamaged):
+        check.verify(db)
