@@ -201,6 +201,7 @@ def stop_daemon(home: str, client: LocalClient | None, timeout: float = 10.0) ->
     """
     if client is None and not is_locked(home):
         return False
+    pid = read_pid(home)
     if client is not None:
         try:
             client.request("POST", "/v1/shutdown", timeout=5.0)
@@ -214,7 +215,11 @@ def stop_daemon(home: str, client: LocalClient | None, timeout: float = 10.0) ->
     deadline = time.monotonic() + timeout
     signalled = client is None
     while True:
-        gone = not is_locked(home) and client_if_running(home, 2.0) is None
+        # Gone means the process too, not just its lock: until it exits it
+        # holds daemon.log and the store open (a read-only remount, a backup
+        # or an uninstall right after awp down would find them busy).
+        gone = not is_locked(home) and client_if_running(home, 2.0) is None \
+            and not _alive(pid)
         if gone:
             return True
         now = time.monotonic()
@@ -226,6 +231,23 @@ def stop_daemon(home: str, client: LocalClient | None, timeout: float = 10.0) ->
             who = f" (pid {pid})" if pid else ""
             raise TimeoutError(f"the awp daemon{who} did not stop within {timeout:g}s")
         time.sleep(POLL_INTERVAL)
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether process ``pid`` still runs (a zombie counts as gone)."""
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc here: signal 0 said it exists
 
 
 def _terminate(home: str) -> None:
