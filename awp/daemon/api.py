@@ -570,14 +570,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             return row[0] if row else None
 
         def pending(c: sqlite3.Connection) -> tuple[str | None, list[dict]]:
-            """Unread records in scope; a thread nobody used yet binds to its first user."""
-            bound = key
-            if th and bound is None:
-                first = queries.thread_peers(c, th)
-                if not first:
-                    return None, []
-                bound = first[0]
-            return bound, queries.unread(c, peer=bound, th=th)
+            """Unread records in scope (a thread is bound to its peer by now)."""
+            return key, queries.unread(c, peer=key, th=th)
 
         engine.waiting += 1
         try:
@@ -626,18 +620,13 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         mark = q.get("mark") in ("1", "true")
         all_dirs = q.get("all") in ("1", "true")
         start = q.get("from", "now")
-        if th and key is None:
-            key = await engine.read(lambda c: _bind(c, None, th, "awp tail -t {th} -p {peer}"))
+        if th:
+            named = key
+            key = await engine.read(lambda c: _bind(c, named, th, "awp tail -t {th} -p {peer}"))
         bound = key
 
         def batch_after(c: sqlite3.Connection, after: int) -> list[dict]:
-            """New records in scope; a thread nobody used yet binds to its first user."""
-            nonlocal bound
-            if th and bound is None:
-                first = queries.thread_peers(c, th)
-                if not first:
-                    return []
-                bound = first[0]
+            """New records in scope (a thread is bound to its peer by now)."""
             return queries.since(c, after, peer=bound, th=th, all_dirs=all_dirs)
 
         async def gen() -> Any:
