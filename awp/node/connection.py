@@ -59,7 +59,8 @@ class Connection:
         self.dialed = dialed
         self.desc = desc or ("out " + dialed if outbound else "in")
         self.hs = Handshake(engine.identity, engine.local_hello(outbound), engine.ids,
-                            present=engine.grants_to_present)
+                            present=engine.grants_to_present,
+                            max_depth=engine.config.limits.json_depth)
         self.peer_key = ""
         self.peer_name = ""
         self.peer_caps: list[str] = []
@@ -252,7 +253,7 @@ class Connection:
         for raw in raws:
             self._trace("<", raw)
             try:
-                line = parse_line(raw)
+                line = parse_line(raw, self.hs.max_depth)
             except ProtocolError as e:
                 await self._flush_runs(contents, acks)
                 await self._refuse(e.code, e.detail)

@@ -17,7 +17,7 @@ from ..wire.b64 import b64url
 from ..wire.errors import ProtocolError
 from ..wire.ids import IdGenerator
 from ..wire.keys import Identity, KeyError_, auth_transcript, decode_key, normalize_key, verify
-from ..wire.messages import dump, hello, parse_line
+from ..wire.messages import MAX_DEPTH, dump, hello, parse_line
 from ..wire.timefmt import format_ts, now_ms
 
 SUPPORTED_VERSIONS = frozenset({0})
@@ -49,6 +49,8 @@ class Handshake:
     stage: str = "hello"  # hello -> auth -> done
     # Grants to show the peer in our auth, looked up once its key is known.
     present: Callable[[str], list[dict]] | None = None
+    # Deepest JSON nesting accepted in a line (``Limits.json_depth``), here and after.
+    max_depth: int = MAX_DEPTH
 
     def start(self) -> bytes:
         """Our hello line (with newline), sent at once on connect."""
@@ -74,7 +76,7 @@ class Handshake:
         the err and closes).  A peer ``err`` raises with code ``""``: close
         without answering, since an err is never answered with an err.
         """
-        obj = parse_line(raw)
+        obj = parse_line(raw, self.max_depth)
         t = obj["t"]
         if t == "err":
             code = obj.get("code") if isinstance(obj.get("code"), str) else "?"
