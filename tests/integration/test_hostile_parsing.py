@@ -183,3 +183,17 @@ def test_deeply_nested_json_never_kills_the_connection_task(node, kind):
         log = f.read()
     assert "RecursionError" not in log and "internal error" not in log, node.tail_log()
     _still_serves(node)
+
+
+def test_presence_line_with_two_docs_stores_the_verified_one(node, peer):
+    """The parsed line keeps the last "doc"; the stored bytes used to be the first."""
+    ident = Identity.generate()
+    signed = _doc(ident, 4)
+    forged = signed.replace('"name":"raw"', '"name":"evil"')
+    peer.send_line((f'{{"t":"presence","id":"{peer.ids.next()}","ts":"{format_ts(now_ms())}",'
+                    f'"hops":0,"doc":{forged},"doc":{signed}}}').encode())
+    assert peer.ping()["t"] == "pong"
+    wait_for(lambda: ident.key in _presence(node), 10, "doc stored")
+    with sqlite3.connect(node.home + "/awp.db") as con:
+        (raw,) = con.execute("SELECT doc FROM presence WHERE origin = ?", (ident.key,)).fetchone()
+    assert raw == signed and "evil" not in raw
