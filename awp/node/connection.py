@@ -27,7 +27,7 @@ from ..store import ops
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
-from ..wire.messages import ACKED_TYPES, dump, parse_line
+from ..wire.messages import ACKED_TYPES, dump, parse_line, storable
 from ..wire.timefmt import format_ts, now_ms
 from .handshake import Handshake
 
@@ -258,6 +258,7 @@ class Connection:
                 await self._flush_runs(contents, acks)
                 await self._refuse(e.code, e.detail)
                 raise ConnectionClosed(f"{e.code}: {e.detail}") from None
+            raw = storable(raw, line)
             t = line["t"]
             if t in ACKED_TYPES:
                 if acks:

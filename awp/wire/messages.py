@@ -34,6 +34,11 @@ _REQUIRED = {
 # A ``\uD800``-style escape in the raw line: may decode to a lone surrogate.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# An escape of a high surrogate not followed by a low one, or of a low one
+# not preceded by a high one: text that decodes to a lone surrogate.
+_LONE_ESCAPE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
 def _no_constant(name: str) -> None:
@@ -125,6 +130,20 @@ def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
     elif t == "grant" and not isinstance(obj.get("grant"), dict):
         raise ProtocolError(BAD_FRAME, "grant message without 'grant'")
     return obj
+
+
+def storable(raw: bytes, line: dict) -> bytes:
+    """The bytes to keep (store, journal, relay) for a line ``parse_line`` accepted.
+
+    ``raw`` itself, unless it escapes a lone surrogate: then ``line`` written
+    out again, where :func:`parse_line` has made each one U+FFFD.  Kept as
+    received, the escape would decode to a string that nothing can encode
+    as UTF-8 again, so every later reader of the stored line (the inbox, the
+    dashboard) would fail on it.
+    """
+    if b"\\u" not in raw or not _LONE_ESCAPE.search(raw):
+        return raw
+    return dump(line)[:-1]
 
 
 def dump(obj: dict) -> bytes:

@@ -199,3 +199,19 @@ def test_presence_line_with_two_docs_stores_the_verified_one(node, peer):
     with sqlite3.connect(node.home + "/awp.db") as con:
         (raw,) = con.execute("SELECT doc FROM presence WHERE origin = ?", (ident.key,)).fetchone()
     assert raw == signed and "evil" not in raw
+
+
+def test_lone_surrogate_escapes_do_not_poison_the_inbox(node, peer):
+    """Found by the live fuzzer: a msg with a \\ud800 escape was stored as sent,
+    and every later /v1/inbox call failed to encode it."""
+    raw = (f'{{"t":"msg","id":"{peer.ids.next()}","ts":"{format_ts(now_ms())}",'
+           '"th":"thr_sur00001","parts":[{"k":"text","text":"a\\ud800b \\ud83d\\ude00"}],'
+           '"x\\udfff":1}').encode()
+    peer.send_line(raw)
+    ack = peer.expect("ack", 10)
+    rows = [r for r in node.inbound() if r["id"] == ack["re"]]
+    assert rows, "stored"
+    line = rows[0]["line"] if "line" in rows[0] else rows[0]
+    text = json.dumps(line, ensure_ascii=False)
+    assert "a\ufffdb \U0001F600" in text and "x\ufffd" in text
+    node.api("POST", "/v1/inbox", {"mark": False})
