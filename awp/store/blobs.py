@@ -171,10 +171,11 @@ def msg_named_blobs(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict
             " updated) VALUES (?, 'in', ?, ?, ?, ?, ?, 'pending', ?, ?, ?)"
             " ON CONFLICT (peer, dir, ref) DO UPDATE SET name = excluded.name,"
             " mime = excluded.mime, size = excluded.size, msg_id = excluded.msg_id,"
-            " th = excluded.th, updated = excluded.updated",
+            " th = excluded.th, updated = excluded.updated"
+            " WHERE blobs.status != 'complete'",  # a finished file keeps what it was
             (peer, ref, th, name, mime, size, line["id"], now, now))
         row = _row(c, peer, ref)
-        if row["status"] == "refused":
+        if row["status"] in ("refused", "complete"):
             continue
         if bad_size:
             why = f"declared size {p['size']} is not a byte count"

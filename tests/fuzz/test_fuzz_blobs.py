@@ -74,6 +74,8 @@ def _apply(c, blobs_dir: str, ref: str, steps: list) -> list[blobs.Refusal]:
 @example([("chunk", 0, base64.b64encode(b"0123456789").decode(), True), ("msg", 1000)])
 @example([("msg", 1000), ("chunk", 0, base64.b64encode(b"0123456789").decode(), True)])
 @example([("msg", 2 ** 63), ("chunk", 0, "", True)])
+# found by bench/fuzz.py: a second msg naming a complete blob rewrote its size
+@example([("chunk", 0, "", True), ("msg", 0), ("chunk", None, "", False), ("msg", 1)])
 def test_complete_means_every_declared_byte_and_refused_leaves_nothing(steps):
     c, blobs_dir = _shared_store()
     ref = f"b_fuzz{next(_refs)}"
