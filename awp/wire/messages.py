@@ -29,6 +29,9 @@ _REQUIRED = {
     "msg": ("id", "th"),
     "state": ("id", "th", "state"),
     "chunk": ("id", "ref"),
+    # acked like a msg, and an ack names the id
+    "mirror": ("id",),
+    "private": ("id",),
 }
 
 # A ``\uD800``-style escape in the raw line: may decode to a lone surrogate.

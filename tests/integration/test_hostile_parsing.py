@@ -215,3 +215,19 @@ def test_lone_surrogate_escapes_do_not_poison_the_inbox(node, peer):
     text = json.dumps(line, ensure_ascii=False)
     assert "a\ufffdb \U0001F600" in text and "x\ufffd" in text
     node.api("POST", "/v1/inbox", {"mark": False})
+
+
+@pytest.mark.parametrize("t", ["mirror", "private"])
+def test_an_acked_type_without_id_is_bad_frame(node, t):
+    """Found by the live fuzzer: a mirror or private line without id was
+    stored, then acking it (by id) killed the connection task."""
+    with RawPeer(node.address) as p:
+        assert p.handshake(caps=["chat", "mirror"])["t"] == "resume"
+        p.resume()
+        p.send_line(('{"t":"' + t + '","th":"thr_noid0001"}').encode())
+        err = p.recv_until(lambda x: x.get("t") == "err", 10)
+        assert err["code"] == "bad_frame", err
+        assert p.closed(10)
+    with open(node.log_path, errors="replace") as f:
+        assert "Traceback" not in f.read(), node.tail_log()
+    _still_serves(node)
