@@ -331,7 +331,8 @@ def test_nesting_past_the_depth_limit_is_bad_frame():
 
     def line(depth: int, t: str = "x") -> bytes:  # the line object itself is level 1
         inner = depth - 1
-        return (b'{"t":"' + t.encode() + b'","v":' + b"[" * inner + b"]" * inner + b"}")
+        return (b'{"t":"' + t.encode() + b'","id":"1","v":' + b"[" * inner + b"]" * inner
+                + b"}")
 
     assert parse_line(line(MAX_DEPTH))["t"] == "x"
     for depth in (MAX_DEPTH + 1, 990, 100_000):
