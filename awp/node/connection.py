@@ -27,7 +27,7 @@ from ..store import ops
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
-from ..wire.messages import ACKED_TYPES, dump, parse_line
+from ..wire.messages import ACKED_TYPES, dump, parse_line, storable
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
 from .gaps import AckGaps, line_id
@@ -63,7 +63,8 @@ class Connection:
         self.dialed = dialed
         self.desc = desc or ("out " + dialed if outbound else "in")
         self.hs = Handshake(engine.identity, engine.local_hello(outbound), engine.ids,
-                            present=engine.grants_to_present)
+                            present=engine.grants_to_present,
+                            max_depth=engine.config.limits.json_depth)
         self.peer_key = ""
         self.peer_name = ""
         self.peer_caps: list[str] = []
@@ -261,11 +262,12 @@ class Connection:
         for raw in raws:
             self._trace("<", raw)
             try:
-                line = parse_line(raw)
+                line = parse_line(raw, self.hs.max_depth)
             except ProtocolError as e:
                 await self._flush_runs(contents, acks)
                 await self._refuse(e.code, e.detail)
                 raise ConnectionClosed(f"{e.code}: {e.detail}") from None
+            raw = storable(raw, line)
             t = line["t"]
             if t in ACKED_TYPES:
                 if acks:

@@ -18,7 +18,7 @@ from ..wire.errors import ProtocolError
 from ..wire.framing import MAX_LINE
 from ..wire.ids import IdGenerator
 from ..wire.keys import Identity, KeyError_, auth_transcript, decode_key, normalize_key, verify
-from ..wire.messages import dump, hello, parse_line
+from ..wire.messages import MAX_DEPTH, dump, hello, parse_line
 from ..wire.timefmt import format_ts, now_ms
 
 SUPPORTED_VERSIONS = frozenset({0})
@@ -50,6 +50,8 @@ class Handshake:
     stage: str = "hello"  # hello -> auth -> done
     # Grants to show the peer in our auth, looked up once its key is known.
     present: Callable[[str], list[dict]] | None = None
+    # Deepest JSON nesting accepted in a line (``Limits.json_depth``), here and after.
+    max_depth: int = MAX_DEPTH
 
     def start(self) -> bytes:
         """Our hello line (with newline), sent at once on connect."""
@@ -76,7 +78,7 @@ class Handshake:
         without answering, since an err is never answered with an err.
         """
         try:
-            obj = parse_line(raw)
+            obj = parse_line(raw, self.max_depth)
         except ProtocolError as e:
             if self.stage != "hello":
                 raise

@@ -258,7 +258,7 @@ class Presence:
         if not docs:
             return True
         stored = await self.engine.writer.run(lambda c: [
-            self._store(c, doc["origin"], doc, raw_doc, ts, now, conn.peer_key, hops)
+            self._store_one(c, doc["origin"], doc, raw_doc, ts, now, conn.peer_key, hops)
             for hops, raw_doc, doc, ts in docs])
         for (hops, raw_doc, doc, ts), how in zip(docs, stored, strict=True):
             if not how:
@@ -275,6 +275,21 @@ class Presence:
                 self._queue(origin, raw_doc, hops + 1, max(0.0, (now - ts) / 1000), changed,
                             except_keys=(conn.peer_key, origin))
         return True
+
+    @classmethod
+    def _store_one(cls, c: sqlite3.Connection, origin: str, doc: dict, raw: str, ts: int,
+                   now: int, via: str, hops: int) -> str:
+        """:meth:`_store` in a savepoint of its own: an entry the database will
+        not take costs that entry, not the rest of its batch."""
+        c.execute("SAVEPOINT presence_doc")
+        try:
+            how = cls._store(c, origin, doc, raw, ts, now, via, hops)
+        except (sqlite3.Error, OverflowError, ValueError) as e:
+            c.execute("ROLLBACK TO presence_doc")
+            log.info("presence from %s not stored: %s", via[:18], e)
+            how = ""
+        c.execute("RELEASE presence_doc")
+        return how
 
     @staticmethod
     def _store(c: sqlite3.Connection, origin: str, doc: dict, raw: str, ts: int, now: int,

@@ -102,7 +102,10 @@ def _parse(root: str, data: object) -> tuple[list[str], str, dict[str, str], flo
         timeout = DEFAULT_TIMEOUT
     elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ExecError("timeout must be a positive number of seconds")
-    timeout = float(timeout)
+    try:
+        timeout = float(timeout)
+    except OverflowError:  # an integer past any float: answer, do not die
+        raise ExecError("timeout is too large") from None
 
     stdin = data.get("stdin")
     if stdin is not None and not isinstance(stdin, str):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..wire.b64 import b64decode_any
 from ..wire.keys import short_key
+from ..wire.numbers import is_count
 
 CHUNK = 256 * 1024
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -73,7 +74,7 @@ def chunk_in(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict, limit
     row = _row(c, peer, ref)
     if row is not None and row["status"] in ("refused", "complete", "received"):
         return None, None  # done with this blob already; a replay changes nothing
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_count(n):
         _refuse(c, blobs_dir, peer, ref, "chunk without a valid n", now)
         return Refusal(ref, "chunk without a valid n"), None
     next_n = row["next_n"] if row is not None else 0
@@ -117,16 +118,25 @@ def chunk_in(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict, limit
         " updated = excluded.updated",
         (peer, ref, th, status, total, n + 1, now, now))
     if last:
-        return None, _finish_if_named(c, blobs_dir, peer, ref, now)
+        return _finish_if_named(c, blobs_dir, peer, ref, now)
     return None, None
 
 
-def _finish_if_named(c: sqlite3.Connection, blobs_dir: str, peer: str, ref: str,
-                     now: int) -> str | None:
-    """Move a fully received blob to its final path once its msg is stored too."""
+def _finish_if_named(c: sqlite3.Connection, blobs_dir: str, peer: str, ref: str, now: int,
+                     re: str | None = None) -> tuple[Refusal | None, str | None]:
+    """Move a fully received blob to its final path once its msg is stored too.
+
+    Returns (a refusal, the final path): a blob whose last chunk leaves it
+    shorter than its msg declared is refused, never complete.
+    """
     row = _row(c, peer, ref)
     if row is None or row["status"] != "received" or not row["msg_id"]:
-        return None
+        return None, None
+    if row["size"] >= 0 and row["received"] != row["size"]:
+        why = (f"the last chunk ends the blob at {row['received']} bytes;"
+               f" its msg declared {row['size']}")
+        _refuse(c, blobs_dir, peer, ref, why, now)
+        return Refusal(ref, why, re=re), None
     dest = final_path(blobs_dir, peer, ref, row["name"] or ref)
     os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
     src = part_path(blobs_dir, peer, ref)
@@ -135,7 +145,7 @@ def _finish_if_named(c: sqlite3.Connection, blobs_dir: str, peer: str, ref: str,
     os.replace(src, dest)
     c.execute("UPDATE blobs SET status = 'complete', path = ?, updated = ?"
               " WHERE peer = ? AND dir = 'in' AND ref = ?", (dest, now, peer, ref))
-    return dest
+    return None, dest
 
 
 def msg_named_blobs(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict, limit: int,
@@ -150,19 +160,28 @@ def msg_named_blobs(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict
         ref = p["ref"]
         name = p.get("name") if isinstance(p.get("name"), str) else ""
         mime = p.get("mime") if isinstance(p.get("mime"), str) else ""
-        size = p.get("size") if isinstance(p.get("size"), int) and not isinstance(
-            p.get("size"), bool) else -1
+        size = p.get("size")
+        # No size (or not a number) means "unknown", as older peers may send;
+        # an integer we cannot hold (negative, 2**63 or more) is refused below.
+        bad_size = type(size) is int and not is_count(size)
+        if type(size) is not int or bad_size:
+            size = -1
         c.execute(
             "INSERT INTO blobs (peer, dir, ref, th, name, mime, size, status, msg_id, created,"
             " updated) VALUES (?, 'in', ?, ?, ?, ?, ?, 'pending', ?, ?, ?)"
             " ON CONFLICT (peer, dir, ref) DO UPDATE SET name = excluded.name,"
             " mime = excluded.mime, size = excluded.size, msg_id = excluded.msg_id,"
-            " th = excluded.th, updated = excluded.updated",
+            " th = excluded.th, updated = excluded.updated"
+            " WHERE blobs.status != 'complete'",  # a finished file keeps what it was
             (peer, ref, th, name, mime, size, line["id"], now, now))
         row = _row(c, peer, ref)
-        if row["status"] == "refused":
+        if row["status"] in ("refused", "complete"):
             continue
-        if size > limit:
+        if bad_size:
+            why = f"declared size {p['size']} is not a byte count"
+            _refuse(c, blobs_dir, peer, ref, why, now)
+            out.append(Refusal(ref, why[:200], re=line["id"]))
+        elif size > limit:
             _refuse(c, blobs_dir, peer, ref, f"declared size {size} is over the limit", now)
             out.append(Refusal(ref, f"blob of {size} bytes is over the limit of {limit}",
                                re=line["id"]))
@@ -170,7 +189,9 @@ def msg_named_blobs(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict
             _refuse(c, blobs_dir, peer, ref, "more data than the declared size", now)
             out.append(Refusal(ref, "more data than the declared size", re=line["id"]))
         else:
-            _finish_if_named(c, blobs_dir, peer, ref, now)
+            refusal, _path = _finish_if_named(c, blobs_dir, peer, ref, now, re=line["id"])
+            if refusal is not None:
+                out.append(refusal)
     return out
 
 

@@ -60,7 +60,7 @@ def check_grant(g: object) -> str:
     body = {k: v for k, v in g.items() if k != "sig"}
     try:
         signed = canonical_bytes(body)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deep
         return "not canonicalisable"
     if not verify(g["iss"], signed, sig):
         return "signature does not verify"

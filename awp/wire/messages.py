@@ -20,15 +20,28 @@ ACKED_TYPES = frozenset({"msg", "state", "mirror", "private"})
 CONTENT_TYPES = frozenset({"msg", "state", "chunk", "introduce", "mirror", "private"})
 
 _STR_FIELDS = ("t", "id", "ts", "th", "re")
+# Deepest nesting of containers a line may have (``Limits.json_depth``).  Every
+# later step that walks a value recursively (canonical JSON of a grant or a
+# presence document, the local API's encoder) then stays far from Python's
+# recursion limit, whatever the stack depth it runs at.
+MAX_DEPTH = 64
 _REQUIRED = {
     "msg": ("id", "th"),
     "state": ("id", "th", "state"),
     "chunk": ("id", "ref"),
+    # acked like a msg, and an ack names the id
+    "mirror": ("id",),
+    "private": ("id",),
 }
 
 # A ``\uD800``-style escape in the raw line: may decode to a lone surrogate.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# An escape of a high surrogate not followed by a low one, or of a low one
+# not preceded by a high one: text that decodes to a lone surrogate.
+_LONE_ESCAPE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
 def _no_constant(name: str) -> None:
@@ -50,24 +63,56 @@ def _replace_surrogates(v: object) -> object:
     return v
 
 
-def parse_line(line: bytes) -> dict:
+def depth_over(value: object, limit: int) -> bool:
+    """True when ``value`` nests containers more than ``limit`` deep.
+
+    Iterative, so it is safe on values of any depth; the top-level object
+    counts as depth 1.
+    """
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        if d > limit:
+            return True
+        stack.extend((x, d + 1) for x in v if isinstance(x, dict | list))
+    return False
+
+
+def _too_deep(limit: int) -> ProtocolError:
+    return ProtocolError(BAD_FRAME, f"JSON nested deeper than {limit} levels")
+
+
+def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
     """Decode one wire line into its envelope dict.
 
     Raises ``ProtocolError(bad_frame)`` when the line is not a JSON object,
-    misses ``t``, has wrongly-typed envelope fields, or is a ``msg``/``state``/
-    ``chunk``/``grant`` without the fields the type cannot do without.
+    nests deeper than ``max_depth`` (a ``mirror`` may go one level deeper: it
+    wraps a line that had that much), misses ``t``, has wrongly-typed envelope
+    fields, or is a ``msg``/``state``/``chunk``/``grant`` without the fields
+    the type cannot do without.
     """
     stripped = line.lstrip(b" \t\r")
     if not stripped.startswith(b"{"):
         raise ProtocolError(BAD_FRAME, "line is not a JSON object")
     try:
         obj = _DECODER.decode(line.decode("utf-8"))
-        if _SURROGATE_ESCAPE.search(line):
-            obj = _replace_surrogates(obj)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+    except RecursionError:  # the decoder's own bound, far above ours
+        raise _too_deep(max_depth) from None
+    except (UnicodeDecodeError, ValueError) as e:
         raise ProtocolError(BAD_FRAME, f"invalid JSON: {e}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(BAD_FRAME, "line is not a JSON object")
+    # Counting brackets is cheap and bounds the depth from above: most lines
+    # never need the walk.
+    if (line.count(b"{") + line.count(b"[") > max_depth
+            and depth_over(obj, max_depth + (obj.get("t") == "mirror"))):
+        raise _too_deep(max_depth)
+    if _SURROGATE_ESCAPE.search(line):
+        obj = _replace_surrogates(obj)  # type: ignore[assignment]
     t = obj.get("t")
     if not isinstance(t, str) or not t:
         raise ProtocolError(BAD_FRAME, "missing message type 't'")
@@ -88,6 +133,20 @@ def parse_line(line: bytes) -> dict:
     elif t == "grant" and not isinstance(obj.get("grant"), dict):
         raise ProtocolError(BAD_FRAME, "grant message without 'grant'")
     return obj
+
+
+def storable(raw: bytes, line: dict) -> bytes:
+    """The bytes to keep (store, journal, relay) for a line ``parse_line`` accepted.
+
+    ``raw`` itself, unless it escapes a lone surrogate: then ``line`` written
+    out again, where :func:`parse_line` has made each one U+FFFD.  Kept as
+    received, the escape would decode to a string that nothing can encode
+    as UTF-8 again, so every later reader of the stored line (the inbox, the
+    dashboard) would fail on it.
+    """
+    if b"\\u" not in raw or not _LONE_ESCAPE.search(raw):
+        return raw
+    return dump(line)[:-1]
 
 
 def dump(obj: dict) -> bytes:

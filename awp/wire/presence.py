@@ -12,6 +12,7 @@ from json.decoder import scanstring
 
 from .canonical import canonical_bytes, compact_json
 from .keys import Identity, KeyError_, decode_key, verify
+from .numbers import is_count
 from .timefmt import parse_ts
 
 MAX_DOC = 64 * 1024
@@ -37,8 +38,7 @@ def check_doc(doc: object, raw_len: int) -> str:
         decode_key(doc.get("origin"))
     except KeyError_ as e:
         return f"origin: {e}"
-    seq = doc.get("seq")
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+    if not is_count(doc.get("seq")):
         return "bad seq"
     try:
         parse_ts(doc.get("ts"))
@@ -50,7 +50,7 @@ def check_doc(doc: object, raw_len: int) -> str:
     body = {k: v for k, v in doc.items() if k != "sig"}
     try:
         signed = canonical_bytes(body)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return "not canonicalisable"
     if not verify(doc["origin"], signed, sig):
         return "signature does not verify"
@@ -58,7 +58,12 @@ def check_doc(doc: object, raw_len: int) -> str:
 
 
 def raw_member(line: str, name: str) -> str | None:
-    """The exact source text of top-level member ``name`` of a JSON object line."""
+    """The exact source text of top-level member ``name`` of a JSON object line.
+
+    When the name appears more than once, the last one counts, as it does in
+    the parsed object: the bytes kept and relayed are then the bytes whose
+    signature was checked.
+    """
     i = 0
     n = len(line)
     while i < n and line[i] in _WS:
@@ -66,14 +71,18 @@ def raw_member(line: str, name: str) -> str | None:
     if i >= n or line[i] != "{":
         return None
     i += 1
+    found: str | None = None
     while True:
         while i < n and line[i] in _WS:
             i += 1
         if i >= n or line[i] == "}":
-            return None
+            return found if i < n else None
         if line[i] != '"':
             return None
-        key, i = scanstring(line, i + 1)
+        try:
+            key, i = scanstring(line, i + 1)
+        except ValueError:
+            return None
         while i < n and line[i] in _WS:
             i += 1
         if i >= n or line[i] != ":":
@@ -87,13 +96,13 @@ def raw_member(line: str, name: str) -> str | None:
         except ValueError:
             return None
         if key == name:
-            return line[start:i]
+            found = line[start:i]
         while i < n and line[i] in _WS:
             i += 1
         if i < n and line[i] == ",":
             i += 1
             continue
-        return None
+        return found if i < n and line[i] == "}" else None
 
 
 def presence_line(ident: str, ts: str, hops: int, raw_doc: str,
@@ -158,4 +167,4 @@ def line_entries(text: str, line: dict, limit: int) -> list[tuple[int, str, obje
 
 
 def _hops_ok(hops: object) -> bool:
-    return isinstance(hops, int) and not isinstance(hops, bool) and hops >= 0
+    return is_count(hops)

@@ -324,3 +324,27 @@ def test_subject_nothing_is_empty():
     assert default_subject([{"k": "data", "data": 1}]) == ""
     assert default_subject([{"k": "text", "text": "  \n "}]) == ""
     assert default_subject([{"k": "text", "text": 5}, {"k": "blob"}]) == ""
+
+
+def test_nesting_past_the_depth_limit_is_bad_frame():
+    from awp.wire.messages import MAX_DEPTH, depth_over
+
+    def line(depth: int, t: str = "x") -> bytes:  # the line object itself is level 1
+        inner = depth - 1
+        return (b'{"t":"' + t.encode() + b'","id":"1","v":' + b"[" * inner + b"]" * inner
+                + b"}")
+
+    assert parse_line(line(MAX_DEPTH))["t"] == "x"
+    for depth in (MAX_DEPTH + 1, 990, 100_000):
+        with pytest.raises(ProtocolError) as e:
+            parse_line(line(depth))
+        assert e.value.code == "bad_frame" and "nested deeper" in e.value.detail
+    # a mirror wraps a line that had the whole allowance
+    assert parse_line(line(MAX_DEPTH + 1, "mirror"))["t"] == "mirror"
+    with pytest.raises(ProtocolError):
+        parse_line(line(MAX_DEPTH + 2, "mirror"))
+    assert parse_line(line(8), max_depth=8) and not depth_over({"a": [[]]}, 3)
+    with pytest.raises(ProtocolError):
+        parse_line(line(9), max_depth=8)
+    # brackets inside strings are not nesting
+    assert parse_line(b'{"t":"x","s":"' + b"[" * 500 + b'"}')["s"] == "[" * 500

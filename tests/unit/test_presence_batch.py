@@ -101,3 +101,14 @@ def test_raw_elements():
     assert raw_elements('[1, {"a": [2]} ,"x"]', 5) == ["1", '{"a": [2]}', '"x"']
     assert raw_elements("[1,]", 5) is None
     assert raw_elements("{}", 5) is None
+
+
+def test_entries_with_hops_out_of_range_are_left_out_alone():
+    ident = Identity.generate()
+    da = _doc(ident, 1)
+    line = presence_line("01J00000000000000000000000", "2026-11-29T10:00:00.000Z", 0, da)
+    text = line.decode().rstrip("\n")[:-1] + ',"more":[' + ",".join(
+        '{"hops":' + h + ',"doc":' + da + "}"
+        for h in ("9223372036854775808", "true", "-1", "1.0", "9223372036854775807", "2")) + "]}"
+    got = line_entries(text, json.loads(text), 10)
+    assert [h for h, _raw, _doc in got] == [0, 2 ** 63 - 1, 2]

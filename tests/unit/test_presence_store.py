@@ -70,3 +70,37 @@ def test_signed_doc_checks_and_raw_member():
     assert raw_member(line, "hops") == "2"
     assert raw_member("[1]", "doc") is None
     assert pres.clip("x" * 300, 200) == "x" * 199 + "…"
+
+
+def test_an_entry_the_database_cannot_hold_costs_only_that_entry(db):
+    """seq past SQLite's 64 bits fails its own savepoint; the batch's others stay."""
+    good, bad = Identity.generate(), Identity.generate()
+    dg, rg = _doc(good, 5)
+    db.execute("SAVEPOINT job")  # as the writer runs every job
+    huge = {"origin": bad.key, "name": "n", "seq": 2 ** 63, "ts": "2026-11-29T10:00:00.000Z"}
+    assert pres.Presence._store_one(db, bad.key, huge, "{}", 1000, 1000, "via", 1) == ""
+    assert pres.Presence._store_one(db, good.key, dg, rg, 1000, 1000, "via", 1) == "new"
+    db.execute("RELEASE job")
+    assert [r[0] for r in db.execute("SELECT origin FROM presence")] == [good.key]
+
+
+@pytest.mark.parametrize("seq", [2 ** 63, -1, True, 1.5, "7", None])
+def test_seq_must_be_a_count_that_fits_64_bits(seq):
+    ident = Identity.generate()
+    raw = sign_doc(ident, {"origin": ident.key, "seq": seq, "ts": "2026-11-29T10:00:00.000Z"})
+    assert check_doc(json.loads(raw), len(raw)) == "bad seq"
+    raw = sign_doc(ident, {"origin": ident.key, "seq": 2 ** 63 - 1,
+                           "ts": "2026-11-29T10:00:00.000Z"})
+    assert check_doc(json.loads(raw), len(raw)) == ""
+
+
+def test_a_repeated_doc_member_keeps_the_bytes_that_were_verified():
+    """Two "doc" members: the parsed line holds the last, so must the raw text."""
+    ident = Identity.generate()
+    _d, signed = _doc(ident, 3)
+    forged = signed.replace('"name":"n"', '"name":"evil"')
+    text = '{"t":"presence","hops":0,"doc":' + forged + ',"doc":' + signed + "}"
+    assert raw_member(text, "doc") == signed
+    text = '{"t":"presence","hops":0,"doc":' + signed + ',"doc":' + forged + "}"
+    assert raw_member(text, "doc") == forged
+    assert check_doc(json.loads(text)["doc"], len(forged)) == "signature does not verify"
