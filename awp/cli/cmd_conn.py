@@ -65,7 +65,6 @@ def up(
       awp up --listen tcp:127.0.0.1:7000 --no-tailcat
     """
     h = home_of(home)
-    _check_config(h)
     flags: list[str] = []
     given: list[str] = []
     for flag, value in (("--name", name), ("--about", about), ("--harness", harness),
@@ -82,8 +81,9 @@ def up(
         if on:
             flags.append(flag)
             given.append(flag)
-    client = client_if_running(h)
+    client = client_if_running(h)  # another user's daemon: permission denied, here
     if client is None:
+        _check_config(h)
         client = ensure_daemon(h, flags_args=flags)
     elif given:
         note(f"awp up: the daemon is already running; {', '.join(given)} take"

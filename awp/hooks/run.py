@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
 
 from awp.harness.identity import detect, normalize
 from awp.localapi import cjson
@@ -325,7 +324,7 @@ class _Budgeted(LocalClient):
         super().__init__(sock, timeout=budget)
         self._end = time.monotonic() + budget
 
-    def request(self, *args: Any, **kwargs: Any) -> object:
+    def request(self, *args: object, **kwargs: object) -> object:
         left = self._end - time.monotonic()
         if left <= 0:
             raise TimeoutError("the hook's time for the daemon is used up")
