@@ -21,7 +21,7 @@ from .common import (
     parse_seconds,
 )
 from .daemonctl import client_if_running, ensure_daemon, status_if_running, stop_daemon
-from .render import clip, render_record, table
+from .render import budget_line, clip, peer_budget_cell, render_record, table
 
 UP_WAIT = 45.0
 
@@ -246,6 +246,8 @@ def status(home: str = home_opt(), as_json: bool = json_opt()) -> None:
             lines.append(f"  cannot listen on {k}: {v}")
     lines.append(f"  unread {st.get('unread', 0)}, {st.get('notices', 0)} notices,"
                  f" queued {st.get('queued', 0)}")
+    if st.get("budgets"):
+        lines.append(f"  budgets  {budget_line(st['budgets'])}")
     out("\n".join(lines))
     peers = st.get("peers") or []
     out()
@@ -293,10 +295,10 @@ def peers(home: str = home_opt(), as_json: bool = json_opt()) -> None:
         out("no peers yet: awp connect ADDRESS")
         return
     out(table(
-        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED"],
+        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED", "STORED"],
         [[clip(_peer_name(p), 40), p.get("short") or _short(p.get("key", "")),
           p.get("state", ""), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
-          ",".join(p.get("granted") or []) or "-"]
+          ",".join(p.get("granted") or []) or "-", peer_budget_cell(p.get("budget"))]
          for p in rows]))
 
 
