@@ -21,7 +21,7 @@ Targets (issue 12): honest p99 < 50 ms while one peer floods, ``v``'s RSS
 socket and daemon is closed and the homes removed.
 
 Run: python bench/hostile.py [--seconds 20] [--flooders 1] [--size 1000000]
-[--crowd 100] [--rate 20] [--warm 3] [--limits '{"peer_bytes_per_second": "16MiB"}']
+[--crowd 100] [--rate 20] [--warm 5] [--limits '{"peer_bytes_per_second": "16MiB"}']
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1_000_000, help="bytes of text per flood msg")
     ap.add_argument("--crowd", type=int, default=100)
     ap.add_argument("--rate", type=float, default=20.0, help="honest msgs a second")
-    ap.add_argument("--warm", type=float, default=3.0, help="seconds left out of 'steady'")
+    ap.add_argument("--warm", type=float, default=5.0, help="seconds left out of 'steady'")
     ap.add_argument("--limits", default="", help="JSON for v's config.json 'limits'")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="awph", dir="/tmp")

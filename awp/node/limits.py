@@ -41,9 +41,9 @@ class Limits:
     peer_inflight_lines: int = 256          # lines read, not yet stored, per connection
     inflight_bytes: int = 32 * MiB          # bytes in flight over every connection
     peer_lines_per_second: float = 2000.0   # sustained, per key; a faster peer is read later
-    peer_burst_lines: int = 4000            # lines a key may send at once above the rate
+    peer_burst_lines: int = 20000           # lines a key may send at once (a replayed backlog)
     peer_bytes_per_second: int = 8 * MiB    # sustained, per key
-    peer_burst_bytes: int = 16 * MiB        # bytes a key may send at once above the rate
+    peer_burst_bytes: int = 64 * MiB        # bytes a key may send at once (one 50 MiB file)
     peer_stored_bytes: int = 1 * GiB        # a key's inbound log and blobs on disk
     stored_bytes: int = 8 * GiB             # every key's inbound log and blobs together
     peer_connections: int = 4               # open connections from one authenticated key

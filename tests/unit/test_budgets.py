@@ -125,3 +125,16 @@ def test_usage_is_filled_from_an_existing_store_and_kept():
     usage.add(c, "p", log=4)
     usage.add(c, "q", blob=7)
     assert usage.load(c) == {"p": (10, 1000 + usage.BLOB_ROW), "q": (0, 7)}
+
+
+def test_status_and_peers_show_use_against_the_budgets():
+    from awp.cli.render import budget_line, peer_budget_cell
+
+    bud = Budgets(Limits(stored_bytes=8 << 30))
+    bud.load_stored({"a": (3 << 20, 0)})
+    bud.refused["quota"] = 2
+    line = budget_line(bud.status())
+    assert "stored 3.0 MiB of 8.0 GiB" in line and "refused: quota 2" in line
+    assert peer_budget_cell({"stored_bytes": 1536, "refused": 3}) == "1.5 KiB (3 refused)"
+    assert peer_budget_cell({"stored_bytes": 10, "throttled": 4}) == "10 B (slowed 4x)"
+    assert peer_budget_cell(None) == "-"
