@@ -348,14 +348,17 @@ class Connection:
         """Store a run of content lines in one job; they are acked after its commit."""
         self._inflight += len(batch)
         texts = [(line, raw.decode("utf-8")) for line, raw in batch]
+        nbytes = sum(len(raw) for _line, raw in batch)
         # Copies for dashboard hosts are handed over in commit order, like
-        # our own sends, so a host's lines leave in outbox order.
+        # our own sends, so a host's lines leave in outbox order.  With
+        # nothing of ours waiting for the store, the job may go ahead of
+        # other connections' (see awp.store.writer, "Urgent jobs go first").
         pending = self.engine.writer.submit(
             lambda c: [self.engine.store_inbound(c, self, line, text, now)
                        for line, text in texts],
-            self._hand_over_copies if self.engine.shares else None)
-        await self._post(pending, self._after_store_batch, batch,
-                         sum(len(raw) for _line, raw in batch))
+            self._hand_over_copies if self.engine.shares else None,
+            weight=nbytes, urgent=not self._post_inflight)
+        await self._post(pending, self._after_store_batch, batch, nbytes)
 
     async def _take_in_journaled(self, line: dict, raw: bytes, now: int) -> bool:
         """A lone line on a quiet daemon: journal it, ack it, then store it.
@@ -483,7 +486,7 @@ class Connection:
         await self._chunk_slots.acquire()
         now = now_ms()
         pending = self.engine.writer.submit_nowait(
-            lambda c: self.engine.store_chunk(c, self, line, now))
+            lambda c: self.engine.store_chunk(c, self, line, now), weight=nbytes)
         await self._post(pending, self._after_chunk, line, nbytes)
 
     async def _on_grant(self, line: dict, nbytes: int = 0) -> None:
