@@ -138,3 +138,42 @@ def test_status_and_peers_show_use_against_the_budgets():
     assert peer_budget_cell({"stored_bytes": 1536, "refused": 3}) == "1.5 KiB (3 refused)"
     assert peer_budget_cell({"stored_bytes": 10, "throttled": 4}) == "10 B (slowed 4x)"
     assert peer_budget_cell(None) == "-"
+
+
+def test_an_urgent_job_overtakes_a_queue_of_heavy_ones(tmp_path):
+    """A quiet peer's line does not wait for everything a flooder has queued."""
+    import threading
+
+    import trio
+
+    from awp.store.db import open_store
+    from awp.store.writer import Writer
+
+    conn = open_store(str(tmp_path / "awp.db"))
+    conn.execute("CREATE TABLE t (n TEXT)")
+    gate = threading.Event()
+    order: list[str] = []
+
+    def job(name: str, wait: bool = False):
+        def run(c: sqlite3.Connection) -> str:
+            if wait:
+                gate.wait(10)
+            c.execute("INSERT INTO t (n) VALUES (?)", (name,))
+            return name
+        return run
+
+    async def main() -> None:
+        w = Writer(conn)
+        w.start()
+        first = w.submit_nowait(job("h0", wait=True), order.append, weight=1 << 20)
+        await trio.sleep(0.1)  # h0 is running and holds the writer
+        heavy = [w.submit_nowait(job(f"h{i}"), order.append, weight=1 << 20)
+                 for i in range(1, 4)]
+        quiet = w.submit_nowait(job("u"), order.append, weight=100, urgent=True)
+        gate.set()
+        for p in (first, *heavy, quiet):
+            await p.wait()
+        await w.stop()
+
+    trio.run(main)
+    assert order == ["h0", "u", "h1", "h2", "h3"]
