@@ -354,8 +354,7 @@ class Connection:
         # nothing of ours waiting for the store, the job may go ahead of
         # other connections' (see awp.store.writer, "Urgent jobs go first").
         pending = self.engine.writer.submit(
-            lambda c: [self.engine.store_inbound(c, self, line, text, now)
-                       for line, text in texts],
+            lambda c: self.engine.store_inbound_run(c, self, texts, now),
             self._hand_over_copies if self.engine.shares else None,
             weight=nbytes, urgent=not self._post_inflight)
         await self._post(pending, self._after_store_batch, batch, nbytes)

@@ -447,8 +447,17 @@ class Engine:
                          conn.close_reason)
                 self.changes.publish({"kind": "peer", "peer": conn.peer_key, "up": False})
 
+    def store_inbound_run(self, c: sqlite3.Connection, conn: Connection,
+                          texts: list[tuple[dict, str]], now: int) -> list:
+        """Runs on the writer thread: store a run of content lines, counted at once."""
+        owed = [0]
+        out = [self.store_inbound(c, conn, line, text, now, owed) for line, text in texts]
+        if owed[0]:
+            usage.add(c, conn.peer_key, log=owed[0])
+        return out
+
     def store_inbound(self, c: sqlite3.Connection, conn: Connection, line: dict, text: str,
-                      now: int) -> tuple[int, list[dict]]:
+                      now: int, owed: list[int] | None = None) -> tuple[int, list[dict]]:
         """Runs on the writer thread: store a content line.
 
         Returns its log seq (0 for a duplicate) and the lines to send after the
@@ -475,7 +484,11 @@ class Engine:
             seq = ops.store_inbound(c, conn.peer_key, line, text, now)
         if not seq:
             return seq, replies
-        self._charge(c, conn.peer_key, log=nbytes)
+        if owed is None:
+            self._charge(c, conn.peer_key, log=nbytes)
+        else:  # the caller adds them to the table once for the run
+            owed[0] += nbytes
+            self.budgets.add_stored(conn.peer_key, log=nbytes)
         if line["t"] == "msg":
             for r in blobstore.msg_named_blobs(c, self.blobs_dir, conn.peer_key, line,
                                                self.config.blob_limit, now):
