@@ -224,3 +224,39 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
         head = "  ".join([c.ljust(w) for c, w in zip(r, widths, strict=False)])
         out.append((head + "  " + r[-1]).rstrip() if widths else r[-1].rstrip())
     return "\n".join(out)
+
+
+def size(n: int | float) -> str:
+    """Bytes in the largest binary unit that keeps a number over 1: ``1.5 MiB``."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def budget_line(b: dict) -> str:
+    """``awp status``: use of the global budgets, and what they turned away."""
+    lim = b.get("limits") or {}
+    refused = b.get("refused") or {}
+    text = (f"stored {size(b.get('stored_bytes', 0))} of {size(lim.get('stored_bytes', 0))},"
+            f" in flight {size(b.get('inflight_bytes', 0))} of"
+            f" {size(lim.get('inflight_bytes', 0))}, connections {b.get('connections', 0)}"
+            f" of {lim.get('connections', 0)} ({b.get('handshakes', 0)} in handshake)")
+    turned = [f"{k.replace('_', ' ')} {v}" for k, v in refused.items() if v]
+    if turned:
+        text += "; refused: " + ", ".join(turned)
+    return text
+
+
+def peer_budget_cell(b: dict | None) -> str:
+    """``awp peers``: what a peer has made us store, and when it is being slowed."""
+    if not b:
+        return "-"
+    cell = size(b.get("stored_bytes", 0))
+    if b.get("refused"):
+        cell += f" ({b['refused']} refused)"
+    elif b.get("throttled"):
+        cell += f" (slowed {b['throttled']}x)"
+    return cell

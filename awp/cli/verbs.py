@@ -25,7 +25,17 @@ from .base import (
     out_json,
     parse_seconds,
 )
-from .render import clip, lang_for, now_ms, render_record, render_records, since, table
+from .render import (
+    budget_line,
+    clip,
+    lang_for,
+    now_ms,
+    peer_budget_cell,
+    render_record,
+    render_records,
+    since,
+    table,
+)
 
 HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
 
@@ -405,6 +415,8 @@ def status(home: str | None, as_json: bool) -> None:
             lines.append(f"  cannot listen on {k}: {v}")
     lines.append(f"  unread {st.get('unread', 0)}, {st.get('notices', 0)} notices,"
                  f" queued {st.get('queued', 0)}")
+    if st.get("budgets"):
+        lines.append(f"  budgets  {budget_line(st['budgets'])}")
     out("\n".join(lines))
     peers = st.get("peers") or []
     out()
@@ -429,8 +441,8 @@ def peers(home: str | None, as_json: bool) -> None:
         out("no peers yet: awp connect ADDRESS")
         return
     out(table(
-        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED"],
+        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED", "STORED"],
         [[clip(_peer_name(p), 40), p.get("short") or short(p.get("key", "")),
           p.get("state", ""), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
-          ",".join(p.get("granted") or []) or "-"]
+          ",".join(p.get("granted") or []) or "-", peer_budget_cell(p.get("budget"))]
          for p in rows]))

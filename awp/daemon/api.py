@@ -140,6 +140,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                       "sent_before_commit": engine.writer.early_batches,
                       "inline": engine.writer.inline_batches,
                       "intake": engine.intake.status() if engine.intake else None},
+            "budgets": engine.budgets.status(),
             **counts, "peers": peer_list,
         }
 
@@ -202,6 +203,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             slot = engine.peers.slots.get(p["key"])
             if slot and slot.last_error and not conn:
                 p["last_error"] = slot.last_error
+            p["budget"] = engine.budgets.peer(p["key"], conn)
         now = now_ms()
         granted = await engine.read(lambda c: {p["key"]: sorted(grantstore.honored_caps(
             c, p["key"], engine.identity.key, engine.config.trust, now)) for p in rows})

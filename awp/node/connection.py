@@ -43,7 +43,6 @@ trace_log = logging.getLogger("awp.trace")
 _SEND_BATCH = 256
 _SEND_BATCH_BYTES = 1 << 20  # and at most this much per write, so others get the lock
 _WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
-_MAX_INFLIGHT = 2048  # content lines read but not yet stored, per connection
 
 
 class ConnectionClosed(Exception):
@@ -98,12 +97,17 @@ class Connection:
         self._held: list[bytes] = []  # acks waiting for the end of a burst
         self._inflight = 0  # received content lines not yet stored
         self._inflight_drop = trio.Event()
+        self._rate_wait = 0.0  # seconds this key's rate wants us to wait before reading
         self._resumed_by_peer = trio.Event()
         self._pushed: list[tuple[int, str, str]] = []
         self._sending = False  # the sender loop is writing pushed lines
         self.stalled = False  # closed because a write made no progress in time
         self._gaps = AckGaps(engine.config.limits.gap_timeout)  # lines awaiting their ack
         self._gap_wake = trio.Event()
+        self.inflight_bytes = 0  # bytes of lines handed to the store, not yet done
+        self.throttled = 0  # times reading waited for the rate or the store
+        self.quota_refused = 0  # content lines refused with err quota (then all are)
+        self.counted_key = False  # counted in the budgets' per-key connections
 
     # -- public -------------------------------------------------------------------
 
@@ -126,6 +130,10 @@ class Connection:
         finally:
             self.reader_done.set()
             self.closed.set()
+            if self.inflight_bytes:  # follow-ups that will never run now
+                self.engine.budgets.give(self.inflight_bytes)
+                self.inflight_bytes = 0
+            self.engine.budgets.closed(self)
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
                     try:
@@ -178,6 +186,7 @@ class Connection:
         if deadline.cancelled_caught:
             self.failure = "handshake timed out"
             raise ConnectionClosed("handshake timed out")
+        self.engine.budgets.handshake_done(self)
 
         self.peer_key = self.hs.peer_key
         self.peer_name = clean_name(self.hs.peer.get("name"))
@@ -185,7 +194,8 @@ class Connection:
         self.peer_caps = [c for c in caps if isinstance(c, str)] if isinstance(caps, list) else []
         self.dialer_key = self.engine.identity.key if self.outbound else self.peer_key
 
-        refusal = await self.engine.admission(self)
+        refusal = (not self.outbound and self.engine.budgets.admit_key(self)
+                   or await self.engine.admission(self))
         if refusal:
             self.failure = refusal
             await self._refuse(errors.AUTH, refusal)
@@ -209,6 +219,7 @@ class Connection:
                 await self._on_lines(pending)
                 pending = []
                 while True:
+                    await self._read_allowance()
                     data = await self.stream.receive_some(65536)
                     if not data:
                         break
@@ -217,6 +228,8 @@ class Connection:
                     except LineTooLarge:
                         await self._refuse(errors.TOO_LARGE, "line over 1 MiB")
                         break
+                    self._rate_wait = self.engine.budgets.spend(self.peer_key, len(lines),
+                                                                len(data))
                     await self._on_lines(lines)
             finally:
                 self.reader_done.set()
@@ -226,6 +239,22 @@ class Connection:
                 await self._drained.wait()
             nursery.cancel_scope.cancel()
         self.close_reason = self.close_reason or "peer closed the connection"
+
+    async def turn_away(self, detail: str) -> None:
+        """Refuse a connection before its handshake: ``err quota``, then close."""
+        self.close_reason = f"{errors.QUOTA}: {detail}"
+        with trio.move_on_after(1):
+            try:
+                await self.stream.send_all(self._line({"t": "err", "code": errors.QUOTA,
+                                                       "detail": detail}))
+                await self.stream.send_eof()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        with trio.move_on_after(1):
+            try:
+                await self.stream.aclose()
+            except Exception:
+                pass
 
     async def _refuse(self, code: str, detail: str, re: str | None = None) -> None:
         """Send a closing err, half-close, and drain so the peer reads it."""
@@ -248,6 +277,24 @@ class Connection:
                 pass
 
     # -- inbound ------------------------------------------------------------------
+
+    async def _read_allowance(self) -> None:
+        """Before the next read: wait off this key's rate, then the store's backlog.
+
+        Not reading is the whole remedy: the kernel's buffers fill and TCP
+        slows the sender down, while every other connection goes on as before.
+        """
+        budgets = self.engine.budgets
+        if self._rate_wait > 0:
+            self.throttled += 1
+            budgets.throttled += 1
+            await trio.sleep(self._rate_wait)
+            self._rate_wait = 0.0
+        if not budgets.may_read(self.inflight_bytes):
+            self.throttled += 1
+            budgets.throttled += 1
+            while not budgets.may_read(self.inflight_bytes):
+                await budgets.released()
 
     async def _on_lines(self, raws: list[bytes]) -> None:
         """Handle the lines of one read, storing runs of them in one job.
@@ -292,12 +339,15 @@ class Connection:
 
     async def _flush_runs(self, contents: list, acks: list) -> None:
         if contents:
-            while self._inflight > _MAX_INFLIGHT:  # let the store catch up first
+            while self._inflight >= max(1, self.engine.config.limits.peer_inflight_lines):
+                # Let the store catch up first.
                 self._inflight_drop = trio.Event()
                 await self._inflight_drop.wait()
             batch, now = list(contents), now_ms()
             contents.clear()
-            if len(batch) > 1 or not await self._take_in_journaled(*batch[0], now):
+            if (len(batch) > 1 or self.quota_refused
+                    or self.engine.budgets.over_stored(self.peer_key, len(batch[0][1]))
+                    or not await self._take_in_journaled(*batch[0], now)):
                 await self._store_run(batch, now)
         if acks:
             done, key = list(acks), self.peer_key
@@ -310,13 +360,16 @@ class Connection:
         """Store a run of content lines in one job; they are acked after its commit."""
         self._inflight += len(batch)
         texts = [(line, raw.decode("utf-8")) for line, raw in batch]
+        nbytes = sum(len(raw) for _line, raw in batch)
         # Copies for dashboard hosts are handed over in commit order, like
-        # our own sends, so a host's lines leave in outbox order.
+        # our own sends, so a host's lines leave in outbox order.  With
+        # nothing of ours waiting for the store, the job may go ahead of
+        # other connections' (see awp.store.writer, "Urgent jobs go first").
         pending = self.engine.writer.submit(
-            lambda c: [self.engine.store_inbound(c, self, line, text, now)
-                       for line, text in texts],
-            self._hand_over_copies if self.engine.shares else None)
-        await self._post(pending, self._after_store_batch, batch)
+            lambda c: self.engine.store_inbound_run(c, self, texts, now),
+            self._hand_over_copies if self.engine.shares else None,
+            weight=nbytes, urgent=not self._post_inflight)
+        await self._post(pending, self._after_store_batch, batch, nbytes)
 
     async def _take_in_journaled(self, line: dict, raw: bytes, now: int) -> bool:
         """A lone line on a quiet daemon: journal it, ack it, then store it.
@@ -370,9 +423,9 @@ class Connection:
         t = line["t"]
         self._seen_line(t)
         if t == "chunk":
-            await self._on_chunk(line)
+            await self._on_chunk(line, len(raw))
         elif t == "grant":
-            await self._on_grant(line)
+            await self._on_grant(line, len(raw))
         elif t == "introduce":
             await self._on_introduce(line, raw)
         elif t == "resume":
@@ -400,9 +453,10 @@ class Connection:
         """
         self._inflight -= len(batch)
         self._inflight_drop.set()
-        for line, _raw in batch:
-            self._held.append(self._line({"t": "ack", "th": line.get("th") or "",
-                                          "re": line["id"]}))
+        for (line, _raw), result in zip(batch, results, strict=True):  # type: ignore[call-overload]
+            if result[0] != -1:  # -1: refused over a budget, never acked
+                self._held.append(self._line({"t": "ack", "th": line.get("th") or "",
+                                              "re": line["id"]}))
         if self._post_recv.statistics().current_buffer_used == 0:
             await self._flush_held()
         for result, (line, _raw) in zip(results, batch, strict=True):  # type: ignore[call-overload]
@@ -421,6 +475,9 @@ class Connection:
 
     async def _after_store(self, result: object, line: dict) -> None:
         seq, replies = result  # type: ignore[misc]
+        if seq == -1:  # refused over a budget: the err, nothing else
+            self._held.extend(self._line(reply) for reply in replies)
+            return
         for reply in replies:
             if callable(reply):  # work to start now that the line is stored
                 self.engine.spawn(reply)
@@ -431,7 +488,7 @@ class Connection:
                 self._held.append(self._line(reply))
         self.engine.on_inbound_committed(self, line, seq, self.committed_ns)
 
-    async def _on_chunk(self, line: dict) -> None:
+    async def _on_chunk(self, line: dict, nbytes: int = 0) -> None:
         """Chunks are stored in line order like content, but never acked.
 
         At most a few chunks (256 KiB each) wait for the store at once, so a
@@ -440,22 +497,22 @@ class Connection:
         await self._chunk_slots.acquire()
         now = now_ms()
         pending = self.engine.writer.submit_nowait(
-            lambda c: self.engine.store_chunk(c, self, line, now))
-        await self._post(pending, self._after_chunk, line)
+            lambda c: self.engine.store_chunk(c, self, line, now), weight=nbytes)
+        await self._post(pending, self._after_chunk, line, nbytes)
 
-    async def _on_grant(self, line: dict) -> None:
+    async def _on_grant(self, line: dict, nbytes: int = 0) -> None:
         """A grant line is stored if valid, never acked, never answered."""
         now = now_ms()
         pending = self.engine.writer.submit_nowait(
             lambda c: self.engine.store_grants(c, self, [line.get("grant")], now))
-        await self._post(pending, self._after_nothing, None)
+        await self._post(pending, self._after_nothing, None, nbytes)
 
     async def _on_introduce(self, line: dict, raw: bytes) -> None:
         now = now_ms()
         text = raw.decode("utf-8")
         pending = self.engine.writer.submit_nowait(
             lambda c: self.engine.store_introduce(c, self, line, text, now))
-        await self._post(pending, self._after_nothing, None)
+        await self._post(pending, self._after_nothing, None, len(raw))
 
     async def _after_nothing(self, result: object, arg: object) -> None:
         if result:
@@ -530,22 +587,26 @@ class Connection:
 
     # -- ordered post-commit work -------------------------------------------------
 
-    async def _post(self, pending: Pending, then: Callable, arg: object) -> None:
+    async def _post(self, pending: Pending, then: Callable, arg: object,
+                    nbytes: int = 0) -> None:
         """Queue ``then(result, arg)`` for when ``pending`` commits, in arrival order.
 
         A job that already committed inline, with nothing ahead of it, is
         finished right here: that saves a task switch before the ack.
+        ``nbytes`` of the peer's lines count as in flight until then.
         """
         self._post_inflight += 1
+        self.inflight_bytes += nbytes
+        self.engine.budgets.take(nbytes)
         if self._post_inflight == 1 and pending.event.is_set() and not self._post_lock.locked():
             self._post_lock.acquire_nowait()  # no scheduler trip on the way to the ack
             try:
-                await self._post_one((pending, then, arg))
+                await self._post_one((pending, then, arg, nbytes))
                 await self._flush_held()
             finally:
                 self._post_lock.release()
             return
-        await self._post_send.send((pending, then, arg))
+        await self._post_send.send((pending, then, arg, nbytes))
 
     async def _post_commit_loop(self) -> None:
         """Act on committed jobs strictly in arrival order (acks keep line order)."""
@@ -562,7 +623,7 @@ class Connection:
 
     async def _post_one(self, item: tuple) -> bool:
         """Run one item's follow-up; False (and the connection closing) if it failed."""
-        pending, then, arg = item
+        pending, then, arg, nbytes = item
         try:
             result = pending.result() if pending.event.is_set() else await pending.wait()
             self.committed_ns = pending.committed_ns
@@ -578,6 +639,9 @@ class Connection:
             return False
         finally:
             self._post_inflight -= 1
+            if nbytes:
+                self.inflight_bytes -= nbytes
+                self.engine.budgets.give(nbytes)
         await then(result, arg)
         return True
 

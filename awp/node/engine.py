@@ -21,11 +21,12 @@ import trio
 
 from ..store import blobs as blobstore
 from ..store import grants as grantstore
-from ..store import ops
+from ..store import ops, usage
 from ..store.db import connect, open_store
 from ..store.idfloor import IdFloor
 from ..store.writer import Writer
 from ..transport import streams
+from ..wire import errors
 from ..wire.address import Address, AddressError, parse_address
 from ..wire.b64 import b64std
 from ..wire.canonical import compact_json
@@ -36,6 +37,7 @@ from ..wire.keys import Identity, KeyError_, normalize_key
 from ..wire.messages import default_subject
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
+from .budgets import Budgets
 from .config import NodeConfig
 from .connection import Connection
 from .events import Broadcaster
@@ -94,6 +96,7 @@ class Engine:
         self.config = config
         self.ids = IdGenerator()
         self.peers = PeerManager(self)
+        self.budgets = Budgets(config.limits)
         self.changes = Broadcaster()
         self.listen_addrs: list[Address] = []
         self.shares: list[str] | None = None
@@ -127,6 +130,7 @@ class Engine:
         await trio.to_thread.run_sync(floor.load, conn)
         self.intake = await trio.to_thread.run_sync(
             Intake.start, os.path.dirname(os.path.abspath(self.db_path)), conn)
+        self.budgets.load_stored(await trio.to_thread.run_sync(usage.load, conn))
         self.writer = Writer(conn, policy=floor)
         self.writer.start()
         try:
@@ -134,6 +138,7 @@ class Engine:
                 self._nursery = nursery
                 self.peers.bind(nursery)
                 nursery.start_soon(self._sweeper)
+                nursery.start_soon(self._blob_expiry)
                 for key in await self.read(self._peers_with_business):
                     self.peers.ensure_loop(key)
                 for ext in self.extensions:
@@ -167,6 +172,59 @@ class Engine:
 
         assert self._nursery is not None
         self._nursery.start_soon(run)
+
+    async def _blob_expiry(self) -> None:
+        """Drop blobs no msg named within ``unclaimed_blob_ttl``, and give their bytes back."""
+        ttl = self.config.limits.unclaimed_blob_ttl
+        every = min(60.0, max(0.2, ttl / 4))
+
+        def job(c: sqlite3.Connection, cutoff: int) -> list[tuple[str, int]]:
+            freed = usage.expire_unclaimed(c, self.blobs_dir, cutoff)
+            # Whatever a failed job counted in memory, the table is the truth.
+            self.budgets.load_stored(usage.load(c))
+            return freed
+
+        while True:
+            await trio.sleep(every)
+            cutoff = now_ms() - int(ttl * 1000)
+            try:
+                freed = await self.writer.run(lambda c, cut=cutoff: job(c, cut))
+            except Exception as e:
+                log.error("unclaimed blob expiry failed: %s", e)
+                continue
+            if freed:
+                log.info("dropped %d blobs no message named within %gs (%d bytes)",
+                         len(freed), ttl, sum(n for _k, n in freed))
+
+    def _charge(self, c: sqlite3.Connection, key: str, log: int = 0, blob: int = 0) -> None:
+        """Writer thread: ``key`` made us store (or we freed) bytes; count them."""
+        usage.add(c, key, log, blob)
+        self.budgets.add_stored(key, log, blob)
+
+    def _over_stored(self, c: sqlite3.Connection, conn: Connection, line: dict,
+                     nbytes: int) -> dict | None:
+        """Writer thread: the ``err quota`` for a content line over the stored budgets.
+
+        Once one line is refused, every later one on the connection is too,
+        so the resume point never passes a refused line and the sender's next
+        connection replays them all in order.  A duplicate is acked as usual.
+        """
+        why = "an earlier line on this connection was refused" if conn.quota_refused else \
+            self.budgets.over_stored(conn.peer_key, nbytes)
+        if not why:
+            return None
+        ident = line.get("id")
+        if line["t"] in ("msg", "state") and c.execute(
+                "SELECT 1 FROM log WHERE peer = ? AND dir = 'in' AND id = ?",
+                (conn.peer_key, ident)).fetchone():
+            return None
+        conn.quota_refused += 1
+        self.budgets.refused["quota"] += 1
+        err = {"t": "err", "code": errors.QUOTA,
+               "detail": f"not stored: {why} is used up; send it again later"}
+        if isinstance(ident, str):
+            err["re"] = ident
+        return err
 
     def _peers_with_business(self, conn: sqlite3.Connection) -> list[str]:
         since = now_ms() - int(self.config.outbox_ttl * 1000)
@@ -234,6 +292,10 @@ class Engine:
 
     async def handle_inbound(self, stream: trio.abc.HalfCloseableStream) -> None:
         conn = Connection(self, stream, outbound=False, desc=streams.peer_description(stream))
+        if not self.budgets.open_inbound(conn):
+            await conn.turn_away(f"too many connections ({self.config.limits.connections}"
+                                 " open; limits.connections)")
+            return
         await conn.run()
 
     def advertised(self) -> str | None:
@@ -392,8 +454,17 @@ class Engine:
                          conn.close_reason)
                 self.changes.publish({"kind": "peer", "peer": conn.peer_key, "up": False})
 
+    def store_inbound_run(self, c: sqlite3.Connection, conn: Connection,
+                          texts: list[tuple[dict, str]], now: int) -> list:
+        """Runs on the writer thread: store a run of content lines, counted at once."""
+        owed = [0]
+        out = [self.store_inbound(c, conn, line, text, now, owed) for line, text in texts]
+        if owed[0]:
+            usage.add(c, conn.peer_key, log=owed[0])
+        return out
+
     def store_inbound(self, c: sqlite3.Connection, conn: Connection, line: dict, text: str,
-                      now: int) -> tuple[int, list[dict]]:
+                      now: int, owed: list[int] | None = None) -> tuple[int, list[dict]]:
         """Runs on the writer thread: store a content line.
 
         Returns its log seq (0 for a duplicate) and the lines to send after the
@@ -402,6 +473,10 @@ class Engine:
         replies: list = []
         if self.intake is not None:
             self.intake.store_unstored(c)
+        nbytes = len(text.encode("utf-8"))
+        refusal = self._over_stored(c, conn, line, nbytes)
+        if refusal is not None:
+            return -1, [refusal]
         if line["t"] in ("mirror", "private"):
             # Extension lines: kept by their extension, never in the agent's inbox.
             th = line.get("th") or ""
@@ -416,6 +491,11 @@ class Engine:
             seq = ops.store_inbound(c, conn.peer_key, line, text, now)
         if not seq:
             return seq, replies
+        if owed is None:
+            self._charge(c, conn.peer_key, log=nbytes)
+        else:  # the caller adds them to the table once for the run
+            owed[0] += nbytes
+            self.budgets.add_stored(conn.peer_key, log=nbytes)
         if line["t"] == "msg":
             for r in blobstore.msg_named_blobs(c, self.blobs_dir, conn.peer_key, line,
                                                self.config.blob_limit, now):
@@ -429,8 +509,32 @@ class Engine:
     def store_chunk(self, c: sqlite3.Connection, conn: Connection, line: dict,
                     now: int) -> list[dict]:
         """Runs on the writer thread: apply a chunk; returns lines to send."""
-        refusal, done = blobstore.chunk_in(c, self.blobs_dir, conn.peer_key, line,
-                                           self.config.blob_limit, now)
+        key, ref = conn.peer_key, line.get("ref")
+        before = c.execute("SELECT * FROM blobs WHERE peer = ? AND dir = 'in' AND ref = ?",
+                           (key, ref)).fetchone() if isinstance(ref, str) else None
+        data = line.get("data")
+        size = len(data) * 3 // 4 if isinstance(data, str) else 0
+        refused = self._over_stored(c, conn, line, size + usage.BLOB_ROW)
+        if refused is not None:
+            return [refused]
+        live = before is None or before["status"] == "pending"
+        lim = self.config.limits.peer_unclaimed_blob_bytes
+        if (live and isinstance(ref, str) and ref and (before is None or not before["msg_id"])
+                and usage.unclaimed(c, key) + size > lim):
+            self.budgets.refused["unclaimed"] += 1
+            blobstore._refuse(c, self.blobs_dir, key, ref, "too many unclaimed blob bytes", now)
+            refusal, done = blobstore.Refusal(
+                ref, f"no message names it yet and {lim} unclaimed bytes are held"
+                " (peer_unclaimed_blob_bytes)"), None
+        else:
+            refusal, done = blobstore.chunk_in(c, self.blobs_dir, key, line,
+                                               self.config.blob_limit, now)
+        if isinstance(ref, str):
+            after = c.execute("SELECT * FROM blobs WHERE peer = ? AND dir = 'in' AND ref = ?",
+                              (key, ref)).fetchone()
+            delta = usage.blob_cost(after) - usage.blob_cost(before)
+            if delta:
+                self._charge(c, key, blob=delta)
         th = line.get("th") if isinstance(line.get("th"), str) else ""
         if th and isinstance(line.get("id"), str) and refusal is None:
             ops.note_seen(c, conn.peer_key, th, line["id"], now)
@@ -541,12 +645,17 @@ class Engine:
             key = normalize_key(peer.get("key"))
         except (KeyError_, TypeError):
             return 0
+        nbytes = len(text.encode("utf-8"))
+        if self._over_stored(c, conn, line, nbytes) is not None:
+            return 0  # not seen: it comes again with the sender's next connection
         if th:
             ops.note_seen(c, conn.peer_key, th, ident, now)
         cur = c.execute(
             "INSERT OR IGNORE INTO log (peer, dir, t, id, th, re, ts, at, line, read, acked)"
             " VALUES (?, 'in', 'introduce', ?, ?, '', ?, ?, ?, 0, 1)",
             (conn.peer_key, ident, th, now, now, text))
+        if cur.rowcount:
+            self._charge(c, conn.peer_key, log=nbytes)
         if cur.rowcount == 0 or key == self.identity.key:
             return 0
         grantstore.receive(c, line.get("grant"), self.identity.key, conn.peer_key, now,
@@ -588,12 +697,16 @@ class Engine:
             def keep(c: sqlite3.Connection) -> int:
                 row = c.execute("SELECT th FROM log WHERE peer = ? AND dir = 'out' AND id = ?",
                                 (key, re)).fetchone()
-                if row is None:
+                nbytes = len(text.encode("utf-8"))
+                if row is None or self.budgets.over_stored(key, nbytes):
                     return 0
-                return c.execute(
+                n = c.execute(
                     "INSERT OR IGNORE INTO log (peer, dir, t, id, th, re, ts, at, line, read,"
                     " acked) VALUES (?, 'in', 'err', ?, ?, ?, ?, ?, ?, 0, 1)",
                     (key, ident, row[0], re, now, now, text)).rowcount
+                if n:
+                    self._charge(c, key, log=nbytes)
+                return n
 
             self.writer.submit_nowait(
                 keep, lambda n: n and self.changes.publish({"kind": "err", "peer": key}))

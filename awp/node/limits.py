@@ -37,16 +37,20 @@ class Limits:
     present_bytes: int = 64 * KiB           # all grants we put in one auth line
     present_count: int = 32                 # grants we put in one auth line
 
-    # Per peer and global budgets for inbound traffic.
-    peer_inflight_bytes: int = 8 * MiB      # received, not yet stored, per connection
-    peer_lines_per_second: float = 2000.0   # sustained; a faster peer is read more slowly
-    peer_burst_lines: int = 4000            # lines a peer may send at once above the rate
-    peer_stored_bytes: int = 1 * GiB        # a peer's inbound log and blobs on disk
-    stored_bytes: int = 8 * GiB             # every peer's inbound log and blobs together
+    # Per peer and global budgets for inbound traffic (docs/threat-model.md).
+    peer_inflight_bytes: int = 2 * MiB      # lines read, not yet stored, per connection
+    peer_inflight_lines: int = 256          # lines read, not yet stored, per connection
+    inflight_bytes: int = 32 * MiB          # bytes in flight over every connection
+    peer_lines_per_second: float = 2000.0   # sustained, per key; a faster peer is read later
+    peer_burst_lines: int = 20000           # lines a key may send at once (a replayed backlog)
+    peer_bytes_per_second: int = 8 * MiB    # sustained, per key
+    peer_burst_bytes: int = 64 * MiB        # bytes a key may send at once (one 50 MiB file)
+    peer_stored_bytes: int = 1 * GiB        # a key's inbound log and blobs on disk
+    stored_bytes: int = 8 * GiB             # every key's inbound log and blobs together
     peer_connections: int = 4               # open connections from one authenticated key
-    connections: int = 256                  # open peer connections in all
-    handshakes: int = 64                    # connections still in their handshake
-    unclaimed_blob_bytes: int = 256 * MiB   # blob bytes no stored message names yet
+    connections: int = 256                  # open inbound connections in all
+    handshakes: int = 64                    # inbound connections still in their handshake
+    peer_unclaimed_blob_bytes: int = 256 * MiB  # a key's blob bytes no stored msg names yet
     unclaimed_blob_ttl: float = 3600.0      # an unnamed blob is dropped after this
 
     # Time.
@@ -60,12 +64,14 @@ class Limits:
 
 for _f, _k in (
     ("grant_bytes", "bytes"), ("grants_per_issuer", "count"), ("grants_per_peer", "count"),
-    ("present_bytes", "bytes"),
-    ("present_count", "count"), ("peer_inflight_bytes", "bytes"),
+    ("present_bytes", "bytes"), ("present_count", "count"),
+    ("peer_inflight_bytes", "bytes"), ("inflight_bytes", "bytes"),
+    ("peer_inflight_lines", "count"),
     ("peer_lines_per_second", "rate"), ("peer_burst_lines", "count"),
+    ("peer_bytes_per_second", "bytes"), ("peer_burst_bytes", "bytes"),
     ("peer_stored_bytes", "bytes"), ("stored_bytes", "bytes"),
     ("peer_connections", "count"), ("connections", "count"), ("handshakes", "count"),
-    ("unclaimed_blob_bytes", "bytes"), ("unclaimed_blob_ttl", "seconds"),
+    ("peer_unclaimed_blob_bytes", "bytes"), ("unclaimed_blob_ttl", "seconds"),
     ("write_timeout", "seconds"), ("gap_timeout", "seconds"), ("json_depth", "count"),
     ("api_body_bytes", "bytes"),
 ):

@@ -181,4 +181,21 @@ MIGRATIONS: list[str] = [
     CREATE INDEX grants_kind ON grants (kind, exp);
     DELETE FROM grants WHERE kind IN ('held', 'presented') AND iss = sub
     """,
+    # 5: what each peer has made us store, kept as it arrives (budgets).  The
+    # first fill reads the whole inbound log once; after that, every job that
+    # stores a peer's bytes adds them here in its own transaction.
+    """
+    CREATE TABLE usage (
+        peer TEXT PRIMARY KEY,
+        log_bytes INTEGER NOT NULL DEFAULT 0,
+        blob_bytes INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO usage (peer, log_bytes, blob_bytes)
+        SELECT peer, SUM(l), SUM(b) FROM (
+            SELECT peer, length(CAST(line AS BLOB)) AS l, 0 AS b FROM log WHERE dir = 'in'
+            UNION ALL SELECT sharer, length(CAST(line AS BLOB)), 0 FROM mirrors
+            UNION ALL SELECT peer, 0, 256 + CASE WHEN status IN ('pending', 'received',
+                'complete') THEN received ELSE 0 END FROM blobs WHERE dir = 'in'
+        ) GROUP BY peer
+    """,
 ]

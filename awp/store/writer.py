@@ -24,15 +24,23 @@ Two refinements matter for latency at low load, where a message is alone:
 
 Hooks always run on the trio thread in commit order, across inline and
 threaded batches alike; connections rely on that to send in outbox order.
+
+**Urgent jobs go first.**  A job may be marked urgent (a peer's line when
+nothing else of that connection is waiting for the store) and given a weight
+(its bytes).  Queued urgent jobs make a batch of their own ahead of the
+others, and other batches stop at about ``_BATCH_BYTES`` of weight, so a
+quiet peer's line waits for at most one modest transaction of a flooding
+peer's, not for everything the flooder has queued.  Jobs that are not
+urgent keep their order, and hooks still run in commit order.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -43,6 +51,7 @@ log = logging.getLogger("awp.store")
 Job = Callable[[sqlite3.Connection], Any]
 Hook = Callable[[Any], None]
 _MAX_BATCH = 4000
+_BATCH_BYTES = 512 * 1024  # a batch of weighted jobs stops once it holds this much
 _QUIET_S = 0.002  # no commit for this long: a new job is probably alone
 _FAST_COMMIT_S = 0.0015  # inline only while commits take less than this
 
@@ -60,7 +69,8 @@ class CommitPolicy(Protocol):
 class Pending:
     """The outcome of one job, awaited on the trio side."""
 
-    __slots__ = ("job", "event", "value", "error", "on_commit", "early", "committed_ns")
+    __slots__ = ("job", "event", "value", "error", "on_commit", "early", "committed_ns",
+                 "weight")
 
     def __init__(self, job: Job, on_commit: Hook | None = None,
                  early: Hook | None = None) -> None:
@@ -71,6 +81,7 @@ class Pending:
         self.value: Any = None
         self.error: BaseException | None = None
         self.committed_ns = 0  # when its commit finished (CLOCK_MONOTONIC)
+        self.weight = 0  # bytes it stores, for sizing batches
 
     async def wait(self) -> Any:
         await self.event.wait()
@@ -88,7 +99,10 @@ class Writer:
 
     def __init__(self, conn: sqlite3.Connection, *, policy: CommitPolicy | None = None) -> None:
         self._conn = conn
-        self._q: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._q: deque[Pending] = deque()
+        self._urgent: deque[Pending] = deque()
+        self._stopping = False
+        self._ready = threading.Condition(threading.Lock())
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
         self._policy = policy
@@ -107,7 +121,8 @@ class Writer:
         self._thread.start()
 
     def submit_nowait(self, job: Job, on_commit: Hook | None = None, *,
-                      early: Hook | None = None) -> Pending:
+                      early: Hook | None = None, weight: int = 0,
+                      urgent: bool = False) -> Pending:
         """Queue a job; await ``.wait()`` on the result for the committed value.
 
         ``on_commit`` runs on the trio thread right after the commit, in commit
@@ -117,11 +132,15 @@ class Writer:
         ``on_commit``.
         """
         p = Pending(job, on_commit, early)
+        p.weight = weight
         self._outstanding += 1
-        self._q.put(p)
+        with self._ready:
+            (self._urgent if urgent else self._q).append(p)
+            self._ready.notify()
         return p
 
-    def submit(self, job: Job, on_commit: Hook | None = None) -> Pending:
+    def submit(self, job: Job, on_commit: Hook | None = None, *, weight: int = 0,
+               urgent: bool = False) -> Pending:
         """Like :meth:`submit_nowait`, but run it right here if the writer is quiet.
 
         An inline run blocks the event loop for the commit (well under
@@ -130,7 +149,7 @@ class Writer:
         """
         if self._enter_inline():
             return self.run_now(job, on_commit)
-        return self.submit_nowait(job, on_commit)
+        return self.submit_nowait(job, on_commit, weight=weight, urgent=urgent)
 
     def run_now(self, job: Job, on_commit: Hook | None = None) -> Pending:
         """Run a job on this thread with the store taken by :meth:`hold`, commit
@@ -202,7 +221,9 @@ class Writer:
         """Finish queued jobs, then end the thread."""
         if self._thread is None:
             return
-        self._q.put(None)
+        with self._ready:
+            self._stopping = True
+            self._ready.notify()
         await trio.to_thread.run_sync(self._thread.join)
         self._thread = None
 
@@ -305,26 +326,33 @@ class Writer:
 
     def _run(self) -> None:
         assert self._token is not None
-        stopping = False
-        while not stopping:
-            first = self._q.get()
-            if first is None:
+        while True:
+            batch = self._next_batch()
+            if not batch:
                 break
-            batch = [first]
-            while len(batch) < _MAX_BATCH:
-                try:
-                    nxt = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stopping = True
-                    break
-                batch.append(nxt)
             with self._lock:
                 if self._stage(batch):
                     sent = self._run_early_hooks(batch)
                     if self._commit(batch, sent):
                         self._resolve(batch)
+
+    def _next_batch(self) -> list[Pending]:
+        """Wait for jobs: the urgent ones if any, else the others in order,
+        up to ``_MAX_BATCH`` jobs and about ``_BATCH_BYTES`` of weight.  Empty
+        once stopping with nothing left."""
+        with self._ready:
+            while not self._q and not self._urgent:
+                if self._stopping:
+                    return []
+                self._ready.wait()
+            src = self._urgent if self._urgent else self._q
+            batch = [src.popleft()]
+            weight = batch[0].weight
+            while src and len(batch) < _MAX_BATCH and weight < _BATCH_BYTES:
+                p = src.popleft()
+                weight += p.weight
+                batch.append(p)
+            return batch
 
     def _run_early_hooks(self, batch: list[Pending]) -> int:
         """Hand the batch's early hooks to the trio thread now, if allowed."""

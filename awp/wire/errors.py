@@ -10,9 +10,10 @@ FORBIDDEN = "forbidden"
 UNSUPPORTED = "unsupported"
 BLOB_REFUSED = "blob_refused"
 INTERNAL = "internal"
+QUOTA = "quota"  # a budget of the receiver is used up: the line is neither stored nor acked
 
 CLOSING = frozenset({BAD_FRAME, VERSION, AUTH, TOO_LARGE})
-NON_CLOSING = frozenset({FORBIDDEN, UNSUPPORTED, BLOB_REFUSED, INTERNAL})
+NON_CLOSING = frozenset({FORBIDDEN, UNSUPPORTED, BLOB_REFUSED, INTERNAL, QUOTA})
 KNOWN = CLOSING | NON_CLOSING
 
 

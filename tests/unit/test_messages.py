@@ -267,7 +267,7 @@ def test_type_sets_and_error_codes():
     assert set(ACKED_TYPES) == {"msg", "state", "mirror", "private"}
     assert "ack" not in CONTENT_TYPES and "chunk" in CONTENT_TYPES
     assert {"bad_frame", "version", "auth", "too_large"} == CLOSING
-    assert {"forbidden", "unsupported", "blob_refused", "internal"} == NON_CLOSING
+    assert {"forbidden", "unsupported", "blob_refused", "internal", "quota"} == NON_CLOSING
     assert KNOWN == CLOSING | NON_CLOSING
     assert not ProtocolError("unsupported").closes
 

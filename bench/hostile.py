@@ -1,0 +1,231 @@
+"""Hostile bench: a flood, a slowloris crowd and an honest pair, all at once.
+
+One daemon ``v`` (the victim) on loopback.  Against it, at the same time:
+
+- ``--flooders`` raw peers, each writing ``--size``-byte msgs as fast as ``v``
+  reads them (and reading back whatever ``v`` says, so only ``v``'s own
+  budgets slow them down);
+- a slowloris crowd of ``--crowd`` strangers: sockets that never finish a
+  line, writing one byte a second; each one ``v`` drops is opened again;
+- an honest pair: a second daemon ``h`` that sends ``v`` a small msg
+  ``--rate`` times a second through its local API and waits for the ack.
+
+Prints the honest pair's queue-to-ack latency (p50, p99, max), over the whole
+run and after ``--warm`` seconds (a flooder first spends its burst allowance,
+``limits.peer_burst_bytes``, at full speed), the one-way figure (queued at
+``h`` until durable at ``v``), ``v``'s RSS (now and peak), how much ``v``'s
+home grew, and ``v``'s budget counters.
+
+Targets (issue 12): honest p99 < 50 ms while one peer floods, ``v``'s RSS
+< 200 MB.  Everything is bounded: ``--seconds`` of traffic, then every
+socket and daemon is closed and the homes removed.
+
+Run: python bench/hostile.py [--seconds 20] [--flooders 1] [--size 1000000]
+[--crowd 100] [--rate 20] [--warm 5] [--limits '{"peer_bytes_per_second": "16MiB"}']
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+from delivery import pct, rss_mb  # noqa: E402
+from nodes import Node  # noqa: E402
+from rawpeer import RawPeer  # noqa: E402
+
+
+class Flooder(threading.Thread):
+    """A raw peer writing big msgs until told to stop; counts what it was told."""
+
+    def __init__(self, address: str, size: int, stop: threading.Event, i: int) -> None:
+        super().__init__(daemon=True)
+        self.peer = RawPeer(address, name=f"flooder{i}")
+        if self.peer.handshake()["t"] != "resume":
+            raise SystemExit("flooder handshake failed")
+        self.peer.resume()
+        self.size, self.stop, self.sent_bytes, self.errs = size, stop, 0, 0
+        self.reader = threading.Thread(target=self._read, daemon=True)
+
+    def run(self) -> None:
+        self.reader.start()
+        text = "x" * self.size
+        while not self.stop.is_set():
+            try:
+                self.peer.msg(text, th="thr_flood0001")
+            except OSError:
+                return
+            self.sent_bytes += self.size
+
+    def _read(self) -> None:
+        sock = self.peer.sock
+        sock.settimeout(0.5)
+        while not self.stop.is_set():
+            try:
+                data = sock.recv(1 << 20)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            self.errs += data.count(b'"t":"err"')
+
+
+class Crowd(threading.Thread):
+    """Strangers that connect and dribble a byte a second, never a whole line."""
+
+    def __init__(self, host: str, port: int, n: int, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.host, self.port, self.n, self.stop = host, port, n, stop
+        self.opened = self.dropped = 0
+
+    def _open(self) -> socket.socket | None:
+        try:
+            s = socket.create_connection((self.host, self.port), timeout=2)
+        except OSError:
+            return None
+        s.setblocking(False)
+        self.opened += 1
+        return s
+
+    def run(self) -> None:
+        socks = [s for s in (self._open() for _ in range(self.n)) if s]
+        try:
+            while not self.stop.is_set():
+                for i, s in enumerate(socks):
+                    try:
+                        while s.recv(65536):  # v's hello, and its close when it drops us
+                            pass
+                        alive = False
+                    except BlockingIOError:
+                        alive = True
+                    except OSError:
+                        alive = False
+                    if alive:
+                        try:
+                            s.send(b" ")
+                        except OSError:
+                            alive = False
+                    if not alive:
+                        self.dropped += 1
+                        s.close()
+                        socks[i] = self._open() or s
+                self.stop.wait(1.0)
+        finally:
+            for s in socks:
+                s.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--flooders", type=int, default=1)
+    ap.add_argument("--size", type=int, default=1_000_000, help="bytes of text per flood msg")
+    ap.add_argument("--crowd", type=int, default=100)
+    ap.add_argument("--rate", type=float, default=20.0, help="honest msgs a second")
+    ap.add_argument("--warm", type=float, default=5.0, help="seconds left out of 'steady'")
+    ap.add_argument("--limits", default="", help="JSON for v's config.json 'limits'")
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="awph", dir="/tmp")
+    v = Node(os.path.join(root, "v"), "v")
+    h = Node(os.path.join(root, "h"), "h")
+    stop = threading.Event()
+    try:
+        if args.limits:
+            os.makedirs(v.home)
+            with open(os.path.join(v.home, "config.json"), "w") as f:
+                json.dump({"limits": json.loads(args.limits)}, f)
+        v.start()
+        h.start()
+        h.connect(v)
+        th = h.send(v.key, "hello", subject="hostile bench", wait_ack=10)["th"]
+        for _ in range(20):
+            h.send(None, "warm", th=th, wait_ack=10)
+        base_rss = rss_mb(v.proc.pid)[0]
+        base_disk = _du(v.home)
+        host, port = v.address.split(":")[1:]
+        flooders = [Flooder(v.address, args.size, stop, i) for i in range(args.flooders)]
+        crowd = Crowd(host, int(port), args.crowd, stop)
+        crowd.start()
+        for fl in flooders:
+            fl.start()
+        t0 = time.monotonic()
+        samples: list[tuple[float, float]] = []
+        queued: list[tuple[str, int]] = []
+        late = 0
+        peak_rss = base_rss
+        period, nxt = 1.0 / args.rate, time.monotonic()
+        while time.monotonic() - t0 < args.seconds:
+            nxt += period
+            r = h.send(None, "honest probe", th=th, wait_ack=10)
+            at = time.monotonic() - t0
+            if r["ack_ms"] is None:
+                late += 1
+            else:
+                samples.append((at, r["ack_ms"]))
+                queued.append((r["id"], r["queued_ns"]))
+            peak_rss = max(peak_rss, rss_mb(v.proc.pid)[0])
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        committed = v.api("GET", "/v1/timings")["committed"]
+        one_way = [(committed[i] - q) / 1e6 for i, q in queued if i in committed]
+        status = v.api("GET", "/v1/status")["budgets"]
+        now_rss, hwm = rss_mb(v.proc.pid)
+        grown = (_du(v.home) - base_disk) / 1e6
+        stop.set()
+        flood_mb = sum(f.sent_bytes for f in flooders) / 1e6
+        errs = sum(f.errs for f in flooders)
+        every = [ms for _t, ms in samples]
+        steady = [ms for t, ms in samples if t >= args.warm]
+        print(f"{args.seconds:g} s: {args.flooders} flooder(s) of {args.size:,}-byte msgs, "
+              f"a crowd of {args.crowd} slowloris strangers, an honest pair at "
+              f"{args.rate:g} msg/s")
+        for label, xs in (("honest queue-to-ack, whole run", every),
+                          (f"honest queue-to-ack after {args.warm:g} s", steady),
+                          ("honest one-way (queued at h to durable at v)", one_way)):
+            if xs:
+                print(f"  {label:46} n={len(xs):4}  p50 {pct(xs, 50):7.1f} ms"
+                      f"  p99 {pct(xs, 99):7.1f} ms  max {max(xs):7.1f} ms")
+        if late:
+            print(f"  honest msgs not acked within 10 s: {late}")
+        print(f"  v RSS: {base_rss:.0f} MB before, {now_rss:.0f} MB at the end, peak sampled "
+              f"{peak_rss:.0f} MB, high-water mark {hwm:.0f} MB")
+        print(f"  v home grew {grown:.0f} MB; flooders wrote {flood_mb:.0f} MB "
+              f"({flood_mb / args.seconds:.1f} MB/s) and were sent {errs} errs")
+        print(f"  crowd: {crowd.opened} connections opened, {crowd.dropped} dropped by v")
+        print(f"  v budgets: {json.dumps({k: status[k] for k in status if k != 'limits'})}")
+        ok_p99 = steady and pct(steady, 99) < 50
+        ok_rss = hwm < 200
+        print(f"  targets: honest p99 < 50 ms {'ok' if ok_p99 else 'MISSED'}, "
+              f"v RSS < 200 MB {'ok' if ok_rss else 'MISSED'}")
+        return 0
+    finally:
+        stop.set()
+        v.kill()
+        h.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _du(path: str) -> int:
+    total = 0
+    for d, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(d, name))
+            except OSError:
+                pass
+    return total
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
