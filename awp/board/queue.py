@@ -4,8 +4,8 @@ A queue topic's items are its top-level posts, oldest first by ``(ts,
 hash)``.  One daemon decides every claim: the topic owner's.  It appends each
 request to its log (durably) before answering, and its state is nothing but
 that log replayed, so after ``kill -9`` it restarts into the same state and,
-asked the same request again (same claimant, same ``req``), gives the same
-answer.  Exactly one claimant wins an item because one log orders all
+asked the same request again (same claimant, same ``req``) while that lease
+is current, gives the same answer.  Exactly one claimant wins an item because one log orders all
 claims; links that partition only delay requests, they never split the
 decision.
 
@@ -144,8 +144,9 @@ class Arbiter:
         if not who:
             return Decision("refused", why="no claimant")
         key = (who, req)
-        if req and key in self._reqs:
-            return self._reqs[key]  # a retry after a lost answer: the same answer
+        prev = self._reqs.get(key) if req else None
+        if prev is not None and self._items[prev.item].lease == prev.lease:
+            return prev  # a retry after a lost answer: the same lease, still current
         d = Decision("empty")
         for _ts, h in self._order:
             it = self._items[h]

@@ -44,10 +44,11 @@ class Entry:
 
 
 def within_rate(entries: Iterable[Entry], owner: str, rate: int) -> list[Entry]:
-    """The entries rule 1 counts, in ``(ts, hash)`` order."""
+    """The entries rule 1 counts, in ``(ts, hash)`` order (each hash once)."""
     recent: dict[str, deque[int]] = {}
     out: list[Entry] = []
-    for e in sorted(entries, key=lambda e: (e.ts, e.hash)):
+    unique = {e.hash: e for e in entries}.values()
+    for e in sorted(unique, key=lambda e: (e.ts, e.hash)):
         if e.author != owner:
             q = recent.setdefault(e.author, deque())
             while q and q[0] <= e.ts - WINDOW_MS:
