@@ -115,7 +115,7 @@ def test_any_interleaving_keeps_one_holder_per_item_and_replays_identically(seed
     dead_or_done: set[str] = set()
     all_out = []
     a = None
-    for a, ev, out in _random_run(seed):
+    for a, _ev, out in _random_run(seed):
         all_out.append(out)
         for d in out:
             if d.state == "claimed":
