@@ -18,7 +18,7 @@ decide the same, or the copies of a topic would never converge.  So:
 
 from __future__ import annotations
 
-from ..wire.board import Policy, Record, cap_covers, grant_name
+from ..wire.board import FUTURE_MS, Policy, Record, cap_covers, grant_name
 from ..wire.grants import check_grant
 from ..wire.timefmt import parse_ts
 
@@ -82,6 +82,20 @@ def may_post(rec: Record, policy: Policy | None) -> str:
                     what="post", at_ms=rec.ts, policy=policy, via=rec.doc.get("via")):
         return ""
     return "no grant to post here"
+
+
+def admit(rec: Record, policy: Policy | None, now_ms: int) -> str:
+    """Empty when a host should take ``rec`` now; otherwise why not.
+
+    Adds to :func:`may_post` the two rules that are not about rights: a
+    record dated more than 5 minutes ahead waits (it is offered again later),
+    and a post or edit must fit the topic's ``max_post``.
+    """
+    if rec.ts - now_ms > FUTURE_MS:
+        return "dated too far ahead"
+    if policy is not None and rec.kind in ("post", "edit") and rec.size > policy.max_post:
+        return "larger than the topic's max_post"
+    return may_post(rec, policy)
 
 
 def may_read(key: str, *, topic: str, owner: str, policy: Policy | None, now_ms: int,

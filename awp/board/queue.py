@@ -19,6 +19,8 @@ Lease rules:
 * An expired lease, or ``fail``, costs the item one attempt; after
   ``attempts`` of them it is dead and never handed out again.  ``release``
   gives it back without costing one.
+* ``remove`` (the item was deleted or hidden) ends any lease on it and
+  makes it dead.
 * Time in the log never goes backwards: each event's clock is the larger of
   its own and the previous one.
 """
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-OPS = ("add", "claim", "renew", "release", "complete", "fail", "tick")
+OPS = ("add", "remove", "claim", "renew", "release", "complete", "fail", "tick")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class Arbiter:
         out = self._expire()
         if ev.op == "add":
             self._add(ev.item, ev.ts)
+        elif ev.op == "remove":
+            out.extend(self._remove(ev.item))
         elif ev.op == "claim":
             out.append(self._claim(ev.who, ev.req))
         elif ev.op != "tick":
@@ -125,6 +129,19 @@ class Arbiter:
             self._items[item] = _Item(item, ts)
             self._order.append((ts, item))
             self._order.sort()
+
+    def _remove(self, item: str) -> list[Decision]:
+        """The item was deleted by its author or hidden by the owner: never hand it out."""
+        it = self._items.get(item)
+        if it is None or it.done or it.dead:
+            return []
+        out = []
+        if it.lease:
+            out.append(Decision("released", it.item, it.holder, it.lease, it.until,
+                                "item withdrawn"))
+            self._end(it, failed=False)
+        it.dead = True
+        return out
 
     def _expire(self) -> list[Decision]:
         out = []

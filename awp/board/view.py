@@ -7,7 +7,8 @@ order and still show the same thing:
 * an ``edit`` counts only when its author wrote the post; the latest edit by
   ``(ts, hash)`` gives the text;
 * a ``delete`` counts only when its author wrote the post;
-* a ``hide`` is the owner's (``check_record`` makes sure) and hides any post;
+* a ``hide`` is the owner's (``check_record`` makes sure) and hides any post,
+  or makes an edit or delete it names count for nothing;
 * a reply whose parent is gone is still shown, with its parent's hash.
 
 Records stay stored until retention drops them; hosts that hold a deleted
@@ -43,10 +44,13 @@ def visible(records: Iterable[Record]) -> list[Shown]:
             posts[r.hash] = r
         elif r.kind in ("edit", "delete", "hide"):
             later.append(r)
+    hidden = {r.of for r in later if r.kind == "hide"}
     for r in later:
         target = posts.get(r.of)
         if r.kind == "hide":
             gone.add(r.of)
+        elif r.hash in hidden:
+            continue  # the owner hid this edit or delete itself
         elif target is None or target.author != r.author:
             continue
         elif r.kind == "delete":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from awp.board.perms import may_post, may_read
+from awp.board.perms import admit, may_post, may_read
 from awp.wire import board as b
 from awp.wire.grants import grant_hash, make_grant
 from awp.wire.keys import Identity
@@ -115,3 +115,14 @@ def test_owner_only_kinds_and_deletes():
     # a record claiming to be a lease but signed by someone else never gets this far
     lease = b.make_lease(OWNER, TOPIC, p.hash, ALICE.key, "claimed", "L", T0, T0)
     assert json.loads(lease.raw)["author"] == OWNER.key
+
+
+def test_admit_adds_the_time_bound_and_max_post():
+    pol = _policy(post="open", max_post=1024)
+    assert admit(_post(ts=T0), pol, T0) == ""
+    assert admit(_post(ts=T0 + b.FUTURE_MS + 1), pol, T0) == "dated too far ahead"
+    assert admit(_post(ts=T0 + b.FUTURE_MS + 1), pol, T0 + 2) == ""  # later it is fine
+    big = b.make_post(ALICE, TOPIC, [{"k": "text", "text": "x" * 1024}], T0)
+    assert "max_post" in admit(big, pol, T0)
+    assert admit(big, _policy(post="open"), T0) == ""
+    assert admit(_post(ts=T0), None, T0) == "no topic document yet"

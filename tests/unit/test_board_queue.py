@@ -68,6 +68,18 @@ def test_failures_cost_attempts_release_does_not():
     assert a.apply(Event("claim", T0 + 5 + LEASE, who="w", req="4"))[-1].state == "empty"
 
 
+def test_a_withdrawn_item_is_never_handed_out_and_its_lease_ends():
+    a = _arb(items=ITEMS[:2])
+    d = a.apply(Event("claim", T0, who="w", req="1"))[-1]
+    out = a.apply(Event("remove", T0 + 1, item=d.item))
+    assert [(x.state, x.lease) for x in out] == [("released", d.lease)]
+    assert a.status(d.item) == "dead"
+    assert a.apply(Event("complete", T0 + 2, who="w", lease=d.lease))[-1].state == "refused"
+    a.apply(Event("remove", T0 + 2, item=ITEMS[1]))
+    assert a.apply(Event("claim", T0 + 3, who="v", req="1"))[-1].state == "empty"
+    assert a.apply(Event("remove", T0 + 4, item="f" * 32)) == []
+
+
 def test_clock_never_goes_back():
     a = _arb(items=ITEMS[:1])
     d = a.apply(Event("claim", T0 + 5 * LEASE, who="w", req="1"))[-1]
@@ -90,11 +102,11 @@ def _random_run(seed: int, n_events: int = 400):
             now -= rng.randrange(LEASE)  # a clock step backwards
         w = rng.choice(workers)
         op = rng.choice(["add", "claim", "claim", "claim", "renew", "release", "complete",
-                         "fail", "tick"])
+                         "fail", "tick", "remove"])
         lease = rng.choice(held[w] or [""]) if rng.random() < 0.8 else rng.choice(
             [d.lease for d in leases_seen] or ["nope"])
-        if op == "add":
-            ev = Event("add", now, item=rng.choice(items), ts=rng.randrange(T0, T0 + 100))
+        if op in ("add", "remove"):
+            ev = Event(op, now, item=rng.choice(items), ts=rng.randrange(T0, T0 + 100))
         elif op == "claim":
             ev = Event("claim", now, who=w, req=str(rng.randrange(i + 1)))
         else:

@@ -93,3 +93,6 @@ def test_view_applies_edits_deletes_and_hides_in_any_order():
             (p1.hash, "one, fixed", T0 + 5), (p3.hash, "three", 0)]
         assert shown[1].parent == p1.hash
     assert [s.hash for s in view.visible([*recs, hide])] == [p1.hash]
+    # the owner hiding an edit brings back the text before it
+    shown = view.visible([*recs, b.make_hide(OWNER, e1, T0 + 8)])
+    assert shown[0].parts[0]["text"] == "one, first try"
