@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 from ..board import retention
+from ..board.perms import admit
 from ..board.queue import Event
 from ..board.sync import Holdings
-from ..wire.board import BoardError, Policy, Record, check_policy
+from ..wire.board import BoardError, Known, Policy, Record, check_policy, check_record
 
 SCHEMA = """
 CREATE TABLE board_topics (
@@ -183,11 +184,96 @@ def record(c: sqlite3.Connection, h_prefix: str) -> list[Record]:
         (h_prefix.lower(), h_prefix.lower() + "g"))]
 
 
-def recent_by(c: sqlite3.Connection, topic: str, author: str, since_ms: int) -> int:
-    """How many records ``author`` has in ``topic`` from ``since_ms``: a cheap rate check
-    before the signature is verified."""
-    return c.execute("SELECT count(*) FROM board_records WHERE topic = ? AND author = ?"
-                     " AND ts >= ?", (topic, author, since_ms)).fetchone()[0]
+def recent_before(c: sqlite3.Connection, topic: str, author: str, ts: int, h: str) -> int:
+    """How many of ``author``'s kept records precede ``(ts, h)`` within its minute.
+
+    Those records stay counted whatever else arrives (the rate rule only
+    looks back), so when there are ``rate`` of them the rule would drop the
+    new record anyway: a host can refuse it before checking its signature.
+    """
+    return c.execute(
+        "SELECT count(*) FROM board_records WHERE topic = ? AND author = ? AND ts > ?"
+        " AND (ts < ? OR (ts = ? AND hash < ?))",
+        (topic, author, ts - retention.WINDOW_MS, ts, ts, h)).fetchone()[0]
+
+
+@dataclass
+class Taken:
+    """What :func:`take` did with a batch of records."""
+
+    new: list[Record] = field(default_factory=list)  # stored and kept: forward these
+    known: int = 0  # already held (the common case in gossip)
+    refused: list[str] = field(default_factory=list)  # why, one entry per refused record
+
+
+def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
+         hops: int = 0) -> Taken:
+    """Check, admit and store records from a peer (or from us), then apply retention.
+
+    Only topics this host subscribes to are taken.  Duplicates, banned and
+    flooding authors are turned away before their signature is checked.  A
+    record that retention drops at once (older than the floor, over the rate)
+    is not in ``new``, so it is never forwarded.
+    """
+    out = Taken()
+    subs = set(subscriptions(c))
+    policies: dict[str, Policy | None] = {}
+    touched: set[str] = set()
+
+    def pol_of(topic: str) -> Policy | None:
+        if topic not in policies:
+            policies[topic] = policy(c, topic)
+        return policies[topic]
+
+    def before_sig(kind: str, topic: str, author: str, ts: int, h: str) -> None:
+        if topic not in subs:
+            raise BoardError("not a topic we subscribe to")
+        if kind == "topic":
+            return
+        if has(c, topic, h):
+            raise Known("already held")
+        owner = topic.split("/", 1)[0]
+        pol = pol_of(topic)
+        if author == owner or pol is None:
+            return
+        if author in pol.banned:
+            raise BoardError("author is banned from this topic")
+        if recent_before(c, topic, author, ts, h) >= pol.rate:
+            raise BoardError("author over the topic's rate")
+
+    for raw in raws:
+        try:
+            rec = check_record(raw, before_sig)
+        except Known:
+            out.known += 1
+            continue
+        except BoardError as e:
+            out.refused.append(str(e))
+            continue
+        if rec.kind == "topic":
+            if put_topic(c, rec, now):
+                policies.pop(rec.topic, None)
+                touched.add(rec.topic)
+                out.new.append(rec)
+            else:
+                out.known += 1
+            continue
+        why = admit(rec, pol_of(rec.topic), now)
+        if why:
+            out.refused.append(why)
+            continue
+        if put_record(c, rec, now, via, hops):
+            touched.add(rec.topic)
+            out.new.append(rec)
+        else:
+            out.known += 1
+    for topic in touched:
+        pol = pol_of(topic)
+        if pol is not None:
+            enforce_retention(c, topic, pol, now)
+    if touched:
+        out.new = [r for r in out.new if r.kind == "topic" or has(c, r.topic, r.hash)]
+    return out
 
 
 def enforce_retention(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .canonical import canonical_bytes, compact_json
@@ -68,6 +69,10 @@ _DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 class BoardError(ValueError):
     """A board record, topic name or capability that is not acceptable, and why."""
+
+
+class Known(BoardError):
+    """The record is one the host already holds (raised by a ``before_sig`` hook)."""
 
 
 # -- topic names and capabilities --------------------------------------------------------
@@ -217,12 +222,17 @@ def _add_authority(doc: dict, grant: dict | None, via: dict | None) -> None:
         doc["via"] = via
 
 
-def check_record(raw: object) -> Record:
+def check_record(raw: object,
+                 before_sig: Callable[[str, str, str, int, str], None] | None = None) -> Record:
     """Parse and verify one record's exact text; :class:`BoardError` says why not.
 
     Checks, cheapest first: size, JSON object, kind, topic, signer, ``ts``,
-    the fields of the kind, then the signature.  Whether the signer may post
-    there is the permission module's question, not this one's.
+    the fields of the kind, then the signature.  ``before_sig(kind, topic,
+    author, ts, hash)`` runs just before the signature check and may raise
+    :class:`BoardError` (:class:`Known` for a record already held): a host
+    skips duplicates and refuses banned or flooding authors there, without
+    paying for a signature check per record.  Whether the signer may
+    post there is the permission module's question, not this one's.
     """
     if not isinstance(raw, str):
         raise BoardError("record is not text")
@@ -264,6 +274,8 @@ def check_record(raw: object) -> Record:
         name = record_hash(doc)
     except (TypeError, ValueError, RecursionError):
         raise BoardError("not canonicalisable") from None
+    if before_sig is not None:
+        before_sig(kind, doc["topic"], author, ts, name)
     if not verify(author, signed, sig):
         raise BoardError("signature does not verify")
     return Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
