@@ -279,7 +279,7 @@ def check_record(raw: object,
     if not verify(author, signed, sig):
         raise BoardError("signature does not verify")
     return Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
-                  author=author, ts=ts, of=of, parent=parent if isinstance(parent, str) else "")
+                  author=author, ts=ts, of=of, parent=parent if kind == "post" else "")
 
 
 def _is_hash(v: object) -> bool:
