@@ -28,6 +28,8 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..wire.board import is_hash
+
 FANOUT = 16
 LEAF = 32
 MAX_RANGES = 256  # ranges in one body that we answer; more are ignored
@@ -140,7 +142,7 @@ def respond(h: Holdings, own_floor: int, body: object) -> Step:
             continue
         ids = r.get("ids")
         if isinstance(ids, list):
-            theirs = {i for i in ids[:MAX_IDS] if isinstance(i, str)}
+            theirs = {i for i in ids[:MAX_IDS] if is_hash(i)}
             mine = h.ids(lo, hi)
             push.update(i for i in mine if i not in theirs)
             want.update(i for i in theirs if i not in h)

@@ -282,8 +282,12 @@ def check_record(raw: object,
                   author=author, ts=ts, of=of, parent=parent if kind == "post" else "")
 
 
-def _is_hash(v: object) -> bool:
+def is_hash(v: object) -> bool:
+    """Whether ``v`` is spelled as a record hash (32 lowercase hex characters)."""
     return isinstance(v, str) and bool(_HASH.match(v))
+
+
+_is_hash = is_hash
 
 
 def _check_kind(kind: str, doc: dict) -> str:

@@ -177,3 +177,15 @@ def test_hostile_bodies_never_raise(seed, common):
     # a body cannot make us list more than we answer for
     many = {"floor": 0, "ranges": [{"lo": T0, "hi": T0 + 1, "ask": True}] * 10_000}
     assert len(sync.respond(h, 0, many).reply["ranges"]) == sync.MAX_RANGES
+
+
+def test_listed_ids_that_are_not_hashes_are_never_wanted_and_retention_forgets(common):
+    h = sync.Holdings((r.ts, r.hash) for r in common.values())
+    body = {"floor": 0, "ranges": [{"lo": 0, "hi": 2 ** 61,
+                                    "ids": ["x", "A" * 32, 5, None, "f" * 32]}]}
+    step = sync.respond(h, 0, body)
+    assert step.want == ["f" * 32] and len(step.push) == len(common)
+    cut = sorted(r.ts for r in common.values())[100]
+    h.discard_below(cut)
+    assert len(h) == 200 and all(r.hash not in h for r in common.values() if r.ts < cut)
+    assert h.add(T0, "0" * 32) and not h.add(T0, "0" * 32)
