@@ -1,0 +1,116 @@
+"""Who may read and who may post a topic: a pure function of the topic and the grants.
+
+Every host decides alone, with what it holds, and all honest hosts must
+decide the same, or the copies of a topic would never converge.  So:
+
+* Posting is judged at the record's own time (``ts``), never at the host's
+  clock: a grant counts when it had not expired at ``ts`` and was not revoked
+  at or before ``ts``.  The grants travel inside the record (``grant``, and
+  ``via`` for an introduced one), so no host needs anything else.
+* Grants bound to one peer (``aud``) never count: a board decision must be
+  the same everywhere.
+* One level of introduction, as for direct grants (SPEC.md section 10): a
+  key holding ``introduce`` and the board capability from the owner may pass
+  that capability on, but no more than it holds itself.
+* Reading is judged by the host that serves a subscriber, at its clock:
+  it decides what it sends, not what the subscriber already has.
+"""
+
+from __future__ import annotations
+
+from ..wire.board import FUTURE_MS, Policy, Record, cap_covers, grant_name
+from ..wire.grants import check_grant
+from ..wire.timefmt import parse_ts
+
+
+def grant_counts(g: object, *, owner: str, sub: str, topic: str, what: str, at_ms: int,
+                 policy: Policy | None, via: object = None) -> bool:
+    """Whether grant ``g`` (with introducer grant ``via``) lets ``sub`` do ``what`` at ``at_ms``."""
+    if not _usable(g, sub=sub, at_ms=at_ms, policy=policy):
+        return False
+    assert isinstance(g, dict)
+    if not any(cap_covers(c, what, topic) for c in g["caps"]):
+        return False
+    if g["iss"] == owner:
+        return via is None
+    # introduced: ``via`` is the owner's grant to the issuer, with introduce and the cap
+    if not _usable(via, sub=g["iss"], at_ms=at_ms, policy=policy):
+        return False
+    assert isinstance(via, dict)
+    return (via["iss"] == owner and "introduce" in via["caps"]
+            and any(cap_covers(c, what, topic) for c in via["caps"]))
+
+
+def _usable(g: object, *, sub: str, at_ms: int, policy: Policy | None) -> bool:
+    if not isinstance(g, dict) or "aud" in g or g.get("sub") != sub or g.get("iss") == sub:
+        return False
+    if check_grant(g):
+        return False
+    try:
+        if parse_ts(g["exp"]) <= at_ms:
+            return False
+    except ValueError:
+        return False
+    if policy is not None:
+        cut = policy.revoked.get(grant_name(g))
+        if cut is not None and cut <= at_ms:
+            return False
+    return True
+
+
+def may_post(rec: Record, policy: Policy | None) -> str:
+    """Empty when ``rec`` may be in its topic; otherwise why not.
+
+    ``policy`` is the newest topic document this host holds (None: none yet,
+    and then only the owner's own records are taken).  Topic documents
+    themselves are the owner's and always pass here (``check_record``
+    already made sure the owner signed them).
+    """
+    if rec.author == rec.owner:
+        return ""
+    if rec.kind in ("topic", "hide", "lease"):
+        return "only the owner signs that"
+    if policy is None:
+        return "no topic document yet"
+    if rec.author in policy.banned:
+        return "author is banned from this topic"
+    if rec.kind == "delete":
+        return ""  # about the author's own post: a view rule, no grant needed
+    if policy.post_open:
+        return ""
+    if grant_counts(rec.doc.get("grant"), owner=rec.owner, sub=rec.author, topic=rec.topic,
+                    what="post", at_ms=rec.ts, policy=policy, via=rec.doc.get("via")):
+        return ""
+    return "no grant to post here"
+
+
+def admit(rec: Record, policy: Policy | None, now_ms: int) -> str:
+    """Empty when a host should take ``rec`` now; otherwise why not.
+
+    Adds to :func:`may_post` the two rules that are not about rights: a
+    record dated more than 5 minutes ahead waits (it is offered again later),
+    and a post or edit must fit the topic's ``max_post``.
+    """
+    if rec.ts - now_ms > FUTURE_MS:
+        return "dated too far ahead"
+    if policy is not None and rec.kind in ("post", "edit") and rec.size > policy.max_post:
+        return "larger than the topic's max_post"
+    return may_post(rec, policy)
+
+
+def may_read(key: str, *, topic: str, owner: str, policy: Policy | None, now_ms: int,
+             grant: object = None, via: object = None) -> bool:
+    """Whether a host should send ``topic``'s records to subscriber ``key``.
+
+    A subscriber proves its right with the grant (and introducer grant) it
+    sent when subscribing; a post grant implies read.  Without a topic
+    document only the owner is served.
+    """
+    if key == owner:
+        return True
+    if policy is None or key in policy.banned:
+        return False
+    if policy.read_open:
+        return True
+    return grant_counts(grant, owner=owner, sub=key, topic=topic, what="read", at_ms=now_ms,
+                        policy=policy, via=via)

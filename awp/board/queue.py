@@ -1,0 +1,197 @@
+"""The work-queue arbiter: who holds which item, as a pure function of its log.
+
+A queue topic's items are its top-level posts, oldest first by ``(ts,
+hash)``.  One daemon decides every claim: the topic owner's.  It appends each
+request to its log (durably) before answering, and its state is nothing but
+that log replayed, so after ``kill -9`` it restarts into the same state and,
+asked the same request again (same claimant, same ``req``) while that lease
+is current, gives the same answer.  Exactly one claimant wins an item because one log orders all
+claims; links that partition only delay requests, they never split the
+decision.
+
+Lease rules:
+
+* ``claim`` hands out the oldest item that is neither done, dead, nor under
+  an unexpired lease, for ``lease_ms``; the answer for an empty queue is no
+  lease.
+* ``renew``, ``release``, ``complete`` and ``fail`` count only from the
+  lease's holder, naming the current lease, before it expires.
+* An expired lease, or ``fail``, costs the item one attempt; after
+  ``attempts`` of them it is dead and never handed out again.  ``release``
+  gives it back without costing one.
+* ``remove`` (the item was deleted or hidden) ends any lease on it and
+  makes it dead.
+* Time in the log never goes backwards: each event's clock is the larger of
+  its own and the previous one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+OPS = ("add", "remove", "claim", "renew", "release", "complete", "fail", "tick")
+
+
+@dataclass(frozen=True)
+class Event:
+    op: str
+    now: int  # the arbiter's clock, ms
+    who: str = ""  # the claimant's key
+    item: str = ""  # for ``add``: the item's hash
+    ts: int = 0  # for ``add``: the item's ts
+    lease: str = ""  # for renew/release/complete/fail
+    req: str = ""  # for claim: the claimant's request id (retries repeat it)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One answer; ``state`` is a lease record's state (SPEC.md), or "refused"/"empty"."""
+
+    state: str
+    item: str = ""
+    holder: str = ""
+    lease: str = ""
+    until: int = 0
+    why: str = ""
+
+
+@dataclass
+class _Item:
+    item: str
+    ts: int
+    attempts: int = 0
+    grants: int = 0
+    holder: str = ""
+    lease: str = ""
+    until: int = 0
+    done: bool = False
+    dead: bool = False
+
+
+@dataclass
+class Arbiter:
+    lease_ms: int
+    attempts: int
+    log: list[Event] = field(default_factory=list)
+    _items: dict[str, _Item] = field(default_factory=dict)
+    _order: list[tuple[int, str]] = field(default_factory=list)
+    _leases: dict[str, str] = field(default_factory=dict)  # lease -> item
+    _reqs: dict[tuple[str, str], Decision] = field(default_factory=dict)
+    _clock: int = 0
+
+    @classmethod
+    def replay(cls, lease_ms: int, attempts: int, log: list[Event]) -> Arbiter:
+        a = cls(lease_ms, attempts)
+        for ev in log:
+            a.apply(ev)
+        return a
+
+    def apply(self, ev: Event) -> list[Decision]:
+        """Record ``ev`` in the log and return what it decided (expiries first)."""
+        if ev.op not in OPS:
+            return [Decision("refused", why="unknown operation")]
+        self.log.append(ev)
+        self._clock = max(self._clock, ev.now)
+        out = self._expire()
+        if ev.op == "add":
+            self._add(ev.item, ev.ts)
+        elif ev.op == "remove":
+            out.extend(self._remove(ev.item))
+        elif ev.op == "claim":
+            out.append(self._claim(ev.who, ev.req))
+        elif ev.op != "tick":
+            out.append(self._act(ev.op, ev.who, ev.lease))
+        return out
+
+    # -- state ---------------------------------------------------------------------------
+
+    def holder_of(self, item: str) -> str:
+        it = self._items.get(item)
+        return it.holder if it and it.lease and it.until > self._clock else ""
+
+    def status(self, item: str) -> str:
+        it = self._items.get(item)
+        if it is None:
+            return "unknown"
+        if it.done:
+            return "done"
+        if it.dead:
+            return "dead"
+        return "claimed" if self.holder_of(item) else "open"
+
+    def items(self) -> list[str]:
+        return [h for _ts, h in sorted(self._order)]
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def _add(self, item: str, ts: int) -> None:
+        if item not in self._items:
+            self._items[item] = _Item(item, ts)
+            self._order.append((ts, item))
+            self._order.sort()
+
+    def _remove(self, item: str) -> list[Decision]:
+        """The item was deleted by its author or hidden by the owner: never hand it out."""
+        it = self._items.get(item)
+        if it is None or it.done or it.dead:
+            return []
+        out = []
+        if it.lease:
+            out.append(Decision("released", it.item, it.holder, it.lease, it.until,
+                                "item withdrawn"))
+            self._end(it, failed=False)
+        it.dead = True
+        return out
+
+    def _expire(self) -> list[Decision]:
+        out = []
+        for it in self._items.values():
+            if it.lease and it.until <= self._clock:
+                out.append(Decision("expired", it.item, it.holder, it.lease, it.until))
+                self._end(it, failed=True)
+        return out
+
+    def _end(self, it: _Item, *, failed: bool) -> None:
+        if failed:
+            it.attempts += 1
+            it.dead = it.attempts >= self.attempts
+        it.holder, it.lease, it.until = "", "", 0
+
+    def _claim(self, who: str, req: str) -> Decision:
+        if not who:
+            return Decision("refused", why="no claimant")
+        key = (who, req)
+        prev = self._reqs.get(key) if req else None
+        if prev is not None and self._items[prev.item].lease == prev.lease:
+            return prev  # a retry after a lost answer: the same lease, still current
+        d = Decision("empty")
+        for _ts, h in self._order:
+            it = self._items[h]
+            if it.done or it.dead or it.lease:
+                continue
+            it.grants += 1
+            it.holder, it.lease = who, f"{h[:16]}.{it.grants}"
+            it.until = self._clock + self.lease_ms
+            self._leases[it.lease] = h
+            d = Decision("claimed", h, who, it.lease, it.until)
+            break
+        if req and d.state == "claimed":
+            self._reqs[key] = d  # an empty answer is safe to give afresh
+        return d
+
+    def _act(self, op: str, who: str, lease: str) -> Decision:
+        it = self._items.get(self._leases.get(lease, ""))
+        if it is None or it.lease != lease:
+            return Decision("refused", lease=lease, why="no such lease (expired or ended)")
+        if it.holder != who:
+            return Decision("refused", it.item, it.holder, lease, it.until, "not the holder")
+        if op == "renew":
+            it.until = self._clock + self.lease_ms
+            return Decision("renewed", it.item, who, lease, it.until)
+        until = it.until
+        if op == "complete":
+            it.done = True
+            self._end(it, failed=False)
+            return Decision("done", it.item, who, lease, until)
+        self._end(it, failed=op == "fail")
+        return Decision("failed" if op == "fail" else "released", it.item, who, lease, until)

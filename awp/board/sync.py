@@ -1,0 +1,169 @@
+"""Anti-entropy for one topic between two hosts: find the difference, move only that.
+
+Sans-I/O.  A host's copy of a topic is a set of records, each known by its
+``(ts, hash)``.  Two hosts compare *ranges* of time ``[lo, hi)`` (in
+milliseconds), each summarised by how many records it holds there and a
+fingerprint of their hashes.  Equal ranges are done.  A differing range is
+split into :data:`FANOUT` narrower ones, until one side holds at most
+:data:`LEAF` records in it; then the small side lists its hashes and the
+other pushes exactly what is missing and asks for what it lacks.
+
+So a host that missed 10,000 posts gets, besides the posts themselves, a few
+digests and one list of the few hashes it already had in the busy ranges.
+Only ranges at or after the later of the two hosts' retention floors are
+compared: records one host already dropped are never sent back to it.
+
+Message bodies (the engine adds the envelope, SPEC.md "The board"):
+
+* ``{"floor": ms, "ranges": [R, ...]}`` where each ``R`` is one of
+  ``{"lo", "hi", "n", "fp"}`` (a summary), ``{"lo", "hi", "ids": [...]}``
+  (the sender's hashes in the range, all of them) or ``{"lo", "hi",
+  "ask": true}`` (list yours, mine are many).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_left, insort
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..wire.board import is_hash
+
+FANOUT = 16
+LEAF = 32
+MAX_RANGES = 256  # ranges in one body that we answer; more are ignored
+MAX_IDS = 4096  # hashes in one listed range that we read
+_TOP = 2 ** 62
+
+
+class Holdings:
+    """The ``(ts, hash)`` of every record one host holds for one topic, in order."""
+
+    def __init__(self, items: Iterable[tuple[int, str]] = ()) -> None:
+        self._keys: list[tuple[int, str]] = sorted(set(items))
+        self._set = {h for _ts, h in self._keys}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, h: object) -> bool:
+        return h in self._set
+
+    def add(self, ts: int, h: str) -> bool:
+        if h in self._set:
+            return False
+        insort(self._keys, (ts, h))
+        self._set.add(h)
+        return True
+
+    def discard_below(self, floor: int) -> None:
+        """Forget what retention dropped."""
+        i = bisect_left(self._keys, (floor, ""))
+        for _ts, h in self._keys[:i]:
+            self._set.discard(h)
+        del self._keys[:i]
+
+    def _slice(self, lo: int, hi: int) -> list[tuple[int, str]]:
+        return self._keys[bisect_left(self._keys, (lo, "")):bisect_left(self._keys, (hi, ""))]
+
+    def ids(self, lo: int, hi: int) -> list[str]:
+        return [h for _ts, h in self._slice(lo, hi)]
+
+    def summary(self, lo: int, hi: int) -> tuple[int, str]:
+        keys = self._slice(lo, hi)
+        return len(keys), fingerprint(h for _ts, h in keys)
+
+    def hashes(self) -> set[str]:
+        return set(self._set)
+
+
+def fingerprint(hashes: Iterable[str]) -> str:
+    """12 bytes of SHA-256 over the hashes in ``(ts, hash)`` order, as hex."""
+    d = hashlib.sha256()
+    for h in hashes:
+        d.update(h.encode("ascii"))
+    return d.hexdigest()[:24]
+
+
+@dataclass
+class Step:
+    """What to do after reading a peer's body."""
+
+    reply: dict | None = None  # a body to send back, or None when this topic is settled
+    push: list[str] = field(default_factory=list)  # records to send unasked (the peer lacks them)
+    want: list[str] = field(default_factory=list)  # records to ask for (we lack them)
+
+
+def _split(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    width = max(1, -(-(hi - lo) // parts))
+    return [(a, min(a + width, hi)) for a in range(lo, hi, width)]
+
+
+def _summary_ranges(h: Holdings, lo: int, hi: int) -> list[dict]:
+    out = []
+    for a, b in _split(lo, hi, FANOUT):
+        n, fp = h.summary(a, b)
+        out.append({"lo": a, "hi": b, "n": n, "fp": fp})
+    return out
+
+
+def opening(h: Holdings, floor: int, now_ms: int, future_ms: int) -> dict:
+    """The first body for a topic: summaries from ``floor`` to just past the future bound."""
+    hi = max(floor + 1, now_ms + future_ms + 1)
+    return {"floor": floor, "ranges": _summary_ranges(h, floor, hi)}
+
+
+def _int(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and -_TOP < v < _TOP else None
+
+
+def respond(h: Holdings, own_floor: int, body: object) -> Step:
+    """Answer a peer's body; malformed ranges are skipped, never raised on."""
+    step = Step()
+    if not isinstance(body, dict):
+        return step
+    peer_floor = _int(body.get("floor"))
+    floor = max(own_floor, peer_floor if peer_floor is not None else own_floor)
+    ranges = body.get("ranges")
+    if not isinstance(ranges, list):
+        return step
+    out: list[dict] = []
+    push: set[str] = set()
+    want: set[str] = set()
+    for r in ranges[:MAX_RANGES]:
+        if not isinstance(r, dict):
+            continue
+        lo, hi = _int(r.get("lo")), _int(r.get("hi"))
+        if lo is None or hi is None:
+            continue
+        lo = max(lo, floor)
+        if hi <= lo:
+            continue
+        ids = r.get("ids")
+        if isinstance(ids, list):
+            theirs = {i for i in ids[:MAX_IDS] if is_hash(i)}
+            mine = h.ids(lo, hi)
+            push.update(i for i in mine if i not in theirs)
+            want.update(i for i in theirs if i not in h)
+            continue
+        if r.get("ask") is True:
+            out.append({"lo": lo, "hi": hi, "ids": h.ids(lo, hi)})
+            continue
+        n_peer, fp_peer = _int(r.get("n")), r.get("fp")
+        if n_peer is None or not isinstance(fp_peer, str):
+            continue
+        n, fp = h.summary(lo, hi)
+        if (n, fp) == (n_peer, fp_peer):
+            continue
+        if n <= LEAF or hi - lo <= FANOUT:
+            out.append({"lo": lo, "hi": hi, "ids": h.ids(lo, hi)})
+        elif n_peer <= LEAF:
+            out.append({"lo": lo, "hi": hi, "ask": True})
+        else:
+            out.extend(_summary_ranges(h, lo, hi))
+    step.push = sorted(push)
+    step.want = sorted(want)
+    if out:
+        step.reply = {"floor": floor, "ranges": out}
+    return step

@@ -1,0 +1,399 @@
+"""Board records (extension ``board``, draft): topics, posts and what supersedes them.
+
+Every record is a JSON object signed by one key over its canonical JSON
+without ``sig`` (as presence documents and grants are) and relayed byte for
+byte.  A record's name is its *hash*: the hex of the first 16 bytes of the
+SHA-256 of its canonical JSON, signature included.  Naming records by content
+means no author can take over another's id, and every host derives the same
+name without being told; keys and signatures must be in their one canonical
+spelling so that a relay cannot re-encode a record into a second name.
+
+Kinds (field ``k``): ``topic`` (the owner's policy, newest ``seq`` wins),
+``post``, ``edit`` and ``delete`` (by an author, about its own post),
+``hide`` (by the owner, about any record) and ``lease`` (by the owner: the
+work-queue arbiter's decisions).  :func:`check_record` is the one gate for
+hostile input: it returns a :class:`Record` or raises :class:`BoardError`,
+and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .canonical import canonical_bytes, compact_json
+from .grants import grant_hash
+from .keys import KEY_PREFIX, Identity, KeyError_, decode_key, encode_key, verify
+from .timefmt import format_ts, parse_ts
+
+CAP = "board"
+KINDS = ("topic", "post", "edit", "delete", "hide", "lease")
+PARTED = ("post", "edit")  # kinds that carry parts
+TARGETED = ("edit", "delete", "hide", "lease")  # kinds that name another record in ``of``
+
+MAX_RECORD = 64 * 1024  # any record's raw bytes: a fixed protocol bound
+MAX_PARTS = 16
+MAX_TITLE = 200
+MAX_LIST = 256  # entries in a topic's ``revoked`` and ``banned``
+FUTURE_MS = 5 * 60 * 1000  # a record dated further ahead than this is not taken yet
+NAME_MAX = 64
+LEASE_STATES = ("claimed", "renewed", "released", "done", "failed", "expired")
+
+# Policy defaults a topic document may lower (or raise up to the fixed bounds).
+DEFAULT_KEEP = 10_000
+MAX_KEEP = 1_000_000
+DEFAULT_KEEP_DAYS = 30
+MAX_KEEP_DAYS = 3650
+DEFAULT_KEEP_BYTES = 64 * 1024 * 1024
+MAX_KEEP_BYTES = 1024 * 1024 * 1024
+DEFAULT_RATE = 60  # records per author per minute (of record time)
+MAX_RATE = 6000
+DEFAULT_LEASE_S = 300
+MAX_LEASE_S = 86_400
+DEFAULT_ATTEMPTS = 3
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z", re.ASCII)
+_HASH = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
+_SIG = re.compile(r"[A-Za-z0-9_-]{86}\Z", re.ASCII)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+class BoardError(ValueError):
+    """A board record, topic name or capability that is not acceptable, and why."""
+
+
+class Known(BoardError):
+    """The record is one the host already holds (raised by a ``before_sig`` hook)."""
+
+
+# -- topic names and capabilities --------------------------------------------------------
+
+
+def parse_topic(text: object) -> tuple[str, str]:
+    """``(owner key, name)`` of ``ed25519:<key>/<name>``; :class:`BoardError` otherwise.
+
+    Names are ASCII lowercase letters, digits, ``.``, ``_`` and ``-``, 1 to 64
+    characters, starting with a letter or digit: no look-alikes, no case
+    folding, and the owner key makes squatting impossible.
+    """
+    if not isinstance(text, str) or not text.startswith(KEY_PREFIX) or "/" not in text:
+        raise BoardError("topic must be ed25519:<owner key>/<name>")
+    owner, name = text.split("/", 1)
+    _canonical_key(owner, "topic owner")
+    if not _NAME.match(name):
+        raise BoardError("topic name: 1-64 of a-z 0-9 . _ -, starting with a letter or digit")
+    return owner, name
+
+
+def topic_id(owner: str, name: str) -> str:
+    parse_topic(f"{owner}/{name}")
+    return f"{owner}/{name}"
+
+
+def read_cap(topic: str) -> str:
+    """The grant capability that lets its subject receive ``topic``."""
+    parse_topic(topic)
+    return "board:read:" + topic
+
+
+def post_cap(topic: str) -> str:
+    """The grant capability that lets its subject post to ``topic``."""
+    parse_topic(topic)
+    return "board:post:" + topic
+
+
+def cap_covers(cap: str, what: str, topic: str) -> bool:
+    """Whether grant capability ``cap`` allows ``what`` (read/post) on ``topic``.
+
+    ``board:post:<owner>/*`` covers every topic of that owner; ``post`` also
+    covers ``read`` (whoever may write a topic may see it).
+    """
+    if not isinstance(cap, str) or not cap.startswith("board:"):
+        return False
+    verb, _, scope = cap[len("board:"):].partition(":")
+    if verb not in ("read", "post") or (what == "post" and verb != "post"):
+        return False
+    if scope == topic:
+        return True
+    owner, _, name = scope.partition("/")
+    return name == "*" and topic.startswith(owner + "/")
+
+
+def _canonical_key(value: object, field: str) -> str:
+    try:
+        raw = decode_key(value)
+    except KeyError_ as e:
+        raise BoardError(f"{field}: {e}") from None
+    if encode_key(raw) != value:
+        raise BoardError(f"{field}: not in canonical form")
+    return value  # type: ignore[return-value]
+
+
+# -- records -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Record:
+    """A checked record: the signed document, its exact text and what hosts index."""
+
+    doc: dict
+    raw: str  # the exact text as received or signed (relayed as is)
+    hash: str
+    kind: str
+    topic: str
+    owner: str
+    author: str  # the signer (the owner for ``topic``, ``hide`` and ``lease``)
+    ts: int  # ms
+    of: str = ""  # the record an edit/delete/hide/lease is about
+    parent: str = ""  # a post's parent (replies)
+
+    @property
+    def size(self) -> int:
+        return len(self.raw.encode("utf-8"))
+
+
+def record_hash(doc: dict) -> str:
+    return hashlib.sha256(canonical_bytes(doc)).digest()[:16].hex()
+
+
+def sign_record(identity: Identity, doc: dict) -> Record:
+    """Sign ``doc`` (``sig`` replaced) and check the result as any host would."""
+    body = {k: v for k, v in doc.items() if k != "sig"}
+    body["sig"] = identity.sign(canonical_bytes(body))
+    return check_record(compact_json(body))
+
+
+def make_topic(owner: Identity, name: str, seq: int, ts_ms: int, **policy: object) -> Record:
+    """The owner's signed topic document; ``policy`` fields as in SPEC.md."""
+    doc: dict = {"k": "topic", "topic": topic_id(owner.key, name), "seq": seq,
+                 "ts": format_ts(ts_ms)}
+    doc.update({k: v for k, v in policy.items() if v is not None})
+    return sign_record(owner, doc)
+
+
+def make_post(author: Identity, topic: str, parts: list[dict], ts_ms: int, *,
+              parent: str = "", grant: dict | None = None, via: dict | None = None) -> Record:
+    doc: dict = {"k": "post", "topic": topic, "author": author.key, "ts": format_ts(ts_ms),
+                 "parts": parts}
+    if parent:
+        doc["parent"] = parent
+    _add_authority(doc, grant, via)
+    return sign_record(author, doc)
+
+
+def make_edit(author: Identity, of: Record, parts: list[dict], ts_ms: int, *,
+              grant: dict | None = None, via: dict | None = None) -> Record:
+    doc: dict = {"k": "edit", "topic": of.topic, "author": author.key,
+                 "ts": format_ts(ts_ms), "of": of.hash, "parts": parts}
+    _add_authority(doc, grant, via)
+    return sign_record(author, doc)
+
+
+def make_delete(author: Identity, of: Record, ts_ms: int) -> Record:
+    return sign_record(author, {"k": "delete", "topic": of.topic, "author": author.key,
+                                "ts": format_ts(ts_ms), "of": of.hash})
+
+
+def make_hide(owner: Identity, of: Record, ts_ms: int) -> Record:
+    return sign_record(owner, {"k": "hide", "topic": of.topic, "author": owner.key,
+                               "ts": format_ts(ts_ms), "of": of.hash})
+
+
+def make_lease(owner: Identity, topic: str, item: str, holder: str, state: str,
+               lease: str, until_ms: int, ts_ms: int) -> Record:
+    return sign_record(owner, {"k": "lease", "topic": topic, "author": owner.key,
+                               "ts": format_ts(ts_ms), "of": item, "holder": holder,
+                               "state": state, "lease": lease, "until": format_ts(until_ms)})
+
+
+def _add_authority(doc: dict, grant: dict | None, via: dict | None) -> None:
+    if grant is not None:
+        doc["grant"] = grant
+    if via is not None:
+        doc["via"] = via
+
+
+def check_record(raw: object,
+                 before_sig: Callable[[str, str, str, int, str], None] | None = None) -> Record:
+    """Parse and verify one record's exact text; :class:`BoardError` says why not.
+
+    Checks, cheapest first: size, JSON object, kind, topic, signer, ``ts``,
+    the fields of the kind, then the signature.  ``before_sig(kind, topic,
+    author, ts, hash)`` runs just before the signature check and may raise
+    :class:`BoardError` (:class:`Known` for a record already held): a host
+    skips duplicates and refuses banned or flooding authors there, without
+    paying for a signature check per record.  Whether the signer may
+    post there is the permission module's question, not this one's.
+    """
+    if not isinstance(raw, str):
+        raise BoardError("record is not text")
+    if len(raw) > MAX_RECORD:
+        raise BoardError("record over 64 KiB")
+    try:
+        size = len(raw.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BoardError("record is not valid UTF-8 text") from None
+    if size > MAX_RECORD:
+        raise BoardError("record over 64 KiB")
+    try:
+        doc = _DECODER.decode(raw)
+    except (ValueError, RecursionError) as e:
+        raise BoardError(f"not JSON: {str(e)[:80]}") from None
+    if not isinstance(doc, dict):
+        raise BoardError("record is not an object")
+    kind = doc.get("k")
+    if kind not in KINDS:
+        raise BoardError("unknown record kind")
+    owner, _name = parse_topic(doc.get("topic"))
+    author = owner if kind == "topic" else _canonical_key(doc.get("author"), "author")
+    if kind in ("hide", "lease", "topic") and author != owner:
+        raise BoardError(f"a {kind} record is signed by the topic's owner")
+    try:
+        ts = parse_ts(doc.get("ts"))  # type: ignore[arg-type]
+    except ValueError:
+        raise BoardError("bad ts") from None
+    of = _check_kind(kind, doc)
+    parent = doc.get("parent", "")
+    if kind == "post" and parent != "" and not _is_hash(parent):
+        raise BoardError("parent must be a record hash")
+    sig = doc.get("sig")
+    if not isinstance(sig, str) or not _SIG.match(sig):
+        raise BoardError("sig must be 86 characters of unpadded base64url")
+    body = {k: v for k, v in doc.items() if k != "sig"}
+    try:
+        signed = canonical_bytes(body)
+        name = record_hash(doc)
+    except (TypeError, ValueError, RecursionError):
+        raise BoardError("not canonicalisable") from None
+    if before_sig is not None:
+        before_sig(kind, doc["topic"], author, ts, name)
+    if not verify(author, signed, sig):
+        raise BoardError("signature does not verify")
+    return Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
+                  author=author, ts=ts, of=of, parent=parent if kind == "post" else "")
+
+
+def is_hash(v: object) -> bool:
+    """Whether ``v`` is spelled as a record hash (32 lowercase hex characters)."""
+    return isinstance(v, str) and bool(_HASH.match(v))
+
+
+_is_hash = is_hash
+
+
+def _check_kind(kind: str, doc: dict) -> str:
+    """The kind's own fields; returns ``of`` (or "")."""
+    if kind == "topic":
+        check_policy(doc)
+        return ""
+    if kind in PARTED:
+        parts = doc.get("parts")
+        if (not isinstance(parts, list) or not parts or len(parts) > MAX_PARTS
+                or not all(isinstance(p, dict) and isinstance(p.get("k"), str) for p in parts)):
+            raise BoardError(f"parts: 1-{MAX_PARTS} objects, each with a kind k")
+        for f in ("grant", "via"):
+            if f in doc and not isinstance(doc[f], dict):
+                raise BoardError(f"{f} must be a grant object")
+        if "via" in doc and "grant" not in doc:
+            raise BoardError("via without grant")
+    of = doc.get("of", "")
+    if kind in TARGETED and not _is_hash(of):
+        raise BoardError("of must be a record hash")
+    if kind == "lease":
+        _canonical_key(doc.get("holder"), "holder")
+        if doc.get("state") not in LEASE_STATES:
+            raise BoardError("unknown lease state")
+        if not isinstance(doc.get("lease"), str) or not 0 < len(doc["lease"]) <= 64:
+            raise BoardError("lease must name the lease")
+        try:
+            parse_ts(doc.get("until"))  # type: ignore[arg-type]
+        except ValueError:
+            raise BoardError("bad until") from None
+    return of if isinstance(of, str) else ""
+
+
+# -- topic policy ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a topic document says, with defaults filled in."""
+
+    seq: int
+    read_open: bool
+    post_open: bool
+    keep: int
+    keep_days: int
+    keep_bytes: int
+    rate: int
+    max_post: int
+    queue: bool
+    lease_s: int
+    attempts: int
+    revoked: dict[str, int]  # grant hash -> ms from which it no longer counts
+    banned: frozenset[str]
+    title: str
+
+
+def _int(doc: dict, field: str, default: int, lo: int, hi: int) -> int:
+    v = doc.get(field, default)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise BoardError(f"{field} must be an integer from {lo} to {hi}")
+    return v
+
+
+def check_policy(doc: dict) -> Policy:
+    """The policy of a topic document; :class:`BoardError` for any field out of shape."""
+    seq = _int(doc, "seq", -1, 0, 2 ** 63 - 1)
+    access = {}
+    for f in ("read", "post"):
+        v = doc.get(f, "grant")
+        if v not in ("open", "grant"):
+            raise BoardError(f"{f} must be 'open' or 'grant'")
+        access[f] = v == "open"
+    queue = doc.get("queue", False)
+    if not isinstance(queue, bool):
+        raise BoardError("queue must be true or false")
+    title = doc.get("title", "")
+    if not isinstance(title, str) or len(title) > MAX_TITLE:
+        raise BoardError(f"title: a string of at most {MAX_TITLE} characters")
+    revoked: dict[str, int] = {}
+    rv = doc.get("revoked", [])
+    if not isinstance(rv, list) or len(rv) > MAX_LIST:
+        raise BoardError(f"revoked: a list of at most {MAX_LIST}")
+    for e in rv:
+        if not isinstance(e, dict) or not _is_hash(e.get("grant")):
+            raise BoardError("revoked entries are {grant: hash, at: ts}")
+        try:
+            revoked[e["grant"]] = parse_ts(e.get("at"))
+        except ValueError:
+            raise BoardError("revoked entry: bad at") from None
+    banned = doc.get("banned", [])
+    if not isinstance(banned, list) or len(banned) > MAX_LIST:
+        raise BoardError(f"banned: a list of at most {MAX_LIST} keys")
+    for k in banned:
+        _canonical_key(k, "banned")
+    return Policy(
+        seq=seq, read_open=access["read"], post_open=access["post"],
+        keep=_int(doc, "keep", DEFAULT_KEEP, 1, MAX_KEEP),
+        keep_days=_int(doc, "keep_days", DEFAULT_KEEP_DAYS, 1, MAX_KEEP_DAYS),
+        keep_bytes=_int(doc, "keep_bytes", DEFAULT_KEEP_BYTES, MAX_RECORD, MAX_KEEP_BYTES),
+        rate=_int(doc, "rate", DEFAULT_RATE, 1, MAX_RATE),
+        max_post=_int(doc, "max_post", MAX_RECORD, 1024, MAX_RECORD),
+        queue=queue, lease_s=_int(doc, "lease_s", DEFAULT_LEASE_S, 1, MAX_LEASE_S),
+        attempts=_int(doc, "attempts", DEFAULT_ATTEMPTS, 1, 100),
+        revoked=revoked, banned=frozenset(banned), title=title)
+
+
+def grant_name(g: dict) -> str:
+    """How a topic's ``revoked`` list names a grant (the grants' own hash)."""
+    return grant_hash(g)

@@ -1,0 +1,181 @@
+"""The queue arbiter: one winner per item under any interleaving, and the same after a crash."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from awp.board.queue import Arbiter, Decision, Event
+
+LEASE = 10_000
+T0 = 1_790_000_000_000
+ITEMS = [f"{i:032x}" for i in range(1, 9)]
+
+
+def _arb(items=ITEMS, attempts=3):
+    a = Arbiter(LEASE, attempts)
+    for i, h in enumerate(items):
+        a.apply(Event("add", T0, item=h, ts=T0 + i))
+    return a
+
+
+def test_claims_go_oldest_first_one_each():
+    a = _arb()
+    got = [a.apply(Event("claim", T0 + 1, who=f"w{i}", req=f"r{i}"))[-1] for i in range(9)]
+    assert [d.item for d in got[:8]] == ITEMS
+    assert len({d.holder for d in got[:8]}) == 8
+    assert got[8] == Decision("empty")
+
+
+def test_a_retried_claim_gets_the_same_answer():
+    a = _arb()
+    d1 = a.apply(Event("claim", T0 + 1, who="w", req="r1"))[-1]
+    d2 = a.apply(Event("claim", T0 + 2, who="w", req="r1"))[-1]
+    assert d1 == d2 and a.status(ITEMS[1]) == "open"
+    d3 = a.apply(Event("claim", T0 + 3, who="other", req="r1"))[-1]  # same req, other key
+    assert d3.item == ITEMS[1]
+
+
+def test_only_the_holder_before_expiry():
+    a = _arb()
+    d = a.apply(Event("claim", T0, who="w", req="1"))[-1]
+    assert a.apply(Event("complete", T0 + 1, who="thief", lease=d.lease))[-1].state == "refused"
+    assert a.apply(Event("renew", T0 + LEASE - 1, who="w", lease=d.lease))[-1].until == (
+        T0 + 2 * LEASE - 1)
+    out = a.apply(Event("complete", T0 + 2 * LEASE, who="w", lease=d.lease))
+    assert [x.state for x in out] == ["expired", "refused"]  # too late: the lease ran out
+    d2 = a.apply(Event("claim", T0 + 2 * LEASE, who="v", req="1"))[-1]
+    assert (d2.item, d2.holder) == (ITEMS[0], "v") and d2.lease != d.lease
+    assert a.apply(Event("complete", T0 + 2 * LEASE + 1, who="v", lease=d2.lease))[-1].state \
+        == "done"
+    assert a.status(ITEMS[0]) == "done"
+    # a stale lease of a finished item is refused, never reopens it
+    assert a.apply(Event("release", T0 + 2 * LEASE + 2, who="w", lease=d.lease))[-1].state \
+        == "refused"
+
+
+def test_failures_cost_attempts_release_does_not():
+    a = _arb(items=ITEMS[:1], attempts=2)
+    d = a.apply(Event("claim", T0, who="w", req="1"))[-1]
+    a.apply(Event("release", T0 + 1, who="w", lease=d.lease))
+    d = a.apply(Event("claim", T0 + 2, who="w", req="2"))[-1]
+    a.apply(Event("fail", T0 + 3, who="w", lease=d.lease))
+    d = a.apply(Event("claim", T0 + 4, who="w", req="3"))[-1]
+    assert d.state == "claimed"
+    assert a.apply(Event("tick", T0 + 4 + LEASE))[0].state == "expired"
+    assert a.status(ITEMS[0]) == "dead"
+    assert a.apply(Event("claim", T0 + 5 + LEASE, who="w", req="4"))[-1].state == "empty"
+
+
+def test_a_withdrawn_item_is_never_handed_out_and_its_lease_ends():
+    a = _arb(items=ITEMS[:2])
+    d = a.apply(Event("claim", T0, who="w", req="1"))[-1]
+    out = a.apply(Event("remove", T0 + 1, item=d.item))
+    assert [(x.state, x.lease) for x in out] == [("released", d.lease)]
+    assert a.status(d.item) == "dead"
+    assert a.apply(Event("complete", T0 + 2, who="w", lease=d.lease))[-1].state == "refused"
+    a.apply(Event("remove", T0 + 2, item=ITEMS[1]))
+    assert a.apply(Event("claim", T0 + 3, who="v", req="1"))[-1].state == "empty"
+    assert a.apply(Event("remove", T0 + 4, item="f" * 32)) == []
+
+
+def test_clock_never_goes_back():
+    a = _arb(items=ITEMS[:1])
+    d = a.apply(Event("claim", T0 + 5 * LEASE, who="w", req="1"))[-1]
+    # an event stamped earlier (a clock step) does not revive time before the claim
+    assert a.apply(Event("renew", T0, who="w", lease=d.lease))[-1].until == T0 + 6 * LEASE
+
+
+def _random_run(seed: int, n_events: int = 400):
+    rng = random.Random(seed)
+    items = [f"{rng.getrandbits(128):032x}" for _ in range(rng.randrange(1, 12))]
+    workers = [f"w{i}" for i in range(rng.randrange(1, 6))]
+    a = Arbiter(LEASE, rng.randrange(1, 4))
+    now = T0
+    held: dict[str, list[str]] = {w: [] for w in workers}
+    leases_seen: list[Decision] = []
+    decisions: list[list[Decision]] = []
+    for i in range(n_events):
+        now += rng.choice([0, 0, 1, 50, LEASE // 3, LEASE])
+        if rng.random() < 0.03:
+            now -= rng.randrange(LEASE)  # a clock step backwards
+        w = rng.choice(workers)
+        op = rng.choice(["add", "claim", "claim", "claim", "renew", "release", "complete",
+                         "fail", "tick", "remove"])
+        lease = rng.choice(held[w] or [""]) if rng.random() < 0.8 else rng.choice(
+            [d.lease for d in leases_seen] or ["nope"])
+        if op in ("add", "remove"):
+            ev = Event(op, now, item=rng.choice(items), ts=rng.randrange(T0, T0 + 100))
+        elif op == "claim":
+            ev = Event("claim", now, who=w, req=str(rng.randrange(i + 1)))
+        else:
+            ev = Event(op, now, who=w, lease=lease)
+        out = a.apply(ev)
+        decisions.append(out)
+        for d in out:
+            if d.state == "claimed":
+                held[d.holder].append(d.lease)
+                leases_seen.append(d)
+        yield a, ev, out
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_any_interleaving_keeps_one_holder_per_item_and_replays_identically(seed):
+    active: dict[str, Decision] = {}  # item -> the lease we believe active
+    finished: set[str] = set()
+    dead_or_done: set[str] = set()
+    all_out = []
+    a = None
+    for a, _ev, out in _random_run(seed):
+        all_out.append(out)
+        for d in out:
+            if d.state == "claimed":
+                prev = active.get(d.item)
+                assert prev is None or prev.lease == d.lease, "two holders for one item"
+                assert d.item not in dead_or_done, "a finished item was handed out again"
+                active[d.item] = d
+            elif d.state in ("released", "failed", "expired", "done"):
+                assert active.get(d.item) is not None and active[d.item].lease == d.lease
+                assert active[d.item].holder == d.holder
+                del active[d.item]
+                if d.state == "done":
+                    assert d.item not in finished, "an item completed twice"
+                    finished.add(d.item)
+                    dead_or_done.add(d.item)
+            elif d.state == "renewed":
+                assert active[d.item].lease == d.lease and active[d.item].holder == d.holder
+        for item in a.items():
+            if a.status(item) == "dead":
+                dead_or_done.add(item)
+        # what the arbiter reports agrees with what it said
+        for item, d in active.items():
+            assert a.holder_of(item) in (d.holder, "")  # "" only when expiry is due next event
+    assert a is not None
+    # kill -9 and restart: the log replayed gives the same state and the same answers
+    again = Arbiter(a.lease_ms, a.attempts)
+    replayed = [again.apply(ev) for ev in a.log]
+    assert replayed == all_out
+    assert [again.status(i) for i in again.items()] == [a.status(i) for i in a.items()]
+
+
+def test_concurrent_claimants_without_failures_each_item_claimed_exactly_once():
+    rng = random.Random(11)
+    items = [f"{i:032x}" for i in range(500)]
+    a = _arb(items=items)
+    claimants = [f"host{i}" for i in range(100)]
+    won: dict[str, str] = {}
+    pending = list(claimants)
+    now = T0
+    while pending:
+        rng.shuffle(pending)  # the order requests reach the arbiter over many links
+        w = pending.pop()
+        now += 1
+        d = a.apply(Event("claim", now, who=w, req=f"{w}-{now}"))[-1]
+        if d.state == "empty":
+            continue
+        assert d.item not in won
+        won[d.item] = w
+        assert a.apply(Event("complete", now, who=w, lease=d.lease))[-1].state == "done"
+        pending.append(w)
+    assert sorted(won) == items

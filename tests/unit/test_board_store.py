@@ -1,0 +1,224 @@
+"""Board tables against an in-memory SQLite: topics, records, retention, the queue log."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import pytest
+
+from awp.board import sync, view
+from awp.board.queue import Arbiter, Event
+from awp.store import board as sb
+from awp.store.schema import MIGRATIONS
+from awp.wire import board as b
+from awp.wire.keys import Identity
+
+T0 = 1_790_000_000_000
+OWNER = Identity(b"\x01" * 32)
+ALICE = Identity(b"\x02" * 32)
+TOPIC = f"{OWNER.key}/ops"
+
+
+@pytest.fixture
+def c():
+    db = sqlite3.connect(":memory:")
+    sb.create(db)
+    yield db
+    db.close()
+
+
+def _post(text, ts, who=ALICE, **kw):
+    return b.make_post(who, TOPIC, [{"k": "text", "text": text}], ts, **kw)
+
+
+def test_not_a_migration_yet():
+    assert not any("board_" in m for m in MIGRATIONS)
+
+
+def test_newest_topic_document_wins_and_ties_are_settled_the_same_everywhere(c):
+    t1 = b.make_topic(OWNER, "ops", 1, T0)
+    t2 = b.make_topic(OWNER, "ops", 2, T0, post="open")
+    assert sb.put_topic(c, t1, T0) == "new"
+    assert sb.put_topic(c, t2, T0) == "newer"
+    assert sb.put_topic(c, t1, T0) == ""
+    assert sb.policy(c, TOPIC).post_open
+    a = b.make_topic(OWNER, "ops", 3, T0, title="a")
+    z = b.make_topic(OWNER, "ops", 3, T0, title="z")
+    win = max(a, z, key=lambda r: r.hash)
+    for first, second in ((a, z), (z, a)):
+        db = sqlite3.connect(":memory:")
+        sb.create(db)
+        sb.put_topic(db, first, T0)
+        sb.put_topic(db, second, T0)
+        assert sb.topic_doc(db, TOPIC) == win.raw
+    with pytest.raises(b.BoardError):
+        sb.put_topic(c, _post("x", T0), T0)
+
+
+def test_records_are_stored_once_byte_for_byte(c):
+    p = _post("hello", T0)
+    assert sb.put_record(c, p, T0, via="peer", hops=2)
+    assert not sb.put_record(c, p, T0 + 1)
+    assert sb.has(c, TOPIC, p.hash)
+    assert sb.raw_records(c, TOPIC, [p.hash, "0" * 32]) == [p.raw]
+    [again] = sb.records(c, TOPIC)
+    assert (again.hash, again.raw, again.author, again.ts) == (p.hash, p.raw, ALICE.key, T0)
+    assert [r.hash for r in sb.record(c, p.hash[:8])] == [p.hash]
+    assert sb.record(c, "zz") == []
+    assert len(sb.holdings(c, TOPIC)) == 1
+    with pytest.raises(b.BoardError):
+        sb.put_record(c, b.make_topic(OWNER, "ops", 1, T0), T0)
+
+
+def test_view_from_the_store(c):
+    p = _post("one", T0)
+    r = _post("re", T0 + 1, parent=p.hash)
+    for rec in (r, b.make_delete(ALICE, p, T0 + 2), p):
+        sb.put_record(c, rec, T0)
+    assert [s.hash for s in view.visible(sb.records(c, TOPIC))] == [r.hash]
+
+
+def test_retention_drops_the_same_records_as_the_pure_rule(c):
+    sb.put_topic(c, b.make_topic(OWNER, "ops", 1, T0, keep=5, rate=3), T0)
+    pol = sb.policy(c, TOPIC)
+    recs = [_post(str(i), T0 + i * 20_000) for i in range(20)]
+    for rec in recs:
+        sb.put_record(c, rec, T0)
+    floor = sb.enforce_retention(c, TOPIC, pol, T0 + 500_000)
+    kept = [r.ts for r in sb.records(c, TOPIC)]
+    assert len(kept) == 5 and min(kept) == floor == T0 + 15 * 20_000
+    # the rate rule: 3 a minute for a non-owner, whatever arrived
+    c.execute("DELETE FROM board_records")
+    burst = [_post(f"b{i}", T0 + i) for i in range(10)]
+    for rec in burst:
+        sb.put_record(c, rec, T0)
+    sb.enforce_retention(c, TOPIC, pol, T0 + 30_000)
+    assert len(sb.records(c, TOPIC)) == 3
+    last = burst[-1]
+    assert sb.recent_before(c, TOPIC, ALICE.key, last.ts, last.hash) == 3
+
+
+def test_subscriptions_and_listing(c):
+    sb.put_topic(c, b.make_topic(OWNER, "ops", 1, T0, title="Ops"), T0)
+    sb.subscribe(c, TOPIC, T0, grant={"iss": "x"})
+    sb.subscribe(c, TOPIC, T0 + 1)
+    assert sb.subscriptions(c) == [TOPIC]
+    sb.put_record(c, _post("x", T0), T0)
+    [t] = sb.topics(c)
+    assert (t["topic"], t["subscribed"], t["records"], t["doc"]["title"]) == (TOPIC, True, 1,
+                                                                              "Ops")
+    sb.unsubscribe(c, TOPIC)
+    assert sb.topics(c)[0]["subscribed"] is False
+
+
+def test_queue_log_replays_into_the_same_arbiter(c):
+    a = Arbiter(1000, 2)
+    events = [Event("add", T0, item="a" * 32, ts=T0), Event("add", T0, item="b" * 32, ts=T0 + 1),
+              Event("claim", T0 + 1, who=ALICE.key, req="r1"),
+              Event("claim", T0 + 2, who=OWNER.key, req="r1")]
+    out = []
+    for ev in events:
+        sb.log_event(c, TOPIC, ev)  # durably first, then decide
+        out.append(a.apply(ev))
+    # "kill -9": a new arbiter from what the table holds
+    again = Arbiter.replay(1000, 2, sb.queue_log(c, TOPIC))
+    assert again.log == a.log
+    assert [again.holder_of(i) for i in again.items()] == [ALICE.key, OWNER.key]
+    assert sb.queue_log(c, "other") == []
+
+
+def _host(*topics):
+    db = sqlite3.connect(":memory:")
+    sb.create(db)
+    for t in topics:
+        sb.put_topic(db, t, T0)
+        sb.subscribe(db, t.topic, T0)
+    return db
+
+
+def test_take_checks_admits_dedups_and_only_for_subscribed_topics(monkeypatch):
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open", rate=60)
+    db = _host(topic)
+    p = _post("x", T0)
+    other = b.make_post(ALICE, f"{OWNER.key}/elsewhere", [{"k": "text", "text": "y"}], T0)
+    calls = []
+    real = b.verify
+    monkeypatch.setattr(b, "verify", lambda *a: calls.append(1) or real(*a))
+    got = sb.take(db, [p.raw, p.raw, other.raw, "junk", '{"k":"post"}'], T0, via="peer", hops=1)
+    assert [r.hash for r in got.new] == [p.hash]
+    assert got.known == 1 and len(got.refused) == 3
+    assert len(calls) == 1  # the duplicate and the unsubscribed topic cost no signature check
+    assert sb.take(db, [p.raw], T0).known == 1 and len(calls) == 1
+    # a newer topic document is taken; the same one again is known
+    monkeypatch.undo()
+    t2 = b.make_topic(OWNER, "ops", 2, T0, post="grant")
+    got = sb.take(db, [t2.raw, t2.raw], T0)
+    assert [r.hash for r in got.new] == [t2.hash] and got.known == 1
+    assert not sb.policy(db, TOPIC).post_open
+    assert sb.take(db, [_post("z", T0 + 5).raw], T0).refused == ["no grant to post here"]
+
+
+def test_a_flooding_author_costs_rate_signature_checks_and_is_not_forwarded(monkeypatch):
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open", rate=20)
+    db = _host(topic)
+    flood = [_post(f"f{i}", T0 + i) for i in range(300)]
+    calls = []
+    real = b.verify
+    monkeypatch.setattr(b, "verify", lambda *a: calls.append(1) or real(*a))
+    got = sb.take(db, [r.raw for r in sorted(flood, key=lambda r: (r.ts, r.hash))], T0 + 1000)
+    assert len(got.new) == 20 and len(calls) == 20
+    assert len(got.refused) == 280 and set(got.refused) == {"author over the topic's rate"}
+    # out of order the rule still keeps exactly the first 20 of the minute, and forwards only those
+    db2 = _host(topic)
+    shuffled = [r.raw for r in flood]
+    random.Random(2).shuffle(shuffled)
+    got2 = sb.take(db2, shuffled, T0 + 1000)
+    first20 = {r.hash for r in sorted(flood, key=lambda r: (r.ts, r.hash))[:20]}
+    assert {r.hash for r in sb.records(db2, TOPIC)} == first20
+    assert {r.hash for r in got2.new} <= first20
+
+
+def _exchange(a, z, now):
+    """One anti-entropy run between two stores, through take() as the daemon would."""
+    fa = sb.enforce_retention(a, TOPIC, sb.policy(a, TOPIC), now)
+    fz = sb.enforce_retention(z, TOPIC, sb.policy(z, TOPIC), now)
+    floors = {id(a): fa, id(z): fz}
+    todo = [(z, a, sync.opening(sb.holdings(a, TOPIC), fa, now, b.FUTURE_MS))]
+    moved = 0
+    while todo:
+        me, peer, body = todo.pop()
+        step = sync.respond(sb.holdings(me, TOPIC), floors[id(me)], body)
+        for src, dst, ids in ((me, peer, step.push), (peer, me, step.want)):
+            if ids:
+                got = sb.take(dst, sb.raw_records(src, TOPIC, ids), now)
+                assert got.known == 0 and not got.refused
+                moved += len(got.new)
+        if step.reply:
+            todo.append((peer, me, step.reply))
+    return moved
+
+
+def test_two_stores_converge_after_a_partition_with_edits_and_a_flood():
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open", rate=30, keep=400)
+    a, z = _host(topic), _host(topic)
+    bob = Identity(b"\x05" * 32)
+    common = [_post(f"c{i}", T0 + i * 1000) for i in range(100)]
+    for db in (a, z):
+        sb.take(db, [r.raw for r in common], T0 + 200_000)
+    only_a = [_post(f"a{i}", T0 + 200_000 + i * 2500) for i in range(50)]
+    only_a.append(b.make_edit(ALICE, common[3], [{"k": "text", "text": "c3!"}], T0 + 300_000))
+    only_z = [b.make_post(bob, TOPIC, [{"k": "text", "text": f"z{i}"}], T0 + 200_000 + i * 10)
+              for i in range(100)]  # bob floods: 30 a minute survive
+    only_z.append(b.make_delete(ALICE, common[4], T0 + 300_000))
+    now = T0 + 400_000
+    sb.take(a, [r.raw for r in only_a], now)
+    sb.take(z, [r.raw for r in only_z], now)
+    moved = _exchange(a, z, now)
+    ha, hz = sb.holdings(a, TOPIC).hashes(), sb.holdings(z, TOPIC).hashes()
+    assert ha == hz
+    assert moved == 51 + 30 + 1  # a's posts and edit, bob's 30, the delete: nothing else
+    shown = [s.parts[0]["text"] for s in view.visible(sb.records(a, TOPIC))]
+    assert shown == [s.parts[0]["text"] for s in view.visible(sb.records(z, TOPIC))]
+    assert "c3!" in shown and "c4" not in shown
+    assert _exchange(a, z, now) == 0  # a second run finds nothing to move
