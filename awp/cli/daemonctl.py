@@ -219,7 +219,7 @@ def stop_daemon(home: str, client: LocalClient | None, timeout: float = 10.0) ->
         # holds daemon.log and the store open (a read-only remount, a backup
         # or an uninstall right after awp down would find them busy).
         gone = not is_locked(home) and client_if_running(home, 2.0) is None \
-            and not _alive(pid)
+            and not pid_alive(pid)
         if gone:
             return True
         now = time.monotonic()
@@ -233,7 +233,7 @@ def stop_daemon(home: str, client: LocalClient | None, timeout: float = 10.0) ->
         time.sleep(POLL_INTERVAL)
 
 
-def _alive(pid: int | None) -> bool:
+def pid_alive(pid: int | None) -> bool:
     """Whether process ``pid`` still runs (a zombie counts as gone)."""
     if not pid or pid == os.getpid():
         return False
@@ -247,7 +247,8 @@ def _alive(pid: int | None) -> bool:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
-        return True  # no /proc here: signal 0 said it exists
+        # Gone between the signal and the read, unless there is no /proc here.
+        return not os.path.isdir("/proc/self")
 
 
 def _terminate(home: str) -> None:
