@@ -353,7 +353,7 @@ class Connection:
             done, key = list(acks), self.peer_key
             acks.clear()
             pending = self.engine.writer.submit_nowait(
-                lambda c: [re for th, re in done if ops.apply_ack(c, key, th, re)])
+                lambda c: ops.apply_acks(c, key, done))
             await self._post(pending, self._after_acks, None)
 
     async def _store_run(self, batch: list, now: int) -> None:

@@ -293,6 +293,15 @@ def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
     we sent someone else changes nothing.  Returns whether the ack was news
     (the line was still queued, or not yet marked acked).
     """
+    seq = _apply_one_ack(conn, peer, th, re)
+    if seq:
+        _drop_introductions_before(conn, peer, seq)
+    return seq is not None
+
+
+def _apply_one_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> int | None:
+    """:func:`apply_ack` but the introductions: the acked line's outbox seq, 0 when it
+    was only marked acked in the log, ``None`` when the ack was no news."""
     row = conn.execute(
         "SELECT seq, th FROM outbox WHERE peer = ? AND id = ?", (peer, re)
     ).fetchone()
@@ -301,7 +310,7 @@ def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
         (peer, re),
     ).rowcount
     if row is None:
-        return marked > 0
+        return 0 if marked > 0 else None
     seq, qth = row
     conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
     conn.execute("UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"
@@ -311,12 +320,33 @@ def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
             "DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND t IN (?, ?)",
             (peer, qth, seq, *CUMULATIVE_TYPES),
         )
-    # An introduction is never acked, and one in a thread of its own has no
-    # later msg there to carry it: the peer read it before this line (lines
-    # go out in outbox order), so stop replaying it, whatever the thread.
+    return seq
+
+
+def _drop_introductions_before(conn: sqlite3.Connection, peer: str, seq: int) -> None:
+    """An introduction is never acked, and one in a thread of its own has no
+    later msg there to carry it: the peer read it before the acked line at
+    ``seq`` (lines go out in outbox order), so stop replaying it."""
     conn.execute("DELETE FROM outbox WHERE peer = ? AND seq < ? AND t = 'introduce'",
                  (peer, seq))
-    return True
+
+
+def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]]) -> list[str]:
+    """:func:`apply_ack` for a run of ``(th, re)``; the ids that were news.
+
+    The introductions before the last acked line are dropped once for the
+    run rather than once per ack: a backlog's acks arrive by the thousand.
+    """
+    news: list[str] = []
+    top = 0
+    for th, re in acks:
+        seq = _apply_one_ack(conn, peer, th, re)
+        if seq is not None:
+            news.append(re)
+            top = max(top, seq)
+    if top:
+        _drop_introductions_before(conn, peer, top)
+    return news
 
 
 def apply_resume(conn: sqlite3.Connection, peer: str, seen: dict[str, str]) -> list[str]:

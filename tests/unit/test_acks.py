@@ -69,3 +69,22 @@ def test_a_waiter_wakes_only_for_the_peer_the_line_went_to(tmp_path):
         assert await eng.wait_ack(ident, 0, peer=A) is True
 
     trio.run(main)
+
+
+
+def test_a_run_of_acks_is_news_once_and_drops_earlier_introductions(store):
+    """apply_acks (one call per run of acks) answers as apply_ack one at a time would,
+    and an introduction queued before the last acked line stops being replayed."""
+    gen = IdGenerator()
+    ops.ensure_peer(store, A, 1)
+    ops.queue_line(store, gen, A, lambda i, ts: {
+        "t": "introduce", "id": i, "ts": ts, "th": "thr_intro1", "peer": {"key": B}}, now=1)
+    lines = [_queue(store, gen, A, f"m{n}")[1] for n in range(3)]
+    later = ops.queue_line(store, gen, A, lambda i, ts: {
+        "t": "introduce", "id": i, "ts": ts, "th": "thr_intro2", "peer": {"key": B}}, now=1)
+    acks = [("thr_acktest1", x["id"]) for x in lines]
+    assert ops.apply_acks(store, A, acks + [("thr_acktest1", "nope")]) == [x["id"] for x in lines]
+    assert ops.apply_acks(store, A, acks) == []  # no news twice
+    assert ops.apply_acks(store, B, acks) == []  # nor from another peer
+    left = [r[0] for r in store.execute("SELECT id FROM outbox WHERE peer = ?", (A,))]
+    assert left == [later[1]["id"]]  # the one queued after the acked lines stays
