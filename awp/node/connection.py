@@ -266,7 +266,7 @@ class Connection:
         self.close_reason = f"{code}: {detail}" if detail else code
         try:
             await self._send_line(line)
-            await self.stream.send_eof()
+            await self._half_close()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
         with trio.move_on_after(2):
@@ -567,7 +567,7 @@ class Connection:
         self._bye_sent = True
         await self._send_line(reply)
         try:
-            await self.stream.send_eof()
+            await self._half_close()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         with trio.move_on_after(self.engine.config.bye_linger):
@@ -887,6 +887,13 @@ class Connection:
             await self._write_all(data)
         finally:
             self._send_lock.release()
+
+    async def _half_close(self) -> None:
+        """``send_eof`` under the send lock: trio refuses it beside a write in
+        progress (acks flushed after a commit, say), which killed the
+        connection task with ``BusyResourceError`` (found by the live fuzzer)."""
+        async with self._send_lock:
+            await self.stream.send_eof()
 
     async def _write_all(self, data: bytes) -> None:
         """``send_all`` with a deadline on progress; the caller holds the send lock.

@@ -231,3 +231,4 @@ def test_an_acked_type_without_id_is_bad_frame(node, t):
     with open(node.log_path, errors="replace") as f:
         assert "Traceback" not in f.read(), node.tail_log()
     _still_serves(node)
+
