@@ -39,45 +39,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from delivery import pct, rss_mb  # noqa: E402
+from flooder import Flooder  # noqa: E402
 from nodes import Node  # noqa: E402
-from rawpeer import RawPeer  # noqa: E402
-
-
-class Flooder(threading.Thread):
-    """A raw peer writing big msgs until told to stop; counts what it was told."""
-
-    def __init__(self, address: str, size: int, stop: threading.Event, i: int) -> None:
-        super().__init__(daemon=True)
-        self.peer = RawPeer(address, name=f"flooder{i}")
-        if self.peer.handshake()["t"] != "resume":
-            raise SystemExit("flooder handshake failed")
-        self.peer.resume()
-        self.size, self.stop, self.sent_bytes, self.errs = size, stop, 0, 0
-        self.reader = threading.Thread(target=self._read, daemon=True)
-
-    def run(self) -> None:
-        self.reader.start()
-        text = "x" * self.size
-        while not self.stop.is_set():
-            try:
-                self.peer.msg(text, th="thr_flood0001")
-            except OSError:
-                return
-            self.sent_bytes += self.size
-
-    def _read(self) -> None:
-        sock = self.peer.sock
-        sock.settimeout(0.5)
-        while not self.stop.is_set():
-            try:
-                data = sock.recv(1 << 20)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not data:
-                return
-            self.errs += data.count(b'"t":"err"')
 
 
 class Crowd(threading.Thread):
@@ -153,11 +116,9 @@ def main() -> int:
         base_rss = rss_mb(v.proc.pid)[0]
         base_disk = _du(v.home)
         host, port = v.address.split(":")[1:]
-        flooders = [Flooder(v.address, args.size, stop, i) for i in range(args.flooders)]
+        flooders = [Flooder(v.address, args.size, f"flooder{i}") for i in range(args.flooders)]
         crowd = Crowd(host, int(port), args.crowd, stop)
         crowd.start()
-        for fl in flooders:
-            fl.start()
         t0 = time.monotonic()
         samples: list[tuple[float, float]] = []
         queued: list[tuple[str, int]] = []
@@ -183,8 +144,10 @@ def main() -> int:
         now_rss, hwm = rss_mb(v.proc.pid)
         grown = (_du(v.home) - base_disk) / 1e6
         stop.set()
+        for fl in flooders:
+            fl.close()
         flood_mb = sum(f.sent_bytes for f in flooders) / 1e6
-        errs = sum(f.errs for f in flooders)
+        errs = sum(len(f.errs) for f in flooders)
         every = [ms for _t, ms in samples]
         steady = [ms for t, ms in samples if t >= args.warm]
         print(f"{args.seconds:g} s: {args.flooders} flooder(s) of {args.size:,}-byte msgs, "

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
 
+from flooder import Flooder
 from nodes import wait_for
 from rawpeer import RawPeer
 
@@ -50,60 +50,13 @@ def joined(node, name: str = "rawpeer") -> RawPeer:
     return p
 
 
-class Flooder:
-    """A raw peer writing 1 MB msgs as fast as the daemon reads them, in a thread.
-
-    It reads (and drops) whatever comes back, so the daemon's acks never
-    block on it: only the daemon's own budgets slow it down.
-    """
-
-    def __init__(self, node, size: int = 1_000_000) -> None:
-        self.peer = joined(node, "flooder")
-        self.text = "x" * size
-        self.stop = threading.Event()
-        self.sent = 0
-        self.errs: list[bytes] = []
-        self.threads = [threading.Thread(target=self._write, daemon=True),
-                        threading.Thread(target=self._read, daemon=True)]
-        for t in self.threads:
-            t.start()
-
-    def _write(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.peer.msg(self.text, th="thr_flood0001")
-                self.sent += 1
-            except OSError:
-                return
-
-    def _read(self) -> None:
-        sock, buf = self.peer.sock, b""
-        sock.settimeout(0.5)
-        while not self.stop.is_set():
-            try:
-                data = sock.recv(1 << 20)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not data:
-                return
-            buf += data
-            *lines, buf = buf.split(b"\n")
-            self.errs.extend(x for x in lines if b'"t":"err"' in x)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.peer.close()
-
-
 def test_a_flood_cannot_grow_memory_or_disk_and_others_still_get_through(make_node):
     node = make_node("d")
     configure(node, peer_stored_bytes="48MiB")
     node.start()
     base = home_mib(node.home)
     honest = joined(node, "honest")
-    flood = Flooder(node)
+    flood = Flooder(node.address)
     try:
         peak, worst, t0 = 0, 0.0, time.monotonic()
         while time.monotonic() - t0 < 12:

@@ -109,3 +109,14 @@ def test_wildcard_listener_prints_addresses_peers_can_dial(homes):
     host = st["address"][len("tcp:"):].rsplit(":", 1)[0].strip("[]")
     with socket.create_connection((host, port), timeout=5):
         pass
+
+
+def test_up_without_a_tailcat_relay_says_how_to_listen_instead(homes):
+    h = bare(homes, "h")
+    h.env["AWP_TAILCAT_BIN"] = "/bin/false"  # a tailcat that fails at once, as offline
+    r = h.run("up")
+    assert r.returncode == 1, r.stdout
+    err = r.stderr.splitlines()
+    assert err[0].startswith("awp up: nothing listens: tailcat:"), r.stderr
+    assert "listen on TCP or a Unix socket instead:" in err[1]
+    assert "awp up --listen tcp:127.0.0.1:7000 --no-tailcat" in r.stderr

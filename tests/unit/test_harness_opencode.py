@@ -33,20 +33,25 @@ fi
 """
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed")
-def test_opencode_plugin(tmp_path) -> None:
+def _drive(tmp_path, driver_js: str):
+    """Load the wired plugin in node with ``driver_js``: (its JSON output, the fake awp's log)."""
     fake = tmp_path / "awp"
     fake.write_text(FAKE_AWP)
     fake.chmod(0o755)
     plugin = tmp_path / "awp.js"
     plugin.write_text(plugin_files.opencode_plugin([str(fake)]))
     driver = tmp_path / "driver.mjs"
-    driver.write_text(DRIVER)
+    driver.write_text(driver_js)
     log = tmp_path / "log"
     p = subprocess.run([NODE, str(driver), plugin.as_uri()], capture_output=True, text=True,
                        timeout=60, env={"PATH": "/usr/bin:/bin", "FAKE_LOG": str(log)})
     assert p.returncode == 0, p.stderr
-    got = json.loads(p.stdout)
+    return json.loads(p.stdout), log
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_opencode_plugin(tmp_path) -> None:
+    got, log = _drive(tmp_path, DRIVER)
     assert got == {"output": "tool said hi\n\nNew awp messages (1). framed",
                    "quiet": "nothing new"}
     # the model is reported once per change; the harness is named explicitly
@@ -80,18 +85,7 @@ console.log(JSON.stringify({ a: a.result.output, b: b.result.content, c: c.resul
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
 def test_opencode_plugin_v2_definition(tmp_path) -> None:
     """opencode 2.x loads only a default export with an id and setup."""
-    fake = tmp_path / "awp"
-    fake.write_text(FAKE_AWP)
-    fake.chmod(0o755)
-    plugin = tmp_path / "awp.js"
-    plugin.write_text(plugin_files.opencode_plugin([str(fake)]))
-    driver = tmp_path / "driver.mjs"
-    driver.write_text(DRIVER_V2)
-    log = tmp_path / "log"
-    p = subprocess.run([NODE, str(driver), plugin.as_uri()], capture_output=True, text=True,
-                       timeout=60, env={"PATH": "/usr/bin:/bin", "FAKE_LOG": str(log)})
-    assert p.returncode == 0, p.stderr
-    got = json.loads(p.stdout)
+    got, log = _drive(tmp_path, DRIVER_V2)
     assert got == {"a": "tool said hi\n\nNew awp messages (1). framed",
                    "b": [{"type": "text", "text": "x"},
                          {"type": "text", "text": "New awp messages (1). framed"}],
