@@ -27,8 +27,8 @@ def both(h, *args: str):
 
 
 def _ages(text: str) -> str:
-    """Ages ("working 2s", "47s ago") move on between the two runs."""
-    return re.sub(r"\b\d+[smhd]\b", "N", text)
+    """Ages ("working 2s", "47s ago", "just now") move on between the two runs."""
+    return re.sub(r"\b\d+[smhd]\b", "N", text).replace("[just now]", "[N ago]")
 
 
 VOLATILE = {"rtt_ms", "last_seen", "last_success", "updated", "my_since", "their_since"}
