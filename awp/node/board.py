@@ -80,6 +80,7 @@ class _Link:
         self.wake = trio.Event()
         self.resync: set[str] = set()
         self.subs: dict[str, tuple[object, object]] = {}  # topic -> (grant, via) they sent
+        self.heard_sub = False  # their first board-sub came (the one sent on connect)
 
     def push(self, data: bytes, topic: str = "") -> bool:
         """Queue a line; False (and a resync of ``topic``) when the queue is full."""
@@ -282,13 +283,20 @@ class Board:
         if len(link.subs) > 4 * MAX_SUBS:  # a peer cannot make us remember without end
             for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
                 del link.subs[topic]
+        heard, link.heard_sub = link.heard_sub, True
         for topic in added:
-            if topic not in self.subs or not await self._may_read(link, topic):
+            if topic not in self.subs:
                 continue
-            doc = await self.engine.read(lambda c, t=topic: sb.topic_doc(c, t))
-            if doc is not None:
-                link.push(self._line("board-topic", '"hops":0,"doc":' + doc))
-            if self.me < link.conn.peer_key:
+            await self.policy(topic)
+            if self._may_see_doc(link, topic):
+                doc = await self.engine.read(lambda c, t=topic: sb.topic_doc(c, t))
+                if doc is not None:
+                    link.push(self._line("board-topic", '"hops":0,"doc":' + doc))
+            if not await self._may_read(link, topic):
+                continue
+            # On connect the smaller key opens; a later board-sub (a new
+            # subscription, a new grant) is answered by whoever receives it.
+            if heard or self.me < link.conn.peer_key:
                 link.push(await self._opening(topic))
 
     async def _on_topic(self, link: _Link, line: dict, raw: bytes) -> None:
@@ -313,8 +321,20 @@ class Board:
 
     async def _forward_topic(self, rec: Record, hops: int, except_key: str = "") -> None:
         for key, link in list(self.links.items()):
-            if key != except_key and await self._may_read(link, rec.topic):
+            if key != except_key and self._may_see_doc(link, rec.topic):
                 link.push(self._line("board-topic", f'"hops":{hops},"doc":' + rec.raw))
+
+    def _may_see_doc(self, link: _Link, topic: str) -> bool:
+        """Topic documents go to every subscriber that is not banned, reader or not.
+
+        The document is the topic's public face (policy, title, who is revoked
+        or banned): it is how a subscriber learns that it may not read yet, or
+        no longer, and it lets every host judge posts by the same policy.
+        """
+        if topic not in link.subs:
+            return False
+        pol = self.policies.get(topic)
+        return pol is None or link.conn.peer_key not in pol.banned
 
     async def _on_posts(self, link: _Link, line: dict, raw: bytes) -> None:
         topic, hops = line.get("topic"), line.get("hops")
