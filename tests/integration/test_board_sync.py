@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 
 from nodes import wait_for
@@ -204,3 +206,45 @@ def test_a_flooding_author_is_held_to_the_topic_rate(make_node):
         assert p.ping()["t"] == "pong"
     wait_for(lambda: len(_rows(a, topic)) == 5, 10, "five kept")
     assert a.api("GET", "/v1/status")["board"]["records_refused"] == 45
+
+
+def _with_limits(make_node, name: str, **limits):
+    node = make_node(name)
+    os.makedirs(node.home, exist_ok=True)
+    with open(os.path.join(node.home, "config.json"), "w") as f:
+        json.dump({"limits": limits}, f)
+    return node.start()
+
+
+def test_subscriptions_are_bounded_by_limits(make_node):
+    a = _with_limits(make_node, "a", board_subscriptions=2)
+    _open_topic(a, "one")
+    _open_topic(a, "two")
+    assert _fails(a, "/v1/board/topic", {"name": "three"}) == "too_many"
+    other = Identity.generate().key
+    assert _fails(a, "/v1/board/subscribe", {"topic": f"{other}/x"}) == "too_many"
+
+
+def test_asking_for_records_again_and_again_is_served_within_a_budget(make_node):
+    a = _with_limits(make_node, "a", board_serve_bytes="16KiB")
+    topic = _open_topic(a)
+    hashes = [_post(a, topic, f"{i} " + "y" * 1500)["hash"] for i in range(20)]
+    me = Identity.generate()
+    got = 0
+    with RawPeer(a.address, me) as p:
+        p.handshake(caps=["chat", "board"])
+        p.resume()
+        p.send_line({"t": "board-sub", "topics": [{"topic": topic}], "drop": []})
+        for _ in range(10):
+            p.send_line({"t": "board-want", "topic": topic, "ids": hashes})
+        pong = p.send_line({"t": "ping"})
+        while True:
+            line = p.recv_line(10)
+            assert line is not None
+            if line["t"] == "board-posts":
+                got += len(line["recs"])
+            if line["t"] == "pong" and line.get("re") == pong["id"]:
+                break
+    # 200 records asked for, about 1.7 KB each: a 16 KiB budget serves nine of them
+    assert 5 <= got <= 10
+    assert a.api("GET", "/v1/status")["board"]["asks_refused"] >= 9
