@@ -111,6 +111,12 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad(f"topic {ref!r}: {e}", "bad_topic") from None
 
     async def topic_of(ref: object) -> str:
+        if isinstance(ref, str) and (ref.startswith(wb.KEY_PREFIX) or "/" not in ref):
+            try:  # a full topic id, or one of ours: no lookup needed
+                return wb.topic_id(*ref.strip().rsplit("/", 1)) if "/" in ref else \
+                    wb.topic_id(me, ref.strip())
+            except (wb.BoardError, TypeError):
+                pass  # let topic_in say what is wrong
         return await engine.read(lambda c: topic_in(c, ref))
 
     def label(c: sqlite3.Connection, topic: str) -> str:
@@ -313,12 +319,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             doc["parent"] = parent
         doc.update(await authority(topic))
         rec, taken = await sign(doc)
-        posts = await engine.read(lambda c: sb.visible_posts(c, topic, 0, rec.ts, rec.hash))
-        names: dict[str, str] = {}
-        shown = [p for p in posts if p.shown.hash == rec.hash]
-        obj = (await engine.read(lambda c: post_obj(c, shown[0], names)) if shown
-               else {"hash": rec.hash, "id": rec.hash[:10], "topic": topic})
-        return {"post": obj, "sent_to": board.readers(topic)}
+
+        def shown(c: sqlite3.Connection) -> dict:
+            p = sb.post_by_hash(c, topic, rec.hash)
+            return post_obj(c, p, {}) if p else {"hash": rec.hash, "id": rec.hash[:10],
+                                                 "topic": topic}
+
+        return {"post": await engine.read(shown), "sent_to": board.readers(topic)}
 
     @r.route("POST", "/v1/board/get")
     async def get(req: Request) -> dict:
@@ -526,9 +533,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             out: dict = {"state": d.state, "lease": d.lease, "until": d.until,
                          "holder": d.holder, "topic": topic}
             if d.item:
-                posts = [p for p in sb.visible_posts(c, topic, 0, 0, d.item)
-                         if p.shown.hash == d.item]
-                out["item"] = (post_obj(c, posts[0], {}) if posts
+                p = sb.post_by_hash(c, topic, d.item)
+                out["item"] = (post_obj(c, p, {}) if p
                                else {"hash": d.item, "id": d.item[:10], "topic": topic})
             return out
 

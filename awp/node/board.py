@@ -116,6 +116,7 @@ class Board:
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
+        self._last_ts = 0  # of the last record we signed
 
     # -- life ------------------------------------------------------------------------
 
@@ -598,7 +599,15 @@ class Board:
         return rec
 
     async def sign_and_take(self, doc: dict) -> tuple[Record, sb.Taken]:
-        rec = sign_record(self.engine.identity, doc)
+        """Sign one of our records and store it (then it goes out like any other).
+
+        Our records' times strictly increase: two identical posts in one
+        millisecond would otherwise be one record (a record is named by its
+        content), and the second would vanish.
+        """
+        ts = max(now_ms(), self._last_ts + 1)
+        self._last_ts = ts
+        rec = sign_record(self.engine.identity, dict(doc, ts=format_ts(ts)))
         return rec, await self.take([rec.raw])
 
     def readers(self, topic: str) -> list[str]:
