@@ -207,8 +207,11 @@ def clip_lines(lines: list[str], limit: int, more: str) -> list[str]:
     return out
 
 
-def render_post(post: dict, now: int | None = None) -> str:
-    """One post: ``[2m ago] alice/ops · 9f0c4e0b6a · builder · reply to 1a2b3c4d5e``, then its body."""
+def render_post(post: dict, now: int | None = None, limit: int = POST_CHARS) -> str:
+    """One post: ``[2m ago] alice/ops · 9f0c4e0b6a · builder · reply to 1a2b3c4d5e``, then its body.
+
+    The body is cut after ``limit`` characters (0: never).
+    """
     from ..cli.render import ago
 
     label, pid = _post_label(post), _post_id(post)
@@ -224,7 +227,9 @@ def render_post(post: dict, now: int | None = None) -> str:
         head.append(f"· {n} {'reply' if n == 1 else 'replies'}")
     if post.get("edited"):
         head.append("· edited")
-    body = clip_lines(_post_body(post), POST_CHARS, f"awp get {label}")
+    body = _post_body(post)
+    if limit > 0:
+        body = clip_lines(body, limit, f"awp get {label}")
     return "\n".join([" ".join(head), *body])
 
 
