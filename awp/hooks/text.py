@@ -246,20 +246,27 @@ def board_hint(posts: list[dict]) -> str:
 def board_text(posts: list[dict], more: int = 0, now: int | None = None) -> str:
     """The framed text for new board posts (oldest first), ``""`` when there are none.
 
-    ``more`` is how many further new posts the daemon holds beyond these.
+    ``more`` is how many further new posts the daemon still holds unread
+    (``/v1/board/unread`` marks only what it returns).
     """
     posts = [p for p in posts if isinstance(p, dict)]
     if not posts:
         return ""
     more = more if isinstance(more, int) and not isinstance(more, bool) and more > 0 else 0
     shown = posts[-CAP:]
-    left = len(posts) - len(shown) + more
+    cut = len(posts) - len(shown)
     lines = [board_header(len(posts) + more), ""]
     lines += [render_post(p, now) for p in shown]
-    if left:
-        noun = "post is" if left == 1 else "posts are"
-        lines += ["", f"{left} more new {noun} not shown here: awp topics lists the topics"
-                      " with unread posts, awp get TOPIC reads one"]
+    if cut or more:
+        lines.append("")
+    if cut:
+        noun = "one is" if cut == 1 else "ones are"
+        lines.append(f"{cut} earlier {noun} not shown here (all are marked read): awp get"
+                     " TOPIC reads a topic")
+    if more:
+        noun = "post is" if more == 1 else "posts are"
+        lines.append(f"{more} more new {noun} still unread: they come next time, or read them"
+                     " now with awp get TOPIC (awp topics shows where)")
     lines += ["", board_hint(shown)]
     return "\n".join(lines)
 

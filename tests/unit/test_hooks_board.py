@@ -95,7 +95,8 @@ def test_cap_and_more_are_counted() -> None:
     shown = [ln for ln in out.splitlines() if ln.startswith("  post ")]
     assert len(shown) == text.CAP
     assert "  post 24" in out and "  post 4" not in out.splitlines()
-    assert "10 more new posts are not shown here" in out
+    assert "5 earlier ones are not shown here (all are marked read)" in out
+    assert "5 more new posts are still unread: they come next time" in out
 
 
 def test_hostile_text_stays_inside_the_framed_body() -> None:
@@ -256,4 +257,4 @@ def test_session_start_shows_posts_after_who_we_are(fake) -> None:
     out = run.run("session-start", "text", home, {})
     assert out.startswith("awp: you are alice")
     assert "New awp board posts on topics you subscribe to (3)." in out
-    assert "2 more new posts are not shown here" in out
+    assert "2 more new posts are still unread" in out
