@@ -176,15 +176,33 @@ def _post_id(post: dict) -> str:
     return str(pid) or "?"
 
 
+def _file_line(part: dict, label: str, pid: str) -> str:
+    """A file carried inside a post (base64 in the record): its name and how to save it."""
+    from ..cli.render import INDENT, size
+
+    name = str(part.get("name") or "file")
+    what = [size(part["size"])] if isinstance(part.get("size"), int) else []
+    if isinstance(part.get("mime"), str) and part["mime"]:
+        what.append(part["mime"])
+    about = f" ({', '.join(what)})" if what else ""
+    return f"{INDENT}file {name}{about}: save it with awp get {label} --thread {pid} --save DIR"
+
+
 def _post_body(post: dict) -> list[str]:
-    """The post's parts as indented lines, as a message's parts are rendered."""
+    """The post's parts as indented lines, as a message's parts are rendered.
+
+    A file part carries the file itself, base64: it is named, never printed.
+    """
     from ..cli.render import INDENT, render_part
 
     parts = post.get("parts")
     lines: list[str] = []
     if isinstance(parts, list) and parts:
         for p in parts:
-            lines += render_part(p)
+            if isinstance(p, dict) and p.get("k") == "file":
+                lines.append(_file_line(p, _post_label(post), _post_id(post)))
+            else:
+                lines += render_part(p)
     elif isinstance(post.get("text"), str):
         lines = [INDENT + ln if ln else INDENT.rstrip() for ln in post["text"].split("\n")]
     return lines

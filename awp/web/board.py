@@ -61,6 +61,20 @@ def topic(t: dict) -> dict:
     }
 
 
+def parts(p: dict) -> list[dict]:
+    """A post's parts as the page renders them; a file (carried inline, base64) is named only."""
+    out = []
+    for part in p.get("parts") if isinstance(p.get("parts"), list) else []:
+        if isinstance(part, dict) and part.get("k") == "file":
+            out.append({"type": "blob", "ref": "", "name": _s(part.get("name"), NAME_MAX),
+                        "mime": _s(part.get("mime"), 200),
+                        "size": _int(part.get("size")) if "size" in part else -1,
+                        "status": "in the post: awp get --save DIR writes it"})
+        elif isinstance(part, dict):
+            out += _parts({"parts": [part]}, None, None)
+    return out
+
+
 def post(p: dict) -> dict:
     """One post of ``/api/topic``."""
     return {
@@ -69,7 +83,7 @@ def post(p: dict) -> dict:
         "mine": p.get("mine") is True, "at": ts(_int(p.get("ts"))),
         "parent": _s(p.get("parent"), 64), "edited": ts(_int(p.get("edited"))),
         "replies": _int(p.get("replies")), "seq": _int(p.get("seq")),
-        "parts": _parts(p, None, None),
+        "parts": parts(p),
     }
 
 

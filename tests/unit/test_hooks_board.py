@@ -258,3 +258,14 @@ def test_session_start_shows_posts_after_who_we_are(fake) -> None:
     assert out.startswith("awp: you are alice")
     assert "New awp board posts on topics you subscribe to (3)." in out
     assert "2 more new posts are still unread" in out
+
+
+def test_a_file_in_a_post_is_named_never_printed() -> None:
+    data = "QUFB" * 5000  # the file itself, base64, inside the record
+    p = post(8, parts=[{"k": "text", "text": "the log"},
+                       {"k": "file", "name": "build.log", "mime": "text/plain", "size": 15000,
+                        "data": data}])
+    out = text.render_post(p, NOW)
+    assert data[:20] not in out
+    assert out.splitlines()[-1] == ("  file build.log (14.6 KiB, text/plain): save it with awp"
+                                    " get alice/ops --thread 0808080808 --save DIR")
