@@ -162,6 +162,20 @@ def _strip_paths(records: list[dict]) -> list[dict]:
     return records
 
 
+def _without_file_data(posts: list[dict]) -> list[dict]:
+    """Posts whose file parts keep their name, type and size but not the bytes.
+
+    A post carries its files inside it (base64, up to the topic's ``max_post``);
+    the dashboard names them and does not serve them, so 2000 posts never
+    make a 100 MB answer.
+    """
+    for p in posts:
+        for part in p.get("parts") or []:
+            if isinstance(part, dict) and part.get("k") == "file":
+                part.pop("data", None)
+    return posts
+
+
 def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
     """Register the read-only ``/v1/web/*`` routes."""
 
@@ -370,7 +384,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
         t = found.get("topic") or {}
         if not (t.get("known") or t.get("subscribed") or t.get("records")):
             raise ApiError(404, "no such topic here", "not_found")
-        return {"topic": t, "posts": found.get("posts") or [],
+        return {"topic": t, "posts": _without_file_data(found.get("posts") or []),
                 "self": engine.identity.key}
 
     @router.route("GET", "/v1/web/changes")

@@ -245,6 +245,18 @@ def test_daemon_web_routes_give_topics_and_posts_read_only(pair) -> None:
     # Reading is not taking: the agent's unread posts stay unread.
     assert b.api("GET", "/v1/board/topics")["topics"][0]["unread"] == unread_before
 
+    # A file travels inside its post; the dashboard gets its name and size, not its bytes.
+    filed = b.api("POST", "/v1/board/post", {"topic": topic, "parts": [
+        {"k": "text", "text": "the log"},
+        {"k": "file", "name": "build.log", "mime": "text/plain", "size": 5,
+         "data": "aGVsbG8="}]})["post"]
+    got = b.api("GET", "/v1/web/topic", topic=topic)["posts"]
+    [part] = [x for p in got if p["hash"] == filed["hash"] for x in p["parts"]
+              if x["k"] == "file"]
+    assert part == {"k": "file", "name": "build.log", "mime": "text/plain", "size": 5}
+    assert b.api("POST", "/v1/board/get", {"topic": topic})["posts"][-1]["parts"][1]["data"] \
+        == "aGVsbG8="  # the board's own route still carries it
+
     from awp.localapi.client import ApiFailure
 
     for bad in ("ops", "alice/ops", "", f"{a.key}"):
