@@ -112,7 +112,7 @@ class Board:
         self.policies: dict[str, Policy | None] = {}
         self.stats = dict.fromkeys(("lines_in", "bytes_in", "lines_out", "bytes_out",
                                     "records_in", "records_refused", "records_out",
-                                    "asks_refused"), 0)
+                                    "asks_refused", "held_back"), 0)
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
@@ -133,21 +133,28 @@ class Board:
         last_resync = trio.current_time()
         while True:
             await trio.sleep(SWEEP_S)
-            for link in list(self.links.values()):
-                if link.deferred:
-                    link.resync |= link.deferred
-                    link.deferred = set()
-                    link.wake.set()
-            for topic in sorted(self.subs):
-                pol = await self.policy(topic)
-                if pol is not None:
-                    await self.engine.writer.run(
-                        lambda c, t=topic, p=pol: sb.enforce_retention(c, t, p, now_ms()))
+            try:
+                await self._sweep()
+            except Exception:
+                log.exception("board: the retention sweep failed")
             if trio.current_time() - last_resync >= RESYNC_S:
                 last_resync = trio.current_time()
                 for link in list(self.links.values()):
                     link.resync.update(t for t in link.subs if t in self.subs)
                     link.wake.set()
+
+    async def _sweep(self) -> None:
+        """Deferred asks become digests; retention catches up with the clock."""
+        for link in list(self.links.values()):
+            if link.deferred:
+                link.resync |= link.deferred
+                link.deferred = set()
+                link.wake.set()
+        for topic in sorted(self.subs):
+            pol = await self.policy(topic)
+            if pol is not None:
+                await self.engine.writer.run(
+                    lambda c, t=topic, p=pol: sb.enforce_retention(c, t, p, now_ms()))
 
     async def policy(self, topic: str) -> Policy | None:
         if topic not in self.policies:
@@ -206,6 +213,8 @@ class Board:
                     link.wake = trio.Event()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
+            except Exception:  # the store failed us: this link ends, the others go on
+                log.exception("board: the link to %s failed", conn.peer_key[:18])
             finally:
                 n.cancel_scope.cancel()
                 if self.links.get(conn.peer_key) is link:
@@ -369,7 +378,12 @@ class Board:
                 self.queue.stored(c, taken)
             return taken
 
-        taken = await self.engine.writer.run(job)
+        try:
+            taken = await self.engine.writer.run(job)
+        except Exception:
+            if self.queue is not None:
+                self.queue.forget()
+            raise
         if via:
             self.stats["records_in"] += len(taken.new)
             self.stats["records_refused"] += len(taken.refused)
@@ -403,6 +417,7 @@ class Board:
                 continue
             for data, n in self._posts_lines(topic, raws, hops):
                 if not link.push(data, topic):
+                    self.stats["held_back"] += 1
                     break
                 self.stats["records_out"] += n
 
@@ -463,6 +478,8 @@ class Board:
         step, push = await self.engine.writer.run(job)
         if step.reply is not None:
             link.push(self._digest_line(topic, step.reply))
+        if step.truncated:  # the reply was as large as allowed: start afresh after it
+            link.resync.add(topic)
         push = self._serve(link, push) if push else []
         if push:
             await self._forward(topic, push, 0, only=link)

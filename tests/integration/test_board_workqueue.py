@@ -40,7 +40,9 @@ def _never_held_twice(leases: list[dict]) -> dict[str, int]:
     for d in leases:
         item, state = d["of"], d["state"]
         if state == "claimed":
-            assert item not in holder, f"{item} claimed while {holder.get(item)} held it"
+            assert item not in holder, (f"{item} claimed while {holder.get(item)} held it: "
+                                        + str([(x["ts"], x["state"], x["lease"])
+                                               for x in leases if x["of"] == item]))
             holder[item] = d["lease"]
         elif state == "renewed":
             assert holder.get(item) == d["lease"]
