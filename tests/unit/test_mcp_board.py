@@ -13,6 +13,8 @@ import pytest
 
 from awp.mcp import board, tools
 
+# Post and topic times are relative to now: "1m ago" and "10m" mean now, not when the
+# module was imported (under xdist that can be minutes earlier).
 NOW = int(time.time() * 1000)
 TOPIC = {"topic": "ed25519:Fcy/ops", "label": "alice/ops", "owner": "ed25519:Fcy",
          "owner_name": "alice", "name": "ops", "mine": False, "subscribed": True, "known": True,
@@ -20,6 +22,14 @@ TOPIC = {"topic": "ed25519:Fcy/ops", "label": "alice/ops", "owner": "ed25519:Fcy
          "policy": {"seq": 1, "title": "Ops", "read": "open", "post": "grant", "keep": 10000,
                     "keep_days": 30, "keep_bytes": 1 << 26, "rate": 60, "max_post": 65536,
                     "queue": False, "lease_s": 300, "attempts": 3, "revoked": 0, "banned": []}}
+
+
+@pytest.fixture(autouse=True)
+def fresh_now():
+    """Move NOW and the topic's newest post to the test's own start."""
+    global NOW
+    NOW = int(time.time() * 1000)
+    TOPIC["newest"] = NOW - 60_000
 
 
 def post(i: int, mine: bool = False, text: str | None = None) -> dict:
