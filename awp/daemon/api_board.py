@@ -386,18 +386,20 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         limit = min(_int(body, "limit", 50, 1), 500)
 
-        def job(c: sqlite3.Connection) -> dict:
+        def q(c: sqlite3.Connection) -> tuple[dict, dict[str, int]]:
             posts, more = sb.unread(c, me, limit)
             names: dict[str, str] = {}
-            out = [post_obj(c, p, names) for p in posts]
-            if body.get("mark", True) and posts:
-                upto: dict[str, int] = {}
-                for p in posts:
-                    upto[p.topic] = max(upto.get(p.topic, 0), p.seq)
-                sb.mark_read(c, upto)
-            return {"posts": out, "more": more}
+            upto: dict[str, int] = {}
+            for p in posts:
+                upto[p.topic] = max(upto.get(p.topic, 0), p.seq)
+            return {"posts": [post_obj(c, p, names) for p in posts], "more": more}, upto
 
-        return await engine.writer.run(job)
+        # Read first: the hooks ask after every tool call, and usually nothing
+        # is new; the mark (a write) is only for what this answer carries.
+        answer, upto = await engine.read(q)
+        if body.get("mark", True) and upto:
+            await engine.writer.run(lambda c: sb.mark_read(c, upto))
+        return answer
 
     # -- changing records ------------------------------------------------------------
 

@@ -440,9 +440,11 @@ def post_by_hash(c: sqlite3.Connection, topic: str, h: str) -> Post | None:
 
 
 def topic_stats(c: sqlite3.Connection, topic: str) -> dict:
-    n, posts, newest = c.execute(
-        "SELECT count(*), coalesce(sum(kind = 'post'), 0), coalesce(max(ts), 0)"
-        " FROM board_records WHERE topic = ?", (topic,)).fetchone()
+    """Records held, posts readers see, and the newest record's time."""
+    n, newest = c.execute("SELECT count(*), coalesce(max(ts), 0) FROM board_records"
+                          " WHERE topic = ?", (topic,)).fetchone()
+    posts = c.execute(f"SELECT count(*) FROM board_records p WHERE p.topic = ? AND {_SHOWN}",
+                      (topic,)).fetchone()[0]
     return {"records": n, "posts": posts, "newest": newest}
 
 

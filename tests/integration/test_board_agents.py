@@ -181,6 +181,8 @@ def test_mcp_post_get_and_wait(pair, mcp_of) -> None:
     out = ma.text("awp_post", {"parent": pid, "text": "thanks"})
     assert out.startswith("posted reply ") and f" to {pid} on alice/ops" in out
     since = int(out.rsplit("since=", 1)[1].split()[0])
+    wait_for(lambda: any(p["text"] == "thanks" for p in b.api(
+        "POST", "/v1/board/get", {"topic": topic})["posts"]), 10, "the reply reaches bob")
     out = mb.text("awp_get", {"topic": "alice/ops", "parent": pid})
     assert "bob here: on call today" in out and f"· reply to {pid}\n  thanks" in out
 
