@@ -325,7 +325,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             return post_obj(c, p, {}) if p else {"hash": rec.hash, "id": rec.hash[:10],
                                                  "topic": topic}
 
-        return {"post": await engine.read(shown), "sent_to": board.readers(topic)}
+        return {"post": await engine.read(shown), "sent_to": await board.readers(topic)}
 
     @r.route("POST", "/v1/board/get")
     async def get(req: Request) -> dict:

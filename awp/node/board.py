@@ -540,6 +540,9 @@ class Board:
         await self.engine.writer.run(job)
         self.subs.add(topic)
         await self.announce([topic], [])
+        owner = topic.split("/", 1)[0]
+        if owner != self.me:
+            self.engine.peers.ensure_loop(owner)  # a subscription is business with its owner
         return True
 
     def on_grants(self, conn: Connection) -> None:
@@ -610,9 +613,10 @@ class Board:
         rec = sign_record(self.engine.identity, dict(doc, ts=format_ts(ts)))
         return rec, await self.take([rec.raw])
 
-    def readers(self, topic: str) -> list[str]:
-        """Peers a new record of ``topic`` is sent to now (subscribed and linked)."""
-        return sorted(k for k, link in self.links.items() if topic in link.subs)
+    async def readers(self, topic: str) -> list[str]:
+        """Peers a new record of ``topic`` is sent to now (linked, subscribed, allowed)."""
+        return sorted([k for k, link in list(self.links.items())
+                       if await self._may_read(link, topic)])
 
     def status(self) -> dict:
         return {**self.stats, "subscribed": len(self.subs), "links": len(self.links)}

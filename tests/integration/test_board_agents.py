@@ -246,6 +246,13 @@ def test_daemon_web_routes_give_topics_and_posts_read_only(pair) -> None:
     assert b.api("GET", "/v1/web/topic", topic=topic, n=1)["posts"][0]["hash"] == first["hash"]
     # Reading is not taking: the agent's unread posts stay unread.
     assert b.api("GET", "/v1/board/topics")["topics"][0]["unread"] == unread_before
+    # ... nor acting: a dashboard watching is not the agent at work, while a get is
+    before = b.api("GET", "/v1/activity")["active"]
+    b.api("GET", "/v1/web/topic", topic=topic)
+    assert b.api("GET", "/v1/activity")["active"] == before
+    b.api("POST", "/v1/board/get", {"topic": topic})
+    after = b.api("GET", "/v1/activity")
+    assert after["source"] == "get" and after["active"] > (before or 0)
 
     # A file travels inside its post; the dashboard gets its name and size, not its bytes.
     filed = b.api("POST", "/v1/board/post", {"topic": topic, "parts": [
