@@ -38,6 +38,7 @@ from .render import now_ms
 HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
 POST_WAIT = 10.0  # how long the daemon waits for a topic document it does not hold yet
 STREAM_WAIT = 60.0  # each long poll of a following subscribe
+SUB_DOC_WAIT = 2.0  # how long subscribe waits for a topic document it does not hold
 
 topic_app = typer.Typer(
     name="topic",
@@ -50,6 +51,17 @@ topic_app = typer.Typer(
 )
 app.add_typer(topic_app, name="topic",
               short_help="Create and manage board topics (create, set, show, grant, ...)")
+
+
+@topic_app.callback()
+def topic_group(ctx: typer.Context, home: str = home_opt()) -> None:
+    """Take ``--home`` before the subcommand too (``awp --home H topic ...`` puts it there)."""
+    ctx.obj = home
+
+
+def group_home(ctx: typer.Context, home: str | None) -> str | None:
+    """The subcommand's ``--home``, else the one given to ``awp topic``."""
+    return home if home is not None else ctx.obj if isinstance(ctx.obj, str) else None
 
 
 def topic_command(name: str, **kw):
@@ -287,6 +299,7 @@ ATTEMPTS_HELP = "attempts an item gets before it is dead (default 3)"
 
 @topic_command("create", short_help="Create one of your topics")
 def topic_create(
+    ctx: typer.Context,
     name: str = typer.Argument(..., metavar="NAME", help="1-64 of a-z 0-9 . _ -"),
     title: str = _opt(None, "--title", metavar="TITLE", help=TITLE_HELP),
     open_: bool = _opt(False, "--open", help=OPEN_HELP),
@@ -314,11 +327,12 @@ def topic_create(
     """
     body = policy_body(title, open_, read, post, keep, keep_days, keep_bytes, rate, max_post,
                        queue, lease, attempts)
-    _save_topic(name, body, home, as_json, creating=True)
+    _save_topic(name, body, group_home(ctx, home), as_json, creating=True)
 
 
 @topic_command("set", short_help="Change one of your topics' policy")
 def topic_set(
+    ctx: typer.Context,
     name: str = typer.Argument(..., metavar="NAME", help="your topic's name"),
     title: str = _opt(None, "--title", metavar="TITLE", help=TITLE_HELP),
     open_: bool = _opt(False, "--open", help=OPEN_HELP),
@@ -347,13 +361,14 @@ def topic_set(
                        queue, lease, attempts)
     if not body:
         raise CliError("nothing to change: give at least one flag (see awp topic set --help)", 2)
-    _save_topic(name, body, home, as_json, creating=False)
+    _save_topic(name, body, group_home(ctx, home), as_json, creating=False)
 
 
 # -- topic show / grant / revoke / ban -------------------------------------------------
 
 @topic_command("show", short_help="Show a topic: owner, counts and policy")
 def topic_show(
+    ctx: typer.Context,
     topic: str = typer.Argument(..., metavar="TOPIC", help="PEER/NAME, NAME (yours) or ed25519:KEY/NAME"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
@@ -365,7 +380,7 @@ def topic_show(
       awp topic show ops
       awp topic show alice/ops --json
     """
-    client = client_for(home)
+    client = client_for(group_home(ctx, home))
     res = client.post("/v1/board/get", {"topic": topic, "n": 1})
     assert isinstance(res, dict)
     t = res.get("topic") if isinstance(res.get("topic"), dict) else {}
@@ -377,6 +392,7 @@ def topic_show(
 
 @topic_command("grant", short_help="Let a peer post to (or read) one of your topics")
 def topic_grant(
+    ctx: typer.Context,
     topic: str = typer.Argument(..., metavar="TOPIC", help="your topic (NAME, or NAME/* for all)"),
     peer: str = typer.Argument(..., metavar="PEER", help="the peer (name, alias or key prefix)"),
     read: bool = typer.Option(False, "--read", help="reading only"),
@@ -398,7 +414,7 @@ def topic_grant(
     if read and post:
         raise CliError("--read or --post, not both", 2)
     what = "read" if read else "post"
-    res = client_for(home).post("/v1/board/grant", {
+    res = client_for(group_home(ctx, home)).post("/v1/board/grant", {
         "topic": topic, "peer": peer, "what": what, "ttl": parse_seconds(ttl, "--ttl")})
     assert isinstance(res, dict)
     if as_json:
@@ -412,6 +428,7 @@ def topic_grant(
 
 @topic_command("revoke", short_help="Revoke a peer's grants on one of your topics")
 def topic_revoke(
+    ctx: typer.Context,
     topic: str = typer.Argument(..., metavar="TOPIC", help="your topic"),
     peer: str = typer.Argument(None, metavar="[PEER]", help="revoke every grant given to this peer"),
     grant: str = typer.Option(None, "--grant", metavar="HASH", help="revoke this grant only (a prefix)"),
@@ -430,7 +447,7 @@ def topic_revoke(
     if (peer is None) == (grant is None):
         raise CliError("name the peer, or --grant HASH (one of them)", 2)
     body: dict = {"topic": topic, **({"peer": peer} if peer else {"grant": grant})}
-    res = client_for(home).post("/v1/board/revoke", body)
+    res = client_for(group_home(ctx, home)).post("/v1/board/revoke", body)
     assert isinstance(res, dict)
     if as_json:
         out_json(res)
@@ -445,6 +462,7 @@ def topic_revoke(
 
 @topic_command("ban", short_help="Ban (or --unban) a key from one of your topics")
 def topic_ban(
+    ctx: typer.Context,
     topic: str = typer.Argument(..., metavar="TOPIC", help="your topic"),
     peer: str = typer.Argument(..., metavar="PEER", help="a peer or a key"),
     unban: bool = typer.Option(False, "--unban", help="lift the ban"),
@@ -459,7 +477,8 @@ def topic_ban(
       awp topic ban ops mallory
       awp topic ban ops mallory --unban
     """
-    res = client_for(home).post("/v1/board/ban", {"topic": topic, "peer": peer, "unban": unban})
+    res = client_for(group_home(ctx, home)).post(
+        "/v1/board/ban", {"topic": topic, "peer": peer, "unban": unban})
     assert isinstance(res, dict)
     if as_json:
         out_json(res)
@@ -501,7 +520,8 @@ def subscribe_cmd(
     cursor = start.get("cursor")
     refs = []
     for topic in topics:
-        res = client.post("/v1/board/subscribe", {"topic": topic})
+        # A moment for the owner's document, when a connected peer holds it.
+        res = client.post("/v1/board/subscribe", {"topic": topic, "timeout": SUB_DOC_WAIT})
         assert isinstance(res, dict)
         t = res.get("topic") if isinstance(res.get("topic"), dict) else {}
         refs.append(t.get("topic") or topic)

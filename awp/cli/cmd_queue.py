@@ -70,8 +70,7 @@ def claim_cmd(
                              timeout=secs + HTTP_SLACK)
     except ApiFailure as e:
         if e.code == "no_owner":
-            raise CliError(f"{e.message} (nothing can be claimed while the queue's owner is"
-                           " not connected; try again later)", 2) from None
+            raise CliError(f"{e.message}; try again later", 2) from None
         if e.status == 504 or e.code == "timeout":
             raise CliError(f"the owner of {topic} did not answer within {timeout.strip()}"
                            " (try again later)", 2) from None
@@ -87,7 +86,7 @@ def claim_cmd(
     item = res.get("item") if isinstance(res.get("item"), dict) else {}
     lease = res.get("lease", "?")
     out(f"claimed {item.get('id') or str(item.get('hash', ''))[:10]}"
-        f" by {render_board.author(item)}: lease {lease},"
+        f" (posted by {render_board.author(item)}): lease {lease},"
         f" until {render_board.until_text(res.get('until'))}")
     out("\n".join(_item_lines(item)))
     out(f"{INDENT}when done: awp complete {topic} {lease}  (or fail, release; renew for more"
@@ -104,8 +103,8 @@ def lease_op(op: str, topic: str, lease: str, home: str | None, as_json: bool) -
     item = res.get("item") if isinstance(res.get("item"), dict) else {}
     what = item.get("id") or str(item.get("hash", ""))[:10] or lease
     if res.get("queued"):
-        out(f"{op} of {what} queued: the owner is not connected; the daemon retries until"
-            f" the lease ends ({render_board.until_text(res.get('until'))})")
+        out(f"{op} of lease {lease} queued: the owner is not connected; the daemon retries"
+            f" until the lease ends at {render_board.until_text(res.get('until'))}")
     elif op == "renew":
         out(f"renewed {what}: lease {res.get('lease', lease)},"
             f" until {render_board.until_text(res.get('until'))}")
