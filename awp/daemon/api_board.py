@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from ..localapi.server import ApiError, Request, Router
-from ..node.board import Board
+from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
 from ..node.engine import Engine
 from ..store import board as sb
@@ -214,6 +214,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         existed = await engine.read(lambda c: sb.topic_doc(c, topic)) is not None
         try:
             await board.publish_topic(name, changes)
+        except TooMany as e:
+            raise ApiError(409, str(e), "too_many") from None
         except wb.BoardError as e:
             raise _bad(f"topic {name}: {e}") from None
         return {"topic": await topic_answer(topic), "created": not existed}
@@ -223,7 +225,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await topic_of(body.get("topic"))
         timeout = _secs(body, "timeout", 0)
-        if not await board.subscribe(topic):
+        if not await subscribe_to(topic):
             await board.refresh_authority([topic])
         if timeout > 0:
             await await_doc(topic, timeout)
@@ -253,9 +255,15 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         grant, via = found
         return {"grant": grant, **({"via": via} if via else {})}
 
+    async def subscribe_to(topic: str) -> bool:
+        try:
+            return await board.subscribe(topic)
+        except TooMany as e:
+            raise ApiError(409, str(e), "too_many") from None
+
     async def ready_topic(topic: str, timeout: float) -> wb.Policy | None:
         """Subscribed, with the owner's document (waiting for it up to ``timeout``)."""
-        await board.subscribe(topic)
+        await subscribe_to(topic)
         if topic.split("/", 1)[0] != me and not await await_doc(topic, timeout):
             lab = await engine.read(lambda c: label(c, topic))
             raise ApiError(404, f"no topic document for {lab} yet: its owner (or a peer that"

@@ -10,7 +10,6 @@ import pytest
 from awp.board import sync, view
 from awp.board.queue import Arbiter, Event
 from awp.store import board as sb
-from awp.store.schema import MIGRATIONS
 from awp.wire import board as b
 from awp.wire.keys import Identity
 
