@@ -360,26 +360,32 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad("after must be a cursor (a seq) from an earlier answer")
 
         def q(c: sqlite3.Connection) -> tuple[list[dict], int]:
+            # The newest seq first: every post up to it is then seen by the
+            # query after it, so a wait may start from it when nothing is new.
+            seen = sb.last_seq(c)
             names: dict[str, str] = {}
             posts = sb.posts_after(c, topics, after, me, mine)
-            return [post_obj(c, p, names) for p in posts], sb.last_seq(c)
+            return [post_obj(c, p, names) for p in posts], seen
 
         engine.waiting += 1
+        last = after  # nothing in scope up to here: where the next wait may start
         try:
             with engine.changes.subscribe() as events, trio.move_on_after(timeout):
                 while True:
-                    posts, last = await engine.read(q)
+                    posts, seen = await engine.read(q)
                     if posts:
                         return {"posts": posts, "cursor": max(p["seq"] for p in posts),
                                 "timed_out": False}
+                    last = max(last, seen)
                     while True:
                         ev = await events.receive()
                         if ev.get("kind") == "board" and ev.get("topic") in topics:
                             break
         finally:
             engine.waiting -= 1
-        return {"posts": [], "cursor": max(after, await engine.read(sb.last_seq)),
-                "timed_out": True}
+        # Not the newest seq now: a post in scope stored since the last look
+        # would be skipped by a wait starting there.
+        return {"posts": [], "cursor": last, "timed_out": True}
 
     @r.route("POST", "/v1/board/unread")
     async def unread(req: Request) -> dict:
