@@ -173,6 +173,36 @@ def send_post(client: LocalClient, body: dict) -> dict:
     return res
 
 
+def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> None:
+    """Each non-empty line of ``source`` as a post, sent in batches of 1,000."""
+    import sys
+
+    try:
+        if source == "-":
+            text = sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8") as f:
+                text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"cannot read {source}: {e}") from None
+    items = [{"parts": [{"k": "text", "text": line}]} for line in text.splitlines()
+             if line.strip()]
+    if not items:
+        raise CliError(f"{source} has no non-empty line to post")
+    posted: list[dict] = []
+    res: dict = {}
+    for i in range(0, len(items), 1000):
+        res = send_post(client, {"topic": topic, "posts": items[i:i + 1000],
+                                 "timeout": POST_WAIT})
+        posted.extend(res["posts"])
+    if as_json:
+        out_json({"posts": posted, "sent_to": res.get("sent_to", [])})
+        return
+    kept = sum(1 for p in posted if p.get("kept"))
+    out(f"posted {kept} of {len(posted)} on {topic}"
+        + (f"; sent to {len(res.get('sent_to', []))} peer(s)" if res.get("sent_to") else ""))
+
+
 def print_posts(posts: list[dict], as_json: bool) -> None:
     """Posts as they arrive: NDJSON with ``--json``, else one labelled block each."""
     now = now_ms()
@@ -618,6 +648,9 @@ def post_cmd(
     data: list[str] = _P["data"],
     mime: str = _P["mime"],
     files: list[str] = _P["files"],
+    lines: str = typer.Option("", "--lines", metavar="FILE|-",
+                              help="one post per non-empty line of FILE ('-': stdin),"
+                                   " in one go: how a queue is filled"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
@@ -633,8 +666,14 @@ def post_cmd(
       awp post alice/ops "deploy 42 is green"
       awp post ops --data '{"build":42,"ok":true}' "build result"
       git diff | awp post alice/reviews - --file notes.md
+      awp post jobs --lines tasks.txt
     """
     topic, words = args[0], list(args[1:])
+    if lines:
+        if words or code or data or files:
+            raise CliError("--lines takes each line as a post's text: give nothing else")
+        post_lines(client_for(home, POST_WAIT), topic, lines, as_json)
+        return
     parts = parts_from(words, code, lang, data, mime, files)
     client = client_for(home, POST_WAIT)
     check_fits(client, topic, parts)

@@ -28,6 +28,7 @@ from .api import json_body
 from .app import DaemonState
 
 MIN_PREFIX = 6
+MAX_BATCH = 1000  # posts in one request to /v1/board/post
 MAX_WAIT_S = 3600.0
 POLICY_FIELDS = {  # request field -> what it must be
     "title": str, "read": str, "post": str, "keep": int, "keep_days": int, "keep_bytes": int,
@@ -299,6 +300,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("POST", "/v1/board/post")
     async def post(req: Request) -> dict:
         body = json_body(req)
+        if "posts" in body:
+            return await post_many(body)
         parts = _parts(body)
         timeout = _secs(body, "timeout", 10.0)
         parent = ""
@@ -326,6 +329,37 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                                                  "topic": topic}
 
         return {"post": await engine.read(shown), "sent_to": await board.readers(topic)}
+
+    async def post_many(body: dict) -> dict:
+        """Many posts to one topic in one transaction (filling a queue, a script)."""
+        items = body.get("posts")
+        if not isinstance(items, list) or not 0 < len(items) <= MAX_BATCH:
+            raise _bad(f"posts: a list of 1 to {MAX_BATCH} posts")
+        topic = await topic_of(body.get("topic"))
+        await ready_topic(topic, _secs(body, "timeout", 10.0))
+        extra = await authority(topic)
+        docs = []
+        for item in items:
+            if not isinstance(item, dict):
+                raise _bad("each post is an object with parts")
+            doc: dict = {"k": "post", "topic": topic, "author": me, "parts": _parts(item),
+                         **extra}
+            if item.get("parent"):
+                prec = await engine.read(lambda c, ref=item["parent"]: record_in(c, ref))
+                if prec.topic != topic:
+                    raise _bad("a parent post is in another topic")
+                doc["parent"] = prec.hash
+            docs.append(doc)
+        try:
+            recs, taken = await board.sign_many(docs)
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
+        kept = {r.hash for r in taken.new}
+        if not kept:
+            raise refusal(taken.refused[0] if taken.refused else "not kept")
+        return {"posts": [{"hash": r.hash, "id": r.hash[:10], "topic": topic,
+                           "kept": r.hash in kept} for r in recs],
+                "refused": taken.refused, "sent_to": await board.readers(topic)}
 
     @r.route("POST", "/v1/board/get")
     async def get(req: Request) -> dict:

@@ -371,7 +371,8 @@ class Board:
             return
         await self.take(recs, via=link.conn.peer_key, hops=hops)
 
-    async def take(self, raws: list[str], *, via: str = "", hops: int = 0) -> sb.Taken:
+    async def take(self, raws: list[str] | list[Record], *, via: str = "",
+                   hops: int = 0) -> sb.Taken:
         """Store records (from a peer or from us) and forward what was new."""
         def job(c: sqlite3.Connection) -> sb.Taken:
             taken = sb.take(c, raws, now_ms(), via=via, hops=hops)
@@ -596,7 +597,7 @@ class Board:
             await self.engine.writer.run(lambda c: sb.subscribe(c, topic, now_ms()))
             self.subs.add(topic)
             await self.announce([topic], [])
-        taken = await self.take([rec.raw])
+        taken = await self.take([rec])
         if not taken.new:
             raise BoardError("; ".join(taken.refused) or "the topic document was not kept")
         return rec
@@ -608,10 +609,17 @@ class Board:
         millisecond would otherwise be one record (a record is named by its
         content), and the second would vanish.
         """
-        ts = max(now_ms(), self._last_ts + 1)
-        self._last_ts = ts
-        rec = sign_record(self.engine.identity, dict(doc, ts=format_ts(ts)))
-        return rec, await self.take([rec.raw])
+        recs, taken = await self.sign_many([doc])
+        return recs[0], taken
+
+    async def sign_many(self, docs: list[dict]) -> tuple[list[Record], sb.Taken]:
+        """Sign several of our records and store them in one transaction."""
+        recs = []
+        for doc in docs:
+            ts = max(now_ms(), self._last_ts + 1)
+            self._last_ts = ts
+            recs.append(sign_record(self.engine.identity, dict(doc, ts=format_ts(ts))))
+        return recs, await self.take(recs)
 
     async def readers(self, topic: str) -> list[str]:
         """Peers a new record of ``topic`` is sent to now (linked, subscribed, allowed)."""

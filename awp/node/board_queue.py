@@ -103,7 +103,7 @@ class BoardQueue:
             self._lease_ts[topic] = ts
             recs.append(make_lease(self.engine.identity, topic, d.item, d.holder, d.state,
                                    d.lease, d.until, ts))
-        return sb.take(c, [r.raw for r in recs], now).new if recs else []
+        return sb.take(c, recs, now).new if recs else []
 
     def _owned_queue(self, c: sqlite3.Connection, topic: str) -> Policy | None:
         if not topic.startswith(self.me + "/"):

@@ -173,7 +173,7 @@ class Taken:
     later: int = 0  # records dated too far ahead: offered again on a later exchange
 
 
-def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
+def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: str = "",
          hops: int = 0) -> Taken:
     """Check, admit and store records from a peer (or from us), then apply retention.
 
@@ -211,7 +211,11 @@ def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
 
     for raw in raws:
         try:
-            rec = check_record(raw, before_sig)
+            if isinstance(raw, Record):  # ours, just signed and checked: no second check
+                before_sig(raw.kind, raw.topic, raw.author, raw.ts, raw.hash)
+                rec = raw
+            else:
+                rec = check_record(raw, before_sig)
         except Known:
             out.known += 1
             continue

@@ -110,3 +110,21 @@ def test_two_claimants_work_a_queue(homes):
     b.ok("connect", a.address)
     r = b.run("claim", "alice/jobs")
     assert r.returncode == 2 and "no open item" in r.stderr  # both done: nothing left
+
+
+def test_a_queue_filled_from_a_file_of_lines(homes, tmp_path):
+    a, b = homes("a"), homes("b")
+    a.ok("up", "--name", "alice")
+    b.ok("up", "--name", "bob")
+    b.ok("connect", a.address)
+    a.ok("topic", "create", "jobs", "--queue", "--open")
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("".join(f"task {i}\n" for i in range(1500)) + "\n   \n")
+    r = a.ok("post", "jobs", "--lines", str(tasks))
+    assert r.stdout.startswith("posted 1500 of 1500 on jobs")
+    assert a.run("post", "jobs", "--lines", str(tasks), "extra").returncode != 0
+    subscribed(b, "alice/jobs")
+    got = json.loads(b.ok("claim", "alice/jobs", "--json").stdout)
+    assert got["item"]["text"] == "task 0"  # the oldest line first
+    rows = queue_rows(a, "jobs")
+    assert len(rows) == 1500
