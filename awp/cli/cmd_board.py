@@ -11,8 +11,6 @@ in the hooks and in MCP.  The work queue's commands are in
 
 from __future__ import annotations
 
-import functools
-
 import typer
 
 from ..localapi.client import ApiFailure, LocalClient
@@ -24,7 +22,6 @@ from .common import (
     command,
     compact,
     daemon,
-    failure_code,
     home_of,
     home_opt,
     json_opt,
@@ -66,21 +63,7 @@ def group_home(ctx: typer.Context, home: str | None) -> str | None:
 
 def topic_command(name: str, **kw):
     """Register ``awp topic NAME``; failures print ``awp topic NAME: <reason>``."""
-
-    def deco(fn):
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:
-                code = failure_code(f"topic {name}", e)
-                if code is None:
-                    raise
-                raise typer.Exit(code) from None
-
-        return topic_app.command(name, **kw)(run)
-
-    return deco
+    return command(name, on=topic_app, label=f"topic {name}", **kw)
 
 
 # -- shared ---------------------------------------------------------------------------
@@ -327,26 +310,41 @@ LEASE_HELP = "a queue lease's length, e.g. 5m (default)"
 ATTEMPTS_HELP = "attempts an item gets before it is dead (default 3)"
 
 
-@topic_command("create", short_help="Create one of your topics")
-def topic_create(
-    ctx: typer.Context,
-    name: str = typer.Argument(..., metavar="NAME", help="1-64 of a-z 0-9 . _ -"),
-    title: str = _opt(None, "--title", metavar="TITLE", help=TITLE_HELP),
-    open_: bool = _opt(False, "--open", help=OPEN_HELP),
-    read: str = _opt(None, "--read", metavar="open|grant", help=READ_HELP),
-    post: str = _opt(None, "--post", metavar="open|grant", help=POST_HELP),
-    keep: int = _opt(None, "--keep", metavar="N", help=KEEP_HELP),
-    keep_days: int = _opt(None, "--keep-days", metavar="D", help=DAYS_HELP),
-    keep_bytes: str = _opt(None, "--keep-bytes", metavar="SIZE", help=BYTES_HELP),
-    rate: int = _opt(None, "--rate", metavar="N", help=RATE_HELP),
-    max_post: str = _opt(None, "--max-post", metavar="SIZE", help=MAXPOST_HELP),
-    queue: bool = _opt(None, "--queue/--no-queue", help=QUEUE_HELP),
-    lease: str = _opt(None, "--lease", metavar="DURATION", help=LEASE_HELP),
-    attempts: int = _opt(None, "--attempts", metavar="N", help=ATTEMPTS_HELP),
-    home: str = home_opt(),
-    as_json: bool = json_opt(),
-) -> None:
-    """Create a topic you own. By default only you and the peers you grant may
+def _policy_command(verb: str, short_help: str, doc: str, name_help: str) -> None:
+    """``awp topic create`` and ``awp topic set``: one set of policy flags for both."""
+
+    def cmd(
+        ctx: typer.Context,
+        name: str = typer.Argument(..., metavar="NAME", help=name_help),
+        title: str = _opt(None, "--title", metavar="TITLE", help=TITLE_HELP),
+        open_: bool = _opt(False, "--open", help=OPEN_HELP),
+        read: str = _opt(None, "--read", metavar="open|grant", help=READ_HELP),
+        post: str = _opt(None, "--post", metavar="open|grant", help=POST_HELP),
+        keep: int = _opt(None, "--keep", metavar="N", help=KEEP_HELP),
+        keep_days: int = _opt(None, "--keep-days", metavar="D", help=DAYS_HELP),
+        keep_bytes: str = _opt(None, "--keep-bytes", metavar="SIZE", help=BYTES_HELP),
+        rate: int = _opt(None, "--rate", metavar="N", help=RATE_HELP),
+        max_post: str = _opt(None, "--max-post", metavar="SIZE", help=MAXPOST_HELP),
+        queue: bool = _opt(None, "--queue/--no-queue", help=QUEUE_HELP),
+        lease: str = _opt(None, "--lease", metavar="DURATION", help=LEASE_HELP),
+        attempts: int = _opt(None, "--attempts", metavar="N", help=ATTEMPTS_HELP),
+        home: str = home_opt(),
+        as_json: bool = json_opt(),
+    ) -> None:
+        body = policy_body(title, open_, read, post, keep, keep_days, keep_bytes, rate,
+                           max_post, queue, lease, attempts)
+        creating = verb == "create"
+        if not body and not creating:
+            raise CliError("nothing to change: give at least one flag"
+                           " (see awp topic set --help)", 2)
+        _save_topic(name, body, group_home(ctx, home), as_json, creating=creating)
+
+    cmd.__doc__ = doc  # typer reads the help from it when the command is registered
+    cmd.__name__ = f"topic_{verb}"
+    topic_command(verb, short_help=short_help)(cmd)
+
+
+_policy_command("create", "Create one of your topics", """Create a topic you own. By default only you and the peers you grant may
     read and post; --open lets anyone whose daemon speaks board do both.
 
     \b
@@ -354,44 +352,15 @@ def topic_create(
       awp topic create ops --title "Deploys and incidents"
       awp topic create lobby --open
       awp topic create jobs --queue --lease 10m --attempts 5
-    """
-    body = policy_body(title, open_, read, post, keep, keep_days, keep_bytes, rate, max_post,
-                       queue, lease, attempts)
-    _save_topic(name, body, group_home(ctx, home), as_json, creating=True)
-
-
-@topic_command("set", short_help="Change one of your topics' policy")
-def topic_set(
-    ctx: typer.Context,
-    name: str = typer.Argument(..., metavar="NAME", help="your topic's name"),
-    title: str = _opt(None, "--title", metavar="TITLE", help=TITLE_HELP),
-    open_: bool = _opt(False, "--open", help=OPEN_HELP),
-    read: str = _opt(None, "--read", metavar="open|grant", help=READ_HELP),
-    post: str = _opt(None, "--post", metavar="open|grant", help=POST_HELP),
-    keep: int = _opt(None, "--keep", metavar="N", help=KEEP_HELP),
-    keep_days: int = _opt(None, "--keep-days", metavar="D", help=DAYS_HELP),
-    keep_bytes: str = _opt(None, "--keep-bytes", metavar="SIZE", help=BYTES_HELP),
-    rate: int = _opt(None, "--rate", metavar="N", help=RATE_HELP),
-    max_post: str = _opt(None, "--max-post", metavar="SIZE", help=MAXPOST_HELP),
-    queue: bool = _opt(None, "--queue/--no-queue", help=QUEUE_HELP),
-    lease: str = _opt(None, "--lease", metavar="DURATION", help=LEASE_HELP),
-    attempts: int = _opt(None, "--attempts", metavar="N", help=ATTEMPTS_HELP),
-    home: str = home_opt(),
-    as_json: bool = json_opt(),
-) -> None:
-    """Change a topic you own: only the flags given change. The new policy
+    """, "1-64 of a-z 0-9 . _ -")
+_policy_command("set", "Change one of your topics' policy", """Change a topic you own: only the flags given change. The new policy
     reaches every subscriber as a new version of the topic document.
 
     \b
     Examples:
       awp topic set ops --read open
       awp topic set ops --rate 10 --max-post 16KiB
-    """
-    body = policy_body(title, open_, read, post, keep, keep_days, keep_bytes, rate, max_post,
-                       queue, lease, attempts)
-    if not body:
-        raise CliError("nothing to change: give at least one flag (see awp topic set --help)", 2)
-    _save_topic(name, body, group_home(ctx, home), as_json, creating=False)
+    """, "your topic's name")
 
 
 # -- topic show / grant / revoke / ban -------------------------------------------------

@@ -58,8 +58,14 @@ def json_opt() -> typer.models.OptionInfo:
 
 # -- commands -----------------------------------------------------------------------
 
-def command(name: str, **kw):
-    """Register a typer command whose failures print ``awp <name>: <reason>``."""
+def command(name: str, *, on: typer.Typer | None = None, label: str = "", **kw):
+    """Register a typer command whose failures print ``awp <label>: <reason>``.
+
+    ``on`` is the typer app or group it belongs to (the top level by
+    default); ``label`` what the message names (the command's name by default,
+    ``topic create`` for a subcommand).
+    """
+    label = label or name
 
     def deco(fn):
         @functools.wraps(fn)
@@ -67,12 +73,12 @@ def command(name: str, **kw):
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
-                code = failure_code(name, e)
+                code = failure_code(label, e)
                 if code is None:
                     raise
                 raise typer.Exit(code) from None
 
-        return app.command(name, **kw)(run)
+        return (on or app).command(name, **kw)(run)
 
     return deco
 

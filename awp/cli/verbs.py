@@ -74,15 +74,7 @@ def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
     if text.strip():
         parts.append({"k": "text", "text": text})
     for path in code:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                body = f.read()
-        except FileNotFoundError:
-            raise CliError(f"--code {path}: no such file") from None
-        except IsADirectoryError:
-            raise CliError(f"--code {path}: is a directory") from None
-        except OSError as e:
-            raise CliError(f"--code {path}: {e.strerror or e}") from None
+        body = _read_text(path, f"--code {path}")
         parts.append({"k": "code", "lang": lang or lang_for(path), "text": body})
     for raw in data:
         where = ""
@@ -101,15 +93,20 @@ def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
 
 
 def _read_data_file(path: str) -> str:
+    return _read_text(os.path.expanduser(path), f"--data @{path}")
+
+
+def _read_text(path: str, flag: str) -> str:
+    """A file's text for a part; a clear error naming the flag otherwise."""
     try:
-        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
     except FileNotFoundError:
-        raise CliError(f"--data @{path}: no such file") from None
+        raise CliError(f"{flag}: no such file") from None
     except IsADirectoryError:
-        raise CliError(f"--data @{path}: is a directory") from None
+        raise CliError(f"{flag}: is a directory") from None
     except OSError as e:
-        raise CliError(f"--data @{path}: {e.strerror or e}") from None
+        raise CliError(f"{flag}: {e.strerror or e}") from None
 
 
 def delivery_line(res: dict, what: str) -> None:

@@ -316,8 +316,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         else:
             topic = await topic_of(body.get("topic"))
         await ready_topic(topic, timeout)
-        doc: dict = {"k": "post", "topic": topic, "author": me, "ts": format_ts(now_ms()),
-                     "parts": parts}
+        doc: dict = {"k": "post", "topic": topic, "author": me, "parts": parts}
         if parent:
             doc["parent"] = parent
         doc.update(await authority(topic))
@@ -461,24 +460,24 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         parts = _parts(body)
         of = await own_post(body.get("post"), "edit")
-        doc = {"k": "edit", "topic": of.topic, "author": me, "ts": format_ts(now_ms()),
-               "of": of.hash, "parts": parts, **await authority(of.topic)}
+        doc = {"k": "edit", "topic": of.topic, "author": me, "of": of.hash, "parts": parts,
+               **await authority(of.topic)}
         rec, _ = await sign(doc)
+        return changed(rec, of)
+
+    async def supersede(req: Request, kind: str) -> dict:
+        """A delete (of our post) or a hide (of any post on our topic)."""
+        of = await own_post(json_body(req).get("post"), kind)
+        rec, _ = await sign({"k": kind, "topic": of.topic, "author": me, "of": of.hash})
         return changed(rec, of)
 
     @r.route("POST", "/v1/board/delete")
     async def delete(req: Request) -> dict:
-        of = await own_post(json_body(req).get("post"), "delete")
-        rec, _ = await sign({"k": "delete", "topic": of.topic, "author": me,
-                             "ts": format_ts(now_ms()), "of": of.hash})
-        return changed(rec, of)
+        return await supersede(req, "delete")
 
     @r.route("POST", "/v1/board/hide")
     async def hide(req: Request) -> dict:
-        of = await own_post(json_body(req).get("post"), "hide")
-        rec, _ = await sign({"k": "hide", "topic": of.topic, "author": me,
-                             "ts": format_ts(now_ms()), "of": of.hash})
-        return changed(rec, of)
+        return await supersede(req, "hide")
 
     # -- grants, revocation, bans ------------------------------------------------------
 
