@@ -84,6 +84,9 @@ def may_post(rec: Record, policy: Policy | None) -> str:
     return "no grant to post here"
 
 
+TOO_EARLY = "dated too far ahead"
+
+
 def admit(rec: Record, policy: Policy | None, now_ms: int) -> str:
     """Empty when a host should take ``rec`` now; otherwise why not.
 
@@ -92,7 +95,7 @@ def admit(rec: Record, policy: Policy | None, now_ms: int) -> str:
     and a post or edit must fit the topic's ``max_post``.
     """
     if rec.ts - now_ms > FUTURE_MS:
-        return "dated too far ahead"
+        return TOO_EARLY
     if policy is not None and rec.kind in ("post", "edit") and rec.size > policy.max_post:
         return "larger than the topic's max_post"
     return may_post(rec, policy)

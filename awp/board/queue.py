@@ -122,6 +122,21 @@ class Arbiter:
     def items(self) -> list[str]:
         return [h for _ts, h in sorted(self._order)]
 
+    def next_expiry(self) -> int:
+        """When the earliest current lease runs out (0: none is held)."""
+        return min((it.until for it in self._items.values() if it.lease), default=0)
+
+    def snapshot(self) -> list[dict]:
+        """Every item, oldest first: status, holder, lease, until and attempts used."""
+        out = []
+        for h in self.items():
+            it = self._items[h]
+            out.append({"item": h, "status": self.status(h), "holder": self.holder_of(h),
+                        "lease": it.lease if self.holder_of(h) else "",
+                        "until": it.until if self.holder_of(h) else 0,
+                        "attempts": it.attempts})
+        return out
+
     # -- transitions ---------------------------------------------------------------------
 
     def _add(self, item: str, ts: int) -> None:

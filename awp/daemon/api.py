@@ -136,6 +136,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                          "origins": await engine.read(
                              lambda c: c.execute("SELECT count(*) FROM presence").fetchone()[0])},
             "shares": list(engine.shares or []),
+            "board": board.status() if (board := getattr(engine, "board", None)) else None,
             "store": {"commits": engine.writer.commits,
                       "sent_before_commit": engine.writer.early_batches,
                       "inline": engine.writer.inline_batches,

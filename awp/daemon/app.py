@@ -16,6 +16,8 @@ import trio
 from .. import __version__
 from ..localapi.server import serve_unix
 from ..localapi.sockpath import remove_socket_pointer, socket_path_for_home, write_socket_pointer
+from ..node.board import Board
+from ..node.board_queue import BoardQueue
 from ..node.config import NodeConfig
 from ..node.engine import Engine
 from ..node.mirror import Mirror
@@ -142,6 +144,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
     engine.presence = Presence(engine, settings.presence, describe=lambda: {
         "harness": settings.harness, "model": getattr(engine, "model", "") or settings.model})
     engine.extensions.append(engine.presence)
+    engine.board = Board(engine)
+    engine.board.queue = BoardQueue(engine.board)
+    engine.extensions.append(engine.board)
     state = DaemonState(home=home, settings=settings, started_ms=engine.started_at)
     log.info("awp %s starting as %s (%s) in %s", __version__, settings.name, identity.key, home)
     async with trio.open_nursery() as nursery:
@@ -169,6 +174,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         from .api_agent import add_agent_routes
 
         add_agent_routes(router, engine, state)
+        from .api_board import add_board_routes
+
+        add_board_routes(router, engine, state)
         from .damage import guard
 
         guard(router, home)

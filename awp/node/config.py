@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from .limits import Limits
 
-DEFAULT_CAPS = ["chat", "blob", "grant", "introduce", "presence", "mirror", "presence-batch"]
+DEFAULT_CAPS = ["chat", "blob", "grant", "introduce", "presence", "mirror", "presence-batch",
+                "board"]
 MiB = 1024 * 1024
 
 

@@ -505,7 +505,10 @@ class Connection:
         now = now_ms()
         pending = self.engine.writer.submit_nowait(
             lambda c: self.engine.store_grants(c, self, [line.get("grant")], now))
-        await self._post(pending, self._after_nothing, None, nbytes)
+        await self._post(pending, self._after_grant, None, nbytes)
+
+    async def _after_grant(self, result: object, arg: object) -> None:
+        self.engine.on_grants_stored(self)
 
     async def _on_introduce(self, line: dict, raw: bytes) -> None:
         now = now_ms()

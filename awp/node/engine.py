@@ -720,6 +720,13 @@ class Engine:
             if hook is not None:
                 hook(conn, line)
 
+    def on_grants_stored(self, conn: Connection) -> None:
+        """A grant line was stored: extensions that act on held grants look again."""
+        for ext in self.extensions:
+            hook = getattr(ext, "on_grants", None)
+            if hook is not None:
+                hook(conn)
+
     async def on_other_line(self, conn: Connection, line: dict, raw: bytes) -> None:
         for ext in self.extensions:
             hook = getattr(ext, "on_line", None)

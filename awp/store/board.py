@@ -1,4 +1,4 @@
-"""Board tables and the queries on them (not yet a migration: see SPEC.md "The board").
+"""Board tables and the queries on them (migration 6 in :mod:`awp.store.schema`).
 
 Records are kept as the exact text they arrived in (relayed byte for byte)
 plus the columns hosts index by.  Every function takes an open connection
@@ -12,51 +12,14 @@ import json
 import sqlite3
 from dataclasses import asdict, dataclass, field
 
-from ..board import retention
-from ..board.perms import admit
+from ..board import retention, view
+from ..board.perms import TOO_EARLY, admit
 from ..board.queue import Event
 from ..board.sync import Holdings
 from ..wire.board import BoardError, Known, Policy, Record, check_policy, check_record
+from .schema import BOARD_MIGRATION, MIGRATIONS
 
-SCHEMA = """
-CREATE TABLE board_topics (
-    topic TEXT PRIMARY KEY,
-    owner TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    hash TEXT NOT NULL,
-    doc TEXT NOT NULL,
-    received INTEGER NOT NULL
-);
-CREATE TABLE board_subs (
-    topic TEXT PRIMARY KEY,
-    since INTEGER NOT NULL,
-    grant TEXT NOT NULL DEFAULT '',
-    via TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE board_records (
-    topic TEXT NOT NULL,
-    hash TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    author TEXT NOT NULL,
-    ts INTEGER NOT NULL,
-    of TEXT NOT NULL DEFAULT '',
-    parent TEXT NOT NULL DEFAULT '',
-    size INTEGER NOT NULL,
-    raw TEXT NOT NULL,
-    received INTEGER NOT NULL,
-    via TEXT NOT NULL DEFAULT '',
-    hops INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (topic, hash)
-);
-CREATE INDEX board_records_ts ON board_records (topic, ts, hash);
-CREATE INDEX board_records_received ON board_records (received);
-CREATE TABLE board_queue_log (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    topic TEXT NOT NULL,
-    event TEXT NOT NULL
-);
-CREATE INDEX board_queue_log_topic ON board_queue_log (topic, seq);
-"""
+SCHEMA = MIGRATIONS[BOARD_MIGRATION]
 
 
 def create(c: sqlite3.Connection) -> None:
@@ -129,8 +92,8 @@ def subscriptions(c: sqlite3.Connection) -> list[str]:
 
 
 def put_record(c: sqlite3.Connection, rec: Record, now: int, via: str = "",
-               hops: int = 0) -> bool:
-    """Store a checked, permitted record once; False when it was already here."""
+               hops: int = 0) -> int:
+    """Store a checked, permitted record once: its arrival ``seq``, 0 when already here."""
     if rec.kind == "topic":
         raise BoardError("topic documents go to put_topic")
     cur = c.execute(
@@ -138,7 +101,7 @@ def put_record(c: sqlite3.Connection, rec: Record, now: int, via: str = "",
         " raw, received, via, hops) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (rec.topic, rec.hash, rec.kind, rec.author, rec.ts, rec.of, rec.parent, rec.size,
          rec.raw, now, via, hops))
-    return cur.rowcount == 1
+    return int(cur.lastrowid or 0) if cur.rowcount == 1 else 0
 
 
 def has(c: sqlite3.Connection, topic: str, h: str) -> bool:
@@ -147,7 +110,8 @@ def has(c: sqlite3.Connection, topic: str, h: str) -> bool:
 
 
 def holdings(c: sqlite3.Connection, topic: str) -> Holdings:
-    return Holdings(c.execute("SELECT ts, hash FROM board_records WHERE topic = ?", (topic,)))
+    return Holdings((ts, h) for ts, h in c.execute(
+        "SELECT ts, hash FROM board_records WHERE topic = ?", (topic,)))
 
 
 def raw_records(c: sqlite3.Connection, topic: str, hashes: list[str]) -> list[str]:
@@ -156,8 +120,9 @@ def raw_records(c: sqlite3.Connection, topic: str, hashes: list[str]) -> list[st
     for i in range(0, len(hashes), 500):
         chunk = hashes[i:i + 500]
         marks = ",".join("?" * len(chunk))
-        out.extend(c.execute(f"SELECT ts, hash, raw FROM board_records WHERE topic = ?"
-                             f" AND hash IN ({marks})", (topic, *chunk)))
+        out.extend((ts, h, raw) for ts, h, raw in c.execute(
+            f"SELECT ts, hash, raw FROM board_records WHERE topic = ? AND hash IN ({marks})",
+            (topic, *chunk)))
     return [raw for _ts, _h, raw in sorted(out)]
 
 
@@ -204,6 +169,8 @@ class Taken:
     new: list[Record] = field(default_factory=list)  # stored and kept: forward these
     known: int = 0  # already held (the common case in gossip)
     refused: list[str] = field(default_factory=list)  # why, one entry per refused record
+    seqs: dict[str, int] = field(default_factory=dict)  # hash -> arrival seq of new records
+    later: int = 0  # records dated too far ahead: offered again on a later exchange
 
 
 def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
@@ -219,6 +186,7 @@ def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
     subs = set(subscriptions(c))
     policies: dict[str, Policy | None] = {}
     touched: set[str] = set()
+    unordered: set[str] = set()
 
     def pol_of(topic: str) -> Policy | None:
         if topic not in policies:
@@ -254,6 +222,7 @@ def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
             if put_topic(c, rec, now):
                 policies.pop(rec.topic, None)
                 touched.add(rec.topic)
+                unordered.add(rec.topic)  # a new policy may keep less: the full rule
                 out.new.append(rec)
             else:
                 out.known += 1
@@ -261,19 +230,55 @@ def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
         why = admit(rec, pol_of(rec.topic), now)
         if why:
             out.refused.append(why)
+            out.later += why == TOO_EARLY
             continue
-        if put_record(c, rec, now, via, hops):
+        if rec.author != rec.owner and _has_later(c, rec):
+            unordered.add(rec.topic)
+        seq = put_record(c, rec, now, via, hops)
+        if seq:
             touched.add(rec.topic)
             out.new.append(rec)
+            out.seqs[rec.hash] = seq
         else:
             out.known += 1
+    dropped = False
     for topic in touched:
         pol = pol_of(topic)
-        if pol is not None:
+        if pol is not None and (topic in unordered or retention_due(c, topic, pol, now)):
             enforce_retention(c, topic, pol, now)
-    if touched:
+            dropped = True
+    if dropped:
         out.new = [r for r in out.new if r.kind == "topic" or has(c, r.topic, r.hash)]
     return out
+
+
+def _has_later(c: sqlite3.Connection, rec: Record) -> bool:
+    """Whether the author already has a record within the minute after ``rec``.
+
+    Records of one author usually arrive in their own order; then the rate
+    check before the signature is the whole rate rule, and a new record
+    pushes no other out.  One that arrives late may, so its topic gets the
+    full rule.
+    """
+    return c.execute(
+        "SELECT 1 FROM board_records WHERE topic = ? AND author = ? AND ts >= ? AND ts < ?"
+        " AND (ts > ? OR hash > ?) LIMIT 1",
+        (rec.topic, rec.author, rec.ts, rec.ts + retention.WINDOW_MS, rec.ts,
+         rec.hash)).fetchone() is not None
+
+
+def retention_due(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> bool:
+    """Whether the floor may have moved: over ``keep``, ``keep_bytes`` or ``keep_days``.
+
+    While none of the three is reached, and every author's records came in
+    their own order, the records held are exactly the ones the rule keeps,
+    so the full rule (a sort of the whole topic) can be skipped.
+    """
+    n, size, oldest = c.execute(
+        "SELECT count(*), coalesce(sum(size), 0), min(ts) FROM board_records WHERE topic = ?",
+        (topic,)).fetchone()
+    return (n > pol.keep or size > pol.keep_bytes
+            or (oldest is not None and oldest < now - pol.keep_days * retention.DAY_MS))
 
 
 def enforce_retention(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> int:
@@ -299,3 +304,173 @@ def log_event(c: sqlite3.Connection, topic: str, ev: Event) -> None:
 def queue_log(c: sqlite3.Connection, topic: str) -> list[Event]:
     return [Event(**json.loads(r[0])) for r in c.execute(
         "SELECT event FROM board_queue_log WHERE topic = ? ORDER BY seq", (topic,))]
+
+
+# -- what readers see ------------------------------------------------------------------------
+
+# A post is gone when the owner hid it, or its author deleted it with a delete the
+# owner did not hide (the rules of :mod:`awp.board.view`, as a filter).
+_SHOWN = (
+    "p.kind = 'post' AND NOT EXISTS (SELECT 1 FROM board_records h WHERE h.topic = p.topic"
+    " AND h.of = p.hash AND h.kind = 'hide') AND NOT EXISTS (SELECT 1 FROM board_records d"
+    " WHERE d.topic = p.topic AND d.of = p.hash AND d.kind = 'delete' AND d.author = p.author"
+    " AND NOT EXISTS (SELECT 1 FROM board_records h2 WHERE h2.topic = d.topic"
+    " AND h2.of = d.hash AND h2.kind = 'hide'))")
+
+
+@dataclass(frozen=True)
+class Post:
+    """A visible post with where it came in (``seq``) and how many replies it has."""
+
+    shown: view.Shown
+    topic: str
+    seq: int
+    replies: int
+
+
+def _with_edits(c: sqlite3.Connection, rows: list[tuple]) -> list[Post]:
+    """Posts from ``(seq, topic, hash, kind, author, ts, of, parent, raw)`` rows, edits applied."""
+    if not rows:
+        return []
+    recs = [_record(r[1:]) for r in rows]
+    seqs = {r[2]: r[0] for r in rows}
+    extra: list[Record] = []
+    by_topic: dict[str, list[str]] = {}
+    for r in recs:
+        by_topic.setdefault(r.topic, []).append(r.hash)
+    for topic, hashes in by_topic.items():
+        for i in range(0, len(hashes), 400):
+            chunk = hashes[i:i + 400]
+            marks = ",".join("?" * len(chunk))
+            edits = [_record(x) for x in c.execute(
+                f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'edit'"
+                f" AND of IN ({marks})", (topic, *chunk))]
+            extra.extend(edits)
+            if edits:
+                em = ",".join("?" * len(edits))
+                extra.extend(_record(x) for x in c.execute(
+                    f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'hide'"
+                    f" AND of IN ({em})", (topic, *[e.hash for e in edits])))
+    replies = dict(c.execute(
+        "SELECT parent, count(*) FROM board_records p WHERE p.parent IN ("
+        + ",".join("?" * len(seqs)) + f") AND {_SHOWN} GROUP BY parent", list(seqs)))
+    topic_of = {r.hash: r.topic for r in recs}
+    return [Post(s, topic_of[s.hash], seqs[s.hash], replies.get(s.hash, 0))
+            for s in view.visible(recs + extra)]
+
+
+_PCOLS = "p.seq, p.topic, p.hash, p.kind, p.author, p.ts, p.of, p.parent, p.raw"
+
+
+def visible_posts(c: sqlite3.Connection, topic: str, n: int = 20, since_ms: int = 0,
+                  parent: str = "") -> list[Post]:
+    """The newest ``n`` (0: all) posts readers see, oldest first; with ``parent``, a thread."""
+    where, args = f"p.topic = ? AND p.ts >= ? AND {_SHOWN}", [topic, since_ms]
+    if parent:
+        where += " AND (p.hash = ? OR p.parent = ?)"
+        args += [parent, parent]
+    limit = f" LIMIT {int(n)}" if n > 0 else ""
+    rows = c.execute(f"SELECT {_PCOLS} FROM board_records p WHERE {where}"
+                     f" ORDER BY p.ts DESC, p.hash DESC{limit}", args).fetchall()
+    return _with_edits(c, rows)
+
+
+def posts_after(c: sqlite3.Connection, topics: list[str], after: int, me: str,
+                mine: bool = False, limit: int = 500) -> list[Post]:
+    """Visible posts that arrived after cursor ``after`` on these topics, in arrival order."""
+    if not topics:
+        return []
+    marks = ",".join("?" * len(topics))
+    who = "" if mine else " AND p.author != ?"
+    args: list = [after, *topics] + ([] if mine else [me])
+    rows = c.execute(f"SELECT {_PCOLS} FROM board_records p WHERE p.seq > ?"
+                     f" AND p.topic IN ({marks}){who} AND {_SHOWN} ORDER BY p.seq"
+                     f" LIMIT {int(limit)}", args).fetchall()
+    return sorted(_with_edits(c, rows), key=lambda p: p.seq)
+
+
+def last_seq(c: sqlite3.Connection) -> int:
+    return c.execute("SELECT coalesce(max(seq), 0) FROM board_records").fetchone()[0]
+
+
+def unread(c: sqlite3.Connection, me: str, limit: int = 50) -> tuple[list[Post], int]:
+    """Others' posts on subscribed topics past each topic's read mark; and how many more."""
+    rows = c.execute(
+        f"SELECT {_PCOLS} FROM board_records p JOIN board_subs s ON s.topic = p.topic"
+        f" WHERE p.seq > s.read_seq AND p.author != ? AND {_SHOWN} ORDER BY p.seq"
+        f" LIMIT {int(limit) + 1}", (me,)).fetchall()
+    more = 0
+    if len(rows) > limit:
+        more = c.execute(
+            f"SELECT count(*) FROM board_records p JOIN board_subs s ON s.topic = p.topic"
+            f" WHERE p.seq > s.read_seq AND p.author != ? AND {_SHOWN}", (me,)).fetchone()[0]
+        more -= limit
+        rows = rows[:limit]
+    return sorted(_with_edits(c, rows), key=lambda p: p.seq), more
+
+
+def mark_read(c: sqlite3.Connection, upto: dict[str, int]) -> None:
+    """Move each topic's read mark forward (never back) to the given seq."""
+    c.executemany("UPDATE board_subs SET read_seq = max(read_seq, ?) WHERE topic = ?",
+                  [(seq, topic) for topic, seq in upto.items()])
+
+
+def unread_count(c: sqlite3.Connection, topic: str, me: str) -> int:
+    return c.execute(
+        f"SELECT count(*) FROM board_records p JOIN board_subs s ON s.topic = p.topic"
+        f" WHERE p.topic = ? AND p.seq > s.read_seq AND p.author != ? AND {_SHOWN}",
+        (topic, me)).fetchone()[0]
+
+
+def topic_stats(c: sqlite3.Connection, topic: str) -> dict:
+    n, posts, newest = c.execute(
+        "SELECT count(*), coalesce(sum(kind = 'post'), 0), coalesce(max(ts), 0)"
+        " FROM board_records WHERE topic = ?", (topic,)).fetchone()
+    return {"records": n, "posts": posts, "newest": newest}
+
+
+def known_topics(c: sqlite3.Connection) -> list[str]:
+    """Topics with a document or a subscription here."""
+    return [r[0] for r in c.execute(
+        "SELECT topic FROM board_topics UNION SELECT topic FROM board_subs ORDER BY 1")]
+
+
+def sub_authority(c: sqlite3.Connection, topic: str) -> tuple[dict | None, dict | None]:
+    row = c.execute("SELECT grant, via FROM board_subs WHERE topic = ?", (topic,)).fetchone()
+    if row is None:
+        return None, None
+    return (json.loads(row[0]) if row[0] else None), (json.loads(row[1]) if row[1] else None)
+
+
+# -- the grants that let us read or post -----------------------------------------------------
+
+
+def find_authority(c: sqlite3.Connection, me: str, topic: str, what: str, now: int,
+                   pol: Policy | None) -> tuple[dict, dict | None] | None:
+    """A grant we hold for ``what`` on ``topic`` (with the introducer's, one level on).
+
+    Looks at grants given to us (``held``): the owner's own first; then one
+    from a key that holds ``introduce`` and the capability from the owner,
+    with that owner grant as ``via`` (the introducer showed it to us in its
+    auth, so we keep it as ``presented``).  None when nothing counts now.
+    """
+    from ..board.perms import grant_counts
+
+    owner = topic.split("/", 1)[0]
+    held = [json.loads(r[0]) for r in c.execute(
+        "SELECT grant FROM grants WHERE kind = 'held' AND sub = ? AND exp > ? AND aud = ''"
+        " ORDER BY iss != ?, exp DESC LIMIT 64", (me, now, owner))]
+    for g in held:
+        if grant_counts(g, owner=owner, sub=me, topic=topic, what=what, at_ms=now, policy=pol):
+            return g, None
+    for g in held:
+        if g.get("iss") == owner:
+            continue
+        for (raw,) in c.execute(
+                "SELECT grant FROM grants WHERE kind IN ('presented', 'held') AND iss = ?"
+                " AND sub = ? AND exp > ? AND aud = '' LIMIT 16", (owner, g.get("iss"), now)):
+            via = json.loads(raw)
+            if grant_counts(g, owner=owner, sub=me, topic=topic, what=what, at_ms=now,
+                            policy=pol, via=via):
+                return g, via
+    return None

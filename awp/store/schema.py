@@ -198,4 +198,58 @@ MIGRATIONS: list[str] = [
                 'complete') THEN received ELSE 0 END FROM blobs WHERE dir = 'in'
         ) GROUP BY peer
     """,
+    # 6: the board (SPEC.md section 14): topic documents, subscriptions with a read
+    # mark, records in their signers' exact bytes (``seq`` is arrival order, a cursor
+    # for waiters), the queue arbiter's log, and lease operations waiting for the owner.
+    """
+CREATE TABLE board_topics (
+    topic TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    received INTEGER NOT NULL
+);
+CREATE TABLE board_subs (
+    topic TEXT PRIMARY KEY,
+    since INTEGER NOT NULL,
+    grant TEXT NOT NULL DEFAULT '',
+    via TEXT NOT NULL DEFAULT '',
+    read_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE board_records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    author TEXT NOT NULL,
+    ts INTEGER NOT NULL,
+    of TEXT NOT NULL DEFAULT '',
+    parent TEXT NOT NULL DEFAULT '',
+    size INTEGER NOT NULL,
+    raw TEXT NOT NULL,
+    received INTEGER NOT NULL,
+    via TEXT NOT NULL DEFAULT '',
+    hops INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (topic, hash)
+);
+CREATE INDEX board_records_ts ON board_records (topic, ts, hash);
+CREATE TABLE board_queue_log (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic TEXT NOT NULL,
+    event TEXT NOT NULL
+);
+CREATE INDEX board_queue_log_topic ON board_queue_log (topic, seq);
+CREATE INDEX board_records_hash ON board_records (hash);
+CREATE INDEX board_records_of ON board_records (topic, of);
+CREATE INDEX board_records_author ON board_records (topic, author, ts);
+CREATE TABLE board_pending (
+    lease TEXT PRIMARY KEY,
+    topic TEXT NOT NULL,
+    op TEXT NOT NULL,
+    until INTEGER NOT NULL
+);
+""",
 ]
+
+BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables

@@ -32,10 +32,6 @@ def _post(text, ts, who=ALICE, **kw):
     return b.make_post(who, TOPIC, [{"k": "text", "text": text}], ts, **kw)
 
 
-def test_not_a_migration_yet():
-    assert not any("board_" in m for m in MIGRATIONS)
-
-
 def test_newest_topic_document_wins_and_ties_are_settled_the_same_everywhere(c):
     t1 = b.make_topic(OWNER, "ops", 1, T0)
     t2 = b.make_topic(OWNER, "ops", 2, T0, post="open")

@@ -1,0 +1,609 @@
+"""The board's local API routes (``/v1/board/...``, docs/local-api.md "The board").
+
+Handlers turn references (``alice/ops``, a hash prefix) into topics and
+records, call the board extension, and shape answers; the replication and
+queue rules stay in :mod:`awp.node.board` and :mod:`awp.node.board_queue`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import trio
+
+from ..localapi.server import ApiError, Request, Router
+from ..node.board import Board
+from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
+from ..node.engine import Engine
+from ..store import board as sb
+from ..store import grants as grantstore
+from ..store import queries
+from ..store.queries import LookupFailed
+from ..wire import board as wb
+from ..wire.grants import grant_hash
+from ..wire.timefmt import format_ts, now_ms
+from .api import json_body
+from .app import DaemonState
+
+MIN_PREFIX = 6
+MAX_WAIT_S = 3600.0
+POLICY_FIELDS = {  # request field -> what it must be
+    "title": str, "read": str, "post": str, "keep": int, "keep_days": int, "keep_bytes": int,
+    "rate": int, "max_post": int, "queue": bool, "lease_s": int, "attempts": int}
+
+
+def _bad(msg: str, code: str = "bad_request", status: int = 400) -> ApiError:
+    return ApiError(status, msg, code)
+
+
+def _str(body: dict, key: str, default: str = "") -> str:
+    v = body.get(key, default)
+    if not isinstance(v, str):
+        raise _bad(f"{key} must be a string")
+    return v
+
+
+def _int(body: dict, key: str, default: int, lo: int = 0) -> int:
+    v = body.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise _bad(f"{key} must be an integer of at least {lo}")
+    return v
+
+
+def _secs(body: dict, key: str, default: float) -> float:
+    v = body.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+        raise _bad(f"{key} must be a non-negative number of seconds")
+    return min(float(v), MAX_WAIT_S)
+
+
+def _parts(body: dict) -> list[dict]:
+    parts = body.get("parts")
+    if (not isinstance(parts, list) or not parts or len(parts) > wb.MAX_PARTS
+            or not all(isinstance(p, dict) and isinstance(p.get("k"), str) for p in parts)):
+        raise _bad(f"parts: 1 to {wb.MAX_PARTS} objects, each with a kind k")
+    return parts
+
+
+def text_of(parts: list) -> str:
+    """The text a reader sees at a glance: text and code parts, one after another."""
+    out = []
+    for p in parts:
+        if isinstance(p, dict) and p.get("k") in ("text", "code") and isinstance(p.get("text"),
+                                                                                 str):
+            out.append(p["text"])
+        elif isinstance(p, dict) and p.get("k") == "file":
+            out.append(f"[file {p.get('name', '?')}, {p.get('size', '?')} bytes]")
+        elif isinstance(p, dict) and p.get("k") == "data":
+            out.append("[data " + str(p.get("mime", "")) + "]")
+    return "\n".join(out)
+
+
+def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
+    board: Board = engine.board  # type: ignore[attr-defined]
+    me = engine.identity.key
+
+    # -- references ----------------------------------------------------------------
+
+    def _peer(c: sqlite3.Connection, ref: str) -> str:
+        if ref in ("me", "self", me):
+            return me
+        try:
+            return queries.resolve_peer(c, ref)
+        except LookupFailed as e:
+            status = 409 if e.code.startswith("ambiguous") else 404
+            raise ApiError(status, str(e), e.code) from None
+
+    def topic_in(c: sqlite3.Connection, ref: object) -> str:
+        if not isinstance(ref, str) or not ref.strip():
+            raise _bad("a topic is needed (NAME, PEER/NAME or ed25519:KEY/NAME)", "bad_topic")
+        ref = ref.strip()
+        if "/" not in ref:
+            owner, name = me, ref
+        else:
+            who, name = ref.rsplit("/", 1)
+            owner = _peer(c, who)
+        try:
+            return wb.topic_id(owner, name)
+        except wb.BoardError as e:
+            raise _bad(f"topic {ref!r}: {e}", "bad_topic") from None
+
+    async def topic_of(ref: object) -> str:
+        return await engine.read(lambda c: topic_in(c, ref))
+
+    def label(c: sqlite3.Connection, topic: str) -> str:
+        owner, name = topic.split("/", 1)
+        return f"{owner_name(c, owner)}/{name}"
+
+    def owner_name(c: sqlite3.Connection, key: str) -> str:
+        return engine.config.name or "me" if key == me else queries.peer_label(c, key)
+
+    def record_in(c: sqlite3.Connection, ref: object) -> wb.Record:
+        if not isinstance(ref, str) or len(ref.strip()) < MIN_PREFIX:
+            raise _bad(f"a post is named by its id (at least {MIN_PREFIX} hex characters)")
+        prefix = ref.strip().lower()
+        found = {r.hash: r for r in sb.record(c, prefix) if r.hash.startswith(prefix)}
+        if not found:
+            raise ApiError(404, f"no post {ref!r} here (see awp get TOPIC)", "unknown_post")
+        if len(found) > 1:
+            raise ApiError(409, f"{ref!r} names {len(found)} records: give more of its id",
+                           "ambiguous_post")
+        return next(iter(found.values()))
+
+    # -- shapes --------------------------------------------------------------------
+
+    def post_obj(c: sqlite3.Connection, p: sb.Post, names: dict[str, str]) -> dict:
+        s = p.shown
+        if s.author not in names:
+            names[s.author] = owner_name(c, s.author)
+        if p.topic not in names:
+            names[p.topic] = label(c, p.topic)
+        return {"hash": s.hash, "id": s.hash[:10], "kind": "post", "topic": p.topic,
+                "label": names[p.topic], "author": s.author, "author_name": names[s.author],
+                "mine": s.author == me, "ts": s.ts, "parent": s.parent, "parts": s.parts,
+                "text": text_of(s.parts), "edited": s.edited, "replies": p.replies,
+                "seq": p.seq}
+
+    def topic_obj(c: sqlite3.Connection, topic: str) -> dict:
+        owner, name = topic.split("/", 1)
+        raw = sb.topic_doc(c, topic)
+        pol = None
+        if raw is not None:
+            doc = json.loads(raw)
+            p = wb.check_policy(doc)
+            pol = {"seq": p.seq, "title": p.title, "read": "open" if p.read_open else "grant",
+                   "post": "open" if p.post_open else "grant", "keep": p.keep,
+                   "keep_days": p.keep_days, "keep_bytes": p.keep_bytes, "rate": p.rate,
+                   "max_post": p.max_post, "queue": p.queue, "lease_s": p.lease_s,
+                   "attempts": p.attempts, "revoked": len(p.revoked),
+                   "banned": sorted(p.banned)}
+        subscribed = c.execute("SELECT 1 FROM board_subs WHERE topic = ?",
+                               (topic,)).fetchone() is not None
+        return {"topic": topic, "label": label(c, topic), "owner": owner,
+                "owner_name": owner_name(c, owner), "name": name, "mine": owner == me,
+                "subscribed": subscribed, "known": pol is not None, **sb.topic_stats(c, topic),
+                "unread": sb.unread_count(c, topic, me) if subscribed else 0, "policy": pol}
+
+    async def topic_answer(topic: str) -> dict:
+        return await engine.read(lambda c: topic_obj(c, topic))
+
+    # -- waiting for the topic document ----------------------------------------------
+
+    async def await_doc(topic: str, timeout: float) -> bool:
+        with engine.changes.subscribe() as events, trio.move_on_after(timeout):
+            while True:
+                if await board.policy(topic) is not None:
+                    return True
+                ev = await events.receive()
+                if ev.get("topic") == topic and ev.get("rec") == "topic":
+                    board.policies.pop(topic, None)
+        return await board.policy(topic) is not None
+
+    # -- topics --------------------------------------------------------------------
+
+    @r.route("GET", "/v1/board/topics")
+    async def topics(req: Request) -> dict:
+        def q(c: sqlite3.Connection) -> list[dict]:
+            out = [topic_obj(c, t) for t in sb.known_topics(c)]
+            out.sort(key=lambda t: (not t["mine"], t["label"]))
+            return out
+
+        return {"topics": await engine.read(q)}
+
+    @r.route("POST", "/v1/board/topic")
+    async def topic(req: Request) -> dict:
+        body = json_body(req)
+        name = _str(body, "name").strip()
+        if "/" in name:
+            owner, _, name = name.rpartition("/")
+            if await engine.read(lambda c: _peer(c, owner)) != me:
+                raise _bad("only the owner changes a topic", "forbidden", 403)
+        try:
+            topic = wb.topic_id(me, name)
+        except wb.BoardError as e:
+            raise _bad(f"topic name {name!r}: {e}", "bad_topic") from None
+        changes: dict[str, Any] = {}
+        for f, kind in POLICY_FIELDS.items():
+            if f in body and body[f] is not None:
+                v = body[f]
+                if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+                    raise _bad(f"{f} must be {'a string' if kind is str else kind.__name__}")
+                changes[f] = v
+        existed = await engine.read(lambda c: sb.topic_doc(c, topic)) is not None
+        try:
+            await board.publish_topic(name, changes)
+        except wb.BoardError as e:
+            raise _bad(f"topic {name}: {e}") from None
+        return {"topic": await topic_answer(topic), "created": not existed}
+
+    @r.route("POST", "/v1/board/subscribe")
+    async def subscribe(req: Request) -> dict:
+        body = json_body(req)
+        topic = await topic_of(body.get("topic"))
+        timeout = _secs(body, "timeout", 0)
+        if not await board.subscribe(topic):
+            await board.refresh_authority([topic])
+        if timeout > 0:
+            await await_doc(topic, timeout)
+        return {"topic": await topic_answer(topic), "subscribed": True}
+
+    @r.route("POST", "/v1/board/unsubscribe")
+    async def unsubscribe(req: Request) -> dict:
+        topic = await topic_of(json_body(req).get("topic"))
+        if topic.startswith(me + "/"):
+            raise _bad("a topic's owner stays subscribed to it")
+        await board.unsubscribe(topic)
+        return {"topic": topic, "subscribed": False}
+
+    # -- posting -------------------------------------------------------------------
+
+    async def authority(topic: str, what: str = "post") -> dict:
+        """Fields that let us post to ``topic`` (a grant, when it is not open)."""
+        pol = await board.policy(topic)
+        owner = topic.split("/", 1)[0]
+        if owner == me or (pol is not None and pol.post_open):
+            return {}
+        found = await engine.read(lambda c: sb.find_authority(c, me, topic, what, now_ms(), pol))
+        if found is None:
+            lab = await engine.read(lambda c: label(c, topic))
+            raise ApiError(403, f"no grant to post to {lab}: its owner can give one with"
+                           f" `awp topic grant {topic.split('/', 1)[1]} <you>`", "forbidden")
+        grant, via = found
+        return {"grant": grant, **({"via": via} if via else {})}
+
+    async def ready_topic(topic: str, timeout: float) -> wb.Policy | None:
+        """Subscribed, with the owner's document (waiting for it up to ``timeout``)."""
+        await board.subscribe(topic)
+        if topic.split("/", 1)[0] != me and not await await_doc(topic, timeout):
+            lab = await engine.read(lambda c: label(c, topic))
+            raise ApiError(404, f"no topic document for {lab} yet: its owner (or a peer that"
+                           " subscribes to it) must be connected", "unknown_topic")
+        return await board.policy(topic)
+
+    async def sign(doc: dict) -> tuple[wb.Record, sb.Taken]:
+        try:
+            rec, taken = await board.sign_and_take(doc)
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
+        if not taken.new:
+            raise refusal(taken.refused[0] if taken.refused else "not kept")
+        return rec, taken
+
+    def refusal(why: str) -> ApiError:
+        if "rate" in why:
+            return ApiError(429, f"{why}: wait a minute", "rate")
+        if "max_post" in why or "64 KiB" in why:
+            return ApiError(413, why, "too_large")
+        if "no topic document" in why:
+            return ApiError(404, why, "unknown_topic")
+        if "grant" in why or "banned" in why or "owner" in why:
+            return ApiError(403, why, "forbidden")
+        return ApiError(400, why, "bad_request")
+
+    @r.route("POST", "/v1/board/post")
+    async def post(req: Request) -> dict:
+        body = json_body(req)
+        parts = _parts(body)
+        timeout = _secs(body, "timeout", 10.0)
+        parent = ""
+        if body.get("parent"):
+            prec = await engine.read(lambda c: record_in(c, body.get("parent")))
+            parent = prec.hash
+            topic = prec.topic
+            if body.get("topic"):
+                given = await topic_of(body.get("topic"))
+                if given != topic:
+                    raise _bad("the parent post is in another topic")
+        else:
+            topic = await topic_of(body.get("topic"))
+        await ready_topic(topic, timeout)
+        doc: dict = {"k": "post", "topic": topic, "author": me, "ts": format_ts(now_ms()),
+                     "parts": parts}
+        if parent:
+            doc["parent"] = parent
+        doc.update(await authority(topic))
+        rec, taken = await sign(doc)
+        posts = await engine.read(lambda c: sb.visible_posts(c, topic, 0, rec.ts, rec.hash))
+        names: dict[str, str] = {}
+        shown = [p for p in posts if p.shown.hash == rec.hash]
+        obj = (await engine.read(lambda c: post_obj(c, shown[0], names)) if shown
+               else {"hash": rec.hash, "id": rec.hash[:10], "topic": topic})
+        return {"post": obj, "sent_to": board.readers(topic)}
+
+    @r.route("POST", "/v1/board/get")
+    async def get(req: Request) -> dict:
+        body = json_body(req)
+        topic = await topic_of(body.get("topic"))
+        n = _int(body, "n", 20)
+        since = _int(body, "since", 0)
+        parent = ""
+        if body.get("parent"):
+            parent = (await engine.read(lambda c: record_in(c, body.get("parent")))).hash
+
+        def q(c: sqlite3.Connection) -> dict:
+            names: dict[str, str] = {}
+            posts = sb.visible_posts(c, topic, n, since, parent)
+            return {"topic": topic_obj(c, topic), "posts": [post_obj(c, p, names) for p in posts]}
+
+        return await engine.read(q)
+
+    @r.route("POST", "/v1/board/wait")
+    async def wait(req: Request) -> dict:
+        body = json_body(req)
+        refs = body.get("topics") or []
+        if not isinstance(refs, list):
+            raise _bad("topics must be a list")
+        topics = [await topic_of(t) for t in refs] or sorted(board.subs)
+        timeout = _secs(body, "timeout", 300.0)
+        mine = bool(body.get("mine", False))
+        after = body.get("after")
+        if after is None:
+            after = await engine.read(sb.last_seq)
+        elif isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise _bad("after must be a cursor (a seq) from an earlier answer")
+
+        def q(c: sqlite3.Connection) -> tuple[list[dict], int]:
+            names: dict[str, str] = {}
+            posts = sb.posts_after(c, topics, after, me, mine)
+            return [post_obj(c, p, names) for p in posts], sb.last_seq(c)
+
+        engine.waiting += 1
+        try:
+            with engine.changes.subscribe() as events, trio.move_on_after(timeout):
+                while True:
+                    posts, last = await engine.read(q)
+                    if posts:
+                        return {"posts": posts, "cursor": max(p["seq"] for p in posts),
+                                "timed_out": False}
+                    while True:
+                        ev = await events.receive()
+                        if ev.get("kind") == "board" and ev.get("topic") in topics:
+                            break
+        finally:
+            engine.waiting -= 1
+        return {"posts": [], "cursor": max(after, await engine.read(sb.last_seq)),
+                "timed_out": True}
+
+    @r.route("POST", "/v1/board/unread")
+    async def unread(req: Request) -> dict:
+        body = json_body(req)
+        limit = min(_int(body, "limit", 50, 1), 500)
+
+        def job(c: sqlite3.Connection) -> dict:
+            posts, more = sb.unread(c, me, limit)
+            names: dict[str, str] = {}
+            out = [post_obj(c, p, names) for p in posts]
+            if body.get("mark", True) and posts:
+                upto: dict[str, int] = {}
+                for p in posts:
+                    upto[p.topic] = max(upto.get(p.topic, 0), p.seq)
+                sb.mark_read(c, upto)
+            return {"posts": out, "more": more}
+
+        return await engine.writer.run(job)
+
+    # -- changing records ------------------------------------------------------------
+
+    async def own_post(ref: object, what: str) -> wb.Record:
+        rec = await engine.read(lambda c: record_in(c, ref))
+        if rec.kind != "post":
+            raise _bad(f"{ref} is a {rec.kind} record, not a post")
+        if what != "hide" and rec.author != me:
+            raise _bad(f"only its author can {what} a post", "forbidden", 403)
+        if what == "hide" and rec.owner != me:
+            raise _bad("only the topic's owner can hide a post", "forbidden", 403)
+        return rec
+
+    def changed(rec: wb.Record, of: wb.Record) -> dict:
+        return {"hash": rec.hash, "of": of.hash, "topic": of.topic}
+
+    @r.route("POST", "/v1/board/edit")
+    async def edit(req: Request) -> dict:
+        body = json_body(req)
+        parts = _parts(body)
+        of = await own_post(body.get("post"), "edit")
+        doc = {"k": "edit", "topic": of.topic, "author": me, "ts": format_ts(now_ms()),
+               "of": of.hash, "parts": parts, **await authority(of.topic)}
+        rec, _ = await sign(doc)
+        return changed(rec, of)
+
+    @r.route("POST", "/v1/board/delete")
+    async def delete(req: Request) -> dict:
+        of = await own_post(json_body(req).get("post"), "delete")
+        rec, _ = await sign({"k": "delete", "topic": of.topic, "author": me,
+                             "ts": format_ts(now_ms()), "of": of.hash})
+        return changed(rec, of)
+
+    @r.route("POST", "/v1/board/hide")
+    async def hide(req: Request) -> dict:
+        of = await own_post(json_body(req).get("post"), "hide")
+        rec, _ = await sign({"k": "hide", "topic": of.topic, "author": me,
+                             "ts": format_ts(now_ms()), "of": of.hash})
+        return changed(rec, of)
+
+    # -- grants, revocation, bans ------------------------------------------------------
+
+    @r.route("POST", "/v1/board/grant")
+    async def grant(req: Request) -> dict:
+        body = json_body(req)
+        what = _str(body, "what", "post")
+        if what not in ("read", "post"):
+            raise _bad("what is read or post")
+        ref = _str(body, "topic").strip()
+        if ref.endswith("/*") or ref == "*":
+            if what != "post":
+                raise _bad("a grant over all topics (*) is a post grant")
+            scope = me + "/*"
+        else:
+            scope = await topic_of(ref)
+        if not scope.startswith(me + "/"):
+            raise _bad("grants for a topic come from its owner", "forbidden", 403)
+        key = await engine.read(lambda c: _peer(c, _str(body, "peer")))
+        if key == me:
+            raise _bad("the owner needs no grant")
+        ttl = _secs(body, "ttl", 30 * 86400.0) if "ttl" in body else 30 * 86400.0
+        if ttl <= 0:
+            raise _bad("ttl must be positive")
+        cap = f"board:{what}:{scope}"
+        res = await engine.grant(key, [cap], ttl)
+        return {**res, "peer": key, "cap": cap}
+
+    @r.route("POST", "/v1/board/revoke")
+    async def revoke(req: Request) -> dict:
+        body = json_body(req)
+        topic = await topic_of(body.get("topic"))
+        if not topic.startswith(me + "/"):
+            raise _bad("only the owner revokes grants for a topic", "forbidden", 403)
+        prefix = _str(body, "grant").strip().lower()
+        peer = await engine.read(lambda c: _peer(c, body["peer"])) if body.get("peer") else ""
+        if not prefix and not peer:
+            raise _bad("name a grant (its hash prefix) or a peer")
+
+        def find(c: sqlite3.Connection) -> list[dict]:
+            out = []
+            for raw, h in c.execute("SELECT grant, hash FROM grants WHERE kind = 'issued'"
+                                    " AND iss = ?", (me,)):
+                g = json.loads(raw)
+                if prefix and not h.startswith(prefix):
+                    continue
+                if peer and g.get("sub") != peer:
+                    continue
+                if any(wb.cap_covers(cap, "read", topic) for cap in g.get("caps", [])):
+                    out.append(g)
+            return out
+
+        found = await engine.read(find)
+        if not found:
+            raise ApiError(404, "no board grant of ours for that topic matches", "unknown_grant")
+        hashes = [grant_hash(g) for g in found]
+        doc = json.loads(await engine.read(lambda c: sb.topic_doc(c, topic)) or "{}")
+        at = format_ts(now_ms())
+        revoked = [e for e in doc.get("revoked", []) if e.get("grant") not in hashes]
+        revoked += [{"grant": h, "at": at} for h in hashes]
+        await board.publish_topic(topic.split("/", 1)[1], {"revoked": revoked[-wb.MAX_LIST:]})
+        await engine.writer.run(lambda c: [grantstore.revoke(c, h) for h in hashes])
+        return {"revoked": hashes, "topic": await topic_answer(topic)}
+
+    @r.route("POST", "/v1/board/ban")
+    async def ban(req: Request) -> dict:
+        body = json_body(req)
+        topic = await topic_of(body.get("topic"))
+        if not topic.startswith(me + "/"):
+            raise _bad("only the owner bans keys from a topic", "forbidden", 403)
+        key = await engine.read(lambda c: _peer(c, _str(body, "peer")))
+        if key == me:
+            raise _bad("the owner cannot ban itself")
+        doc = json.loads(await engine.read(lambda c: sb.topic_doc(c, topic)) or "{}")
+        banned = [k for k in doc.get("banned", []) if k != key]
+        if not body.get("unban"):
+            banned.append(key)
+        if len(banned) > wb.MAX_LIST:
+            raise _bad(f"a topic bans at most {wb.MAX_LIST} keys")
+        await board.publish_topic(topic.split("/", 1)[1], {"banned": banned})
+        return {"topic": await topic_answer(topic)}
+
+    # -- the work queue ------------------------------------------------------------
+
+    async def queue_topic(body: dict) -> str:
+        topic = await topic_of(body.get("topic"))
+        pol = await ready_topic(topic, _secs(body, "timeout", 10.0))
+        if pol is None or not pol.queue:
+            raise _bad("that topic is not a work queue (its owner sets --queue)")
+        return topic
+
+    async def lease_answer(topic: str, d: Any) -> dict:
+        def q(c: sqlite3.Connection) -> dict:
+            out: dict = {"state": d.state, "lease": d.lease, "until": d.until,
+                         "holder": d.holder, "topic": topic}
+            if d.item:
+                posts = [p for p in sb.visible_posts(c, topic, 0, 0, d.item)
+                         if p.shown.hash == d.item]
+                out["item"] = (post_obj(c, posts[0], {}) if posts
+                               else {"hash": d.item, "id": d.item[:10], "topic": topic})
+            return out
+
+        return await engine.read(q)
+
+    @r.route("POST", "/v1/board/claim")
+    async def claim(req: Request) -> dict:
+        body = json_body(req)
+        topic = await queue_topic(body)
+        timeout = _secs(body, "timeout", 10.0)
+        try:
+            d, _rec = await board.queue.request(topic, "claim", req=_str(body, "req")[:64],
+                                                timeout=timeout)
+        except NoOwner:
+            raise ApiError(409, "the queue's owner is not connected: nothing can be claimed"
+                           " until it is (leases already held run on)", "no_owner") from None
+        except trio.TooSlowError:
+            raise ApiError(504, "the queue's owner did not answer in time", "timeout") from None
+        except Refused as e:
+            raise ApiError(409, f"refused: {e}", "refused") from None
+        if d.state == "empty":
+            return {"state": "empty", "topic": topic}
+        return await lease_answer(topic, d)
+
+    @r.route("POST", "/v1/board/lease")
+    async def lease(req: Request) -> dict:
+        body = json_body(req)
+        op = _str(body, "op")
+        if op not in OPS or op == "claim":
+            raise _bad("op is one of renew, release, complete, fail")
+        lease_id = _str(body, "lease").strip()
+        if not lease_id:
+            raise _bad("which lease? (awp claim printed it)")
+        topic = await queue_topic(body)
+        try:
+            d, _rec = await board.queue.request(topic, op, lease=lease_id,
+                                                timeout=_secs(body, "timeout", 10.0))
+        except (NoOwner, trio.TooSlowError):
+            if op not in KEPT_OPS:
+                raise ApiError(409, "the queue's owner is not reachable: renew needs it",
+                               "no_owner") from None
+            until = await engine.read(lambda c: _lease_until(c, topic, lease_id))
+            await board.queue.keep(topic, op, lease_id, until)
+            return {"state": "queued", "queued": True, "lease": lease_id, "topic": topic,
+                    "until": until}
+        except Refused as e:
+            raise ApiError(409, f"refused: {e}", "refused") from None
+        return await lease_answer(topic, d)
+
+    def _lease_until(c: sqlite3.Connection, topic: str, lease_id: str) -> int:
+        """When our lease runs out, by the newest lease record we hold for it."""
+        from ..wire.timefmt import parse_ts
+
+        best = 0
+        for (raw,) in c.execute("SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease'"
+                                " AND author = ? ORDER BY ts", (topic, topic.split("/")[0])):
+            d = json.loads(raw)
+            if d.get("lease") == lease_id:
+                best = parse_ts(d["until"])
+        return best or now_ms() + 300_000
+
+    @r.route("GET", "/v1/board/queue")
+    async def queue(req: Request) -> dict:
+        topic = await topic_of(req.query.get("topic"))
+        pol = await board.policy(topic)
+        arbiter = topic.startswith(me + "/")
+        snap = await engine.writer.run(lambda c: board.queue.snapshot(c, topic)) if arbiter else None
+
+        def q(c: sqlite3.Connection) -> dict:
+            names: dict[str, str] = {}
+            posts = {p.shown.hash: p for p in sb.visible_posts(c, topic, 0)
+                     if not p.shown.parent}
+            if snap is not None:
+                view = {e["item"]: e for e in snap}
+            else:
+                view = board.queue.lease_view(
+                    [r for r in sb.records(c, topic) if r.kind == "lease"], pol, now_ms())
+            items = []
+            for h, p in posts.items():
+                e = view.get(h, {})
+                items.append({"item": post_obj(c, p, names), "status": e.get("status", "open"),
+                              "holder": e.get("holder", ""), "lease": e.get("lease", ""),
+                              "until": e.get("until", 0), "attempts": e.get("attempts", 0)})
+            return {"topic": topic, "items": items, "arbiter": snap is not None}
+
+        return await engine.read(q)

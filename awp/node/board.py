@@ -1,0 +1,534 @@
+"""The board (cap ``board``): topics replicated between subscribing hosts.
+
+The pure rules live in :mod:`awp.board` and :mod:`awp.store.board`; this
+module moves records between hosts (SPEC.md section 14):
+
+* on connect, each side lists the topics it subscribes to (``board-sub``)
+  with the grant that lets it read each;
+* for every topic both sides hold, the topic documents are exchanged and the
+  side with the smaller key opens a digest exchange (``board-digest``,
+  ``board-want``, ``board-posts``) that moves only what one side lacks;
+* a record stored for the first time is forwarded at once to every other
+  subscribed peer allowed to read it, up to 8 hops; one already held ends
+  there.
+
+Every link has its own sender task and a byte-bounded queue, so a slow peer
+never holds up reading from anyone.  When a link's queue is full, records are
+dropped for that link and the topic is marked for a fresh digest exchange
+once the queue drains: anti-entropy repairs what a live push lost.  The same
+exchange runs on every link every :data:`RESYNC_S` seconds, which also
+offers again records a peer refused as dated too far ahead.
+
+The work-queue arbiter is :mod:`awp.node.board_queue`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..board import perms
+from ..board import sync as bsync
+from ..store import board as sb
+from ..wire.board import (
+    CAP,
+    FUTURE_MS,
+    BoardError,
+    Policy,
+    Record,
+    check_policy,
+    make_topic,
+    parse_topic,
+    sign_record,
+)
+from ..wire.presence import raw_elements, raw_member
+from ..wire.timefmt import format_ts, now_ms
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .engine import Engine
+
+log = logging.getLogger("awp.board")
+
+MAX_HOPS = 8
+MAX_LINE = 512 * 1024  # a board-posts line stays under this
+MAX_SUBS = 256  # topics in one board-sub
+MAX_WANT = 4096  # hashes in one board-want
+MAX_RECS = 4096  # records read from one board-posts line
+LINK_QUEUE_BYTES = 8 * 1024 * 1024  # per link; past it, records wait for a digest
+RESYNC_S = 300.0
+SWEEP_S = 60.0
+
+
+def speaks_board(conn: Connection) -> bool:
+    return CAP in conn.peer_caps
+
+
+class _Link:
+    """One connection's outgoing board lines, written by its own task."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.queue: deque[bytes] = deque()
+        self.size = 0
+        self.wake = trio.Event()
+        self.resync: set[str] = set()
+        self.subs: dict[str, tuple[object, object]] = {}  # topic -> (grant, via) they sent
+
+    def push(self, data: bytes, topic: str = "") -> bool:
+        """Queue a line; False (and a resync of ``topic``) when the queue is full."""
+        if self.size + len(data) > LINK_QUEUE_BYTES and topic:
+            self.resync.add(topic)
+            self.wake.set()
+            return False
+        self.queue.append(data)
+        self.size += len(data)
+        self.wake.set()
+        return True
+
+
+class Board:
+    """Engine extension for the ``board`` lines."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.me = engine.identity.key
+        self.subs: set[str] = set()  # topics we subscribe to
+        self.links: dict[str, _Link] = {}  # peer key -> its current link
+        self.policies: dict[str, Policy | None] = {}
+        self.stats = dict.fromkeys(("lines_in", "bytes_in", "lines_out", "bytes_out",
+                                    "records_in", "records_refused", "records_out"), 0)
+        self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
+        self._nursery: trio.Nursery | None = None
+        self._started = trio.Event()
+
+    # -- life ------------------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        self.subs = set(await self.engine.read(sb.subscriptions))
+        async with trio.open_nursery() as n:
+            self._nursery = n
+            self._started.set()
+            n.start_soon(self._sweep_loop)
+            if self.queue is not None:
+                n.start_soon(self.queue.run)
+
+    async def _sweep_loop(self) -> None:
+        """Retention moves with the clock (``keep_days``); links resync now and then."""
+        last_resync = trio.current_time()
+        while True:
+            await trio.sleep(SWEEP_S)
+            for topic in sorted(self.subs):
+                pol = await self.policy(topic)
+                if pol is not None:
+                    await self.engine.writer.run(
+                        lambda c, t=topic, p=pol: sb.enforce_retention(c, t, p, now_ms()))
+            if trio.current_time() - last_resync >= RESYNC_S:
+                last_resync = trio.current_time()
+                for link in list(self.links.values()):
+                    link.resync.update(t for t in link.subs if t in self.subs)
+                    link.wake.set()
+
+    async def policy(self, topic: str) -> Policy | None:
+        if topic not in self.policies:
+            self.policies[topic] = await self.engine.read(lambda c: sb.policy(c, topic))
+        return self.policies[topic]
+
+    # -- links -----------------------------------------------------------------------
+
+    async def on_established(self, conn: Connection, prev: object = None) -> None:
+        if speaks_board(conn):
+            await self._link_for(conn)
+
+    async def _link_for(self, conn: Connection) -> _Link:
+        """The link of ``conn``, made (and our board-sub queued) on first use.
+
+        The peer's first board lines may come before the engine has told us
+        the connection is up, so reading makes the link as well.
+        """
+        link = self.links.get(conn.peer_key)
+        if link is not None and link.conn is conn:
+            return link
+        await self._started.wait()
+        link = self.links.get(conn.peer_key)
+        if link is not None and link.conn is conn:
+            return link
+        link = _Link(conn)
+        self.links[conn.peer_key] = link
+        assert self._nursery is not None
+        self._nursery.start_soon(self._sender, link)
+        link.push(await self._sub_line(sorted(self.subs), []))
+        return link
+
+    async def _sender(self, link: _Link) -> None:
+        conn = link.conn
+        async with trio.open_nursery() as n:
+            async def watch() -> None:
+                await conn.closed.wait()
+                n.cancel_scope.cancel()
+
+            n.start_soon(watch)
+            try:
+                while True:
+                    while link.queue:
+                        data = link.queue.popleft()
+                        link.size -= len(data)
+                        await conn.send_raw_line(data)
+                        self.stats["lines_out"] += 1
+                        self.stats["bytes_out"] += len(data)
+                    if link.resync:
+                        topics, link.resync = sorted(link.resync), set()
+                        for topic in topics:
+                            if topic in self.subs and await self._may_read(link, topic):
+                                link.push(await self._opening(topic))
+                        continue
+                    await link.wake.wait()
+                    link.wake = trio.Event()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+            finally:
+                n.cancel_scope.cancel()
+                if self.links.get(conn.peer_key) is link:
+                    del self.links[conn.peer_key]
+
+    def _line(self, t: str, body: str, ident: str = "") -> bytes:
+        """A board line: the envelope, then ``body`` (JSON members, already encoded)."""
+        ident = ident or self.engine.ids.next()
+        head = f'{{"t":"{t}","id":"{ident}","ts":"{format_ts(now_ms())}"'
+        return (head + ("," + body if body else "") + "}\n").encode("utf-8")
+
+    async def _sub_line(self, topics: list[str], drop: list[str]) -> bytes:
+        def q(c: sqlite3.Connection) -> list[dict]:
+            out = []
+            for t in topics[:MAX_SUBS]:
+                entry: dict = {"topic": t}
+                grant, via = sb.sub_authority(c, t)
+                if grant is not None:
+                    entry["grant"] = grant
+                    if via is not None:
+                        entry["via"] = via
+                out.append(entry)
+            return out
+
+        entries = await self.engine.read(q)
+        return self._line("board-sub", '"topics":' + json.dumps(entries, separators=(",", ":"))
+                          + ',"drop":' + json.dumps(drop[:MAX_SUBS]))
+
+    async def announce(self, topics: list[str], drop: list[str]) -> None:
+        """Tell every board peer about subscriptions that changed."""
+        for link in list(self.links.values()):
+            link.push(await self._sub_line(topics, drop))
+
+    async def _may_read(self, link: _Link, topic: str) -> bool:
+        if topic not in link.subs:
+            return False
+        grant, via = link.subs[topic]
+        owner = topic.split("/", 1)[0]
+        return perms.may_read(link.conn.peer_key, topic=topic, owner=owner,
+                              policy=await self.policy(topic), now_ms=now_ms(),
+                              grant=grant, via=via)
+
+    # -- receiving -------------------------------------------------------------------
+
+    async def on_line(self, conn: Connection, line: dict, raw: bytes) -> bool:
+        t = line.get("t")
+        if not isinstance(t, str) or not t.startswith("board-"):
+            return False
+        if not speaks_board(conn) or conn.closed.is_set():
+            return True  # only peers that announced board are heard
+        link = await self._link_for(conn)
+        self.stats["lines_in"] += 1
+        self.stats["bytes_in"] += len(raw)
+        try:
+            if t == "board-sub":
+                await self._on_sub(link, line)
+            elif t == "board-topic":
+                await self._on_topic(link, line, raw)
+            elif t == "board-posts":
+                await self._on_posts(link, line, raw)
+            elif t == "board-digest":
+                await self._on_digest(link, line)
+            elif t == "board-want":
+                await self._on_want(link, line)
+            elif self.queue is not None:
+                await self.queue.on_line(link, t, line)
+        except (BoardError, ValueError, TypeError, KeyError) as e:
+            log.info("board line from %s dropped: %s", conn.peer_key[:18], e)
+        return True
+
+    async def _on_sub(self, link: _Link, line: dict) -> None:
+        topics, drop = line.get("topics"), line.get("drop")
+        added = []  # listed again too: a new grant may let the peer read now
+        for e in topics[:MAX_SUBS] if isinstance(topics, list) else []:
+            if not isinstance(e, dict):
+                continue
+            try:
+                parse_topic(e.get("topic"))
+            except BoardError:
+                continue
+            topic = e["topic"]
+            added.append(topic)
+            link.subs.pop(topic, None)  # re-listed: now the newest entry
+            link.subs[topic] = (e.get("grant"), e.get("via"))
+        for topic in drop[:MAX_SUBS] if isinstance(drop, list) else []:
+            if isinstance(topic, str):
+                link.subs.pop(topic, None)
+        if len(link.subs) > 4 * MAX_SUBS:  # a peer cannot make us remember without end
+            for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
+                del link.subs[topic]
+        for topic in added:
+            if topic not in self.subs or not await self._may_read(link, topic):
+                continue
+            doc = await self.engine.read(lambda c, t=topic: sb.topic_doc(c, t))
+            if doc is not None:
+                link.push(self._line("board-topic", '"hops":0,"doc":' + doc))
+            if self.me < link.conn.peer_key:
+                link.push(await self._opening(topic))
+
+    async def _on_topic(self, link: _Link, line: dict, raw: bytes) -> None:
+        hops = line.get("hops")
+        doc = raw_member(raw.decode("utf-8"), "doc")
+        if doc is None or not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
+            return
+        taken = await self.engine.writer.run(
+            lambda c: sb.take(c, [doc], now_ms(), via=link.conn.peer_key, hops=hops))
+        for rec in taken.new:
+            self._topic_changed(rec)
+            if hops + 1 < MAX_HOPS:
+                await self._forward_topic(rec, hops + 1, except_key=link.conn.peer_key)
+            # the document may be what we lacked to take anything: compare now
+            if rec.topic in link.subs:
+                link.resync.add(rec.topic)
+                link.wake.set()
+
+    def _topic_changed(self, rec: Record) -> None:
+        self.policies[rec.topic] = check_policy(rec.doc)
+        self.engine.changes.publish({"kind": "board", "topic": rec.topic, "rec": "topic"})
+
+    async def _forward_topic(self, rec: Record, hops: int, except_key: str = "") -> None:
+        for key, link in list(self.links.items()):
+            if key != except_key and await self._may_read(link, rec.topic):
+                link.push(self._line("board-topic", f'"hops":{hops},"doc":' + rec.raw))
+
+    async def _on_posts(self, link: _Link, line: dict, raw: bytes) -> None:
+        topic, hops = line.get("topic"), line.get("hops")
+        if not isinstance(topic, str) or topic not in self.subs:
+            return
+        if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops < MAX_HOPS:
+            return
+        recs_text = raw_member(raw.decode("utf-8"), "recs")
+        recs = raw_elements(recs_text, MAX_RECS) if recs_text is not None else None
+        if not recs:
+            return
+        await self.take(recs, via=link.conn.peer_key, hops=hops)
+
+    async def take(self, raws: list[str], *, via: str = "", hops: int = 0) -> sb.Taken:
+        """Store records (from a peer or from us) and forward what was new."""
+        def job(c: sqlite3.Connection) -> sb.Taken:
+            taken = sb.take(c, raws, now_ms(), via=via, hops=hops)
+            if self.queue is not None:
+                self.queue.stored(c, taken)
+            return taken
+
+        taken = await self.engine.writer.run(job)
+        if via:
+            self.stats["records_in"] += len(taken.new)
+            self.stats["records_refused"] += len(taken.refused)
+            if taken.refused:
+                log.debug("board: %d records from %s refused: %s", len(taken.refused),
+                          via[:18], taken.refused[:3])
+        by_topic: dict[str, list[Record]] = {}
+        for rec in taken.new:
+            if rec.kind == "topic":
+                self._topic_changed(rec)
+                await self._forward_topic(rec, hops + 1, except_key=via)
+                continue
+            by_topic.setdefault(rec.topic, []).append(rec)
+            self.engine.changes.publish({
+                "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
+                "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me})
+        if hops + 1 < MAX_HOPS or not via:
+            for topic, recs in by_topic.items():
+                await self._forward(topic, [r.raw for r in recs], hops + 1 if via else 0,
+                                    except_key=via)
+        if self.queue is not None and taken.new:
+            self.queue.after_stored(taken)
+        return taken
+
+    async def _forward(self, topic: str, raws: list[str], hops: int,
+                       except_key: str = "", only: _Link | None = None) -> None:
+        links = [only] if only is not None else [
+            link for key, link in list(self.links.items()) if key != except_key]
+        for link in links:
+            if not await self._may_read(link, topic):
+                continue
+            for data, n in self._posts_lines(topic, raws, hops):
+                if not link.push(data, topic):
+                    break
+                self.stats["records_out"] += n
+
+    def _posts_lines(self, topic: str, raws: Iterable[str],
+                     hops: int) -> list[tuple[bytes, int]]:
+        """``board-posts`` lines under :data:`MAX_LINE`, with how many records each holds."""
+        out, group, size = [], [], 0
+        for r in raws:
+            n = len(r.encode("utf-8")) + 1
+            if group and size + n > MAX_LINE - 1024:
+                out.append((self._posts_line(topic, group, hops), len(group)))
+                group, size = [], 0
+            group.append(r)
+            size += n
+        if group:
+            out.append((self._posts_line(topic, group, hops), len(group)))
+        return out
+
+    def _posts_line(self, topic: str, raws: list[str], hops: int) -> bytes:
+        return self._line("board-posts", f'"topic":{json.dumps(topic)},"hops":{hops},'
+                          f'"recs":[{",".join(raws)}]')
+
+    # -- anti-entropy ----------------------------------------------------------------
+
+    def _floor(self, c: sqlite3.Connection, topic: str, pol: Policy | None) -> int:
+        if pol is None:
+            return 0
+        return sb.enforce_retention(c, topic, pol, now_ms())
+
+    async def _opening(self, topic: str) -> bytes:
+        pol = await self.policy(topic)
+
+        def job(c: sqlite3.Connection) -> dict:
+            floor = self._floor(c, topic, pol)
+            return bsync.opening(sb.holdings(c, topic), floor, now_ms(), FUTURE_MS)
+
+        body = await self.engine.writer.run(job)
+        return self._digest_line(topic, body)
+
+    def _digest_line(self, topic: str, body: dict) -> bytes:
+        return self._line("board-digest", f'"topic":{json.dumps(topic)},'
+                          f'"floor":{body["floor"]},"ranges":'
+                          + json.dumps(body["ranges"], separators=(",", ":")))
+
+    async def _on_digest(self, link: _Link, line: dict) -> None:
+        topic = line.get("topic")
+        if not isinstance(topic, str) or topic not in self.subs:
+            return
+        if not await self._may_read(link, topic):
+            return
+        pol = await self.policy(topic)
+
+        def job(c: sqlite3.Connection) -> tuple[bsync.Step, list[str]]:
+            floor = self._floor(c, topic, pol)
+            step = bsync.respond(sb.holdings(c, topic), floor, line)
+            return step, sb.raw_records(c, topic, step.push)
+
+        step, push = await self.engine.writer.run(job)
+        if step.reply is not None:
+            link.push(self._digest_line(topic, step.reply))
+        if push:
+            await self._forward(topic, push, 0, only=link)
+        for i in range(0, len(step.want), MAX_WANT):
+            link.push(self._line("board-want", f'"topic":{json.dumps(topic)},"ids":'
+                                 + json.dumps(step.want[i:i + MAX_WANT])))
+
+    async def _on_want(self, link: _Link, line: dict) -> None:
+        topic, ids = line.get("topic"), line.get("ids")
+        if not isinstance(topic, str) or topic not in self.subs or not isinstance(ids, list):
+            return
+        if not await self._may_read(link, topic):
+            return
+        want = [i for i in ids[:MAX_WANT] if isinstance(i, str)]
+        raws = await self.engine.read(lambda c: sb.raw_records(c, topic, want))
+        if raws:
+            await self._forward(topic, raws, 0, only=link)
+
+    # -- local actions ---------------------------------------------------------------
+
+    async def subscribe(self, topic: str) -> bool:
+        """Subscribe (with the read grant we hold, if any); False when already subscribed."""
+        if topic in self.subs:
+            return False
+        pol = await self.policy(topic)
+
+        def job(c: sqlite3.Connection) -> None:
+            found = (sb.find_authority(c, self.me, topic, "post", now_ms(), pol)
+                     or sb.find_authority(c, self.me, topic, "read", now_ms(), pol))
+            grant, via = found if found else (None, None)
+            sb.subscribe(c, topic, now_ms(), grant, via)
+
+        await self.engine.writer.run(job)
+        self.subs.add(topic)
+        await self.announce([topic], [])
+        return True
+
+    def on_grants(self, conn: Connection) -> None:
+        """A peer gave us a grant: it may let us read topics we subscribe to."""
+        if self.subs and self._nursery is not None:
+            self._nursery.start_soon(self.refresh_authority)
+
+    async def refresh_authority(self, topics: Iterable[str] | None = None) -> list[str]:
+        """Look for better grants for our subscriptions; re-announce those that changed."""
+        wanted = sorted(self.subs if topics is None else set(topics) & self.subs)
+        pols = {t: await self.policy(t) for t in wanted}
+
+        def job(c: sqlite3.Connection) -> list[str]:
+            changed = []
+            now = now_ms()
+            for t in wanted:
+                found = (sb.find_authority(c, self.me, t, "post", now, pols[t])
+                         or sb.find_authority(c, self.me, t, "read", now, pols[t]))
+                if found and found != sb.sub_authority(c, t):
+                    sb.subscribe(c, t, now, *found)
+                    changed.append(t)
+            return changed
+
+        changed = await self.engine.writer.run(job)
+        if changed:
+            await self.announce(changed, [])
+        return changed
+
+    async def unsubscribe(self, topic: str) -> bool:
+        if topic not in self.subs:
+            return False
+        await self.engine.writer.run(lambda c: sb.unsubscribe(c, topic))
+        self.subs.discard(topic)
+        await self.announce([], [topic])
+        return True
+
+    async def publish_topic(self, name: str, changes: dict) -> Record:
+        """Sign a new document for one of our topics (policy fields ``changes``)."""
+        topic = f"{self.me}/{name}"
+        prev = await self.engine.read(lambda c: sb.topic_doc(c, topic))
+        doc = json.loads(prev) if prev else {}
+        seq = int(doc.get("seq", 0)) + 1
+        policy = {k: v for k, v in doc.items() if k not in ("k", "topic", "seq", "ts", "sig")}
+        policy.update(changes)
+        policy = {k: v for k, v in policy.items() if v is not None}
+        rec = make_topic(self.engine.identity, name, seq, now_ms(), **policy)
+        if topic not in self.subs:
+            await self.engine.writer.run(lambda c: sb.subscribe(c, topic, now_ms()))
+            self.subs.add(topic)
+            await self.announce([topic], [])
+        taken = await self.take([rec.raw])
+        if not taken.new:
+            raise BoardError("; ".join(taken.refused) or "the topic document was not kept")
+        return rec
+
+    async def sign_and_take(self, doc: dict) -> tuple[Record, sb.Taken]:
+        rec = sign_record(self.engine.identity, doc)
+        return rec, await self.take([rec.raw])
+
+    def readers(self, topic: str) -> list[str]:
+        """Peers a new record of ``topic`` is sent to now (subscribed and linked)."""
+        return sorted(k for k, link in self.links.items() if topic in link.subs)
+
+    def status(self) -> dict:
+        return {**self.stats, "subscribed": len(self.subs), "links": len(self.links)}
+
+
+__all__ = ["Board", "MAX_HOPS", "speaks_board"]

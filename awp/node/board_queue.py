@@ -1,0 +1,339 @@
+"""Work queues on board topics: the owner's daemon arbitrates, everyone else asks it.
+
+On the owner, each queue topic has one :class:`awp.board.queue.Arbiter`
+whose state is its log replayed (``board_queue_log``).  Every request is
+written to the log in the same transaction as the lease records it
+produces, and only answered after that commit: after ``kill -9`` the owner
+restarts into the state it answered from.  Items come from the topic
+itself: a top-level post stored here is logged as ``add``, its deletion or
+hiding as ``remove``.
+
+Anyone else sends ``board-claim`` to the owner over a direct connection and
+waits for the ``board-lease`` answer; with no connection to the owner, a
+claim fails at once (:class:`NoOwner`).  A ``complete`` or ``fail`` that
+cannot reach the owner is kept (``board_pending``) and sent when the owner
+is back, until its lease would have run out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..board import perms
+from ..board.queue import Arbiter, Decision, Event
+from ..store import board as sb
+from ..wire.board import LEASE_STATES, BoardError, Policy, Record, check_record, make_lease
+from ..wire.timefmt import now_ms, parse_ts
+
+if TYPE_CHECKING:
+    from .board import Board, _Link
+
+log = logging.getLogger("awp.board.queue")
+
+OPS = ("claim", "renew", "release", "complete", "fail")
+KEPT_OPS = ("complete", "fail", "release")  # retried while the owner is away
+RETRY_S = 5.0
+
+
+class NoOwner(Exception):
+    """The queue's owner is not connected: nothing can be claimed now."""
+
+
+class Refused(Exception):
+    """The arbiter said no (not the holder, no such lease, not a queue...)."""
+
+
+class BoardQueue:
+    """The queue half of the board extension (see the module docstring)."""
+
+    def __init__(self, board: Board) -> None:
+        self.board = board
+        self.engine = board.engine
+        self.me = board.me
+        self.arbiters: dict[str, Arbiter] = {}  # our queue topics, touched on the writer only
+        self._answers: dict[str, tuple[str, trio.Event, list[dict]]] = {}
+        self._wake = trio.Event()
+
+    # -- the arbiter (owner side; runs on the writer thread) ---------------------------
+
+    def _arbiter(self, c: sqlite3.Connection, topic: str, pol: Policy) -> Arbiter:
+        arb = self.arbiters.get(topic)
+        if arb is None:
+            arb = Arbiter.replay(pol.lease_s * 1000, pol.attempts, sb.queue_log(c, topic))
+            known = set(arb.items())
+            for h, ts in c.execute(
+                    "SELECT hash, ts FROM board_records WHERE topic = ? AND kind = 'post'"
+                    " AND parent = '' ORDER BY ts, hash", (topic,)).fetchall():
+                if h not in known:  # posted before the topic became a queue
+                    self._log(c, topic, arb, Event("add", now_ms(), item=h, ts=ts))
+            self.arbiters[topic] = arb
+        arb.lease_ms, arb.attempts = pol.lease_s * 1000, pol.attempts
+        return arb
+
+    def _log(self, c: sqlite3.Connection, topic: str, arb: Arbiter,
+             ev: Event) -> list[Decision]:
+        out = arb.apply(ev)
+        sb.log_event(c, topic, ev)
+        return out
+
+    def _leases(self, c: sqlite3.Connection, topic: str, decisions: list[Decision],
+                now: int) -> list[Record]:
+        """Sign and store a lease record for each decision that changed a lease."""
+        recs = [make_lease(self.engine.identity, topic, d.item, d.holder, d.state, d.lease,
+                           d.until, now) for d in decisions if d.state in LEASE_STATES]
+        return sb.take(c, [r.raw for r in recs], now).new if recs else []
+
+    def _owned_queue(self, c: sqlite3.Connection, topic: str) -> Policy | None:
+        if not topic.startswith(self.me + "/"):
+            return None
+        pol = sb.policy(c, topic)
+        return pol if pol is not None and pol.queue else None
+
+    def stored(self, c: sqlite3.Connection, taken: sb.Taken) -> None:
+        """In the transaction that stored new records: items come and go with them."""
+        for rec in list(taken.new):
+            if rec.kind not in ("post", "delete", "hide") or (rec.kind == "post" and rec.parent):
+                continue
+            pol = self._owned_queue(c, rec.topic)
+            if pol is None:
+                continue
+            arb = self._arbiter(c, rec.topic, pol)
+            now = now_ms()
+            if rec.kind == "post":
+                self._log(c, rec.topic, arb, Event("add", now, item=rec.hash, ts=rec.ts))
+                continue
+            row = c.execute("SELECT author FROM board_records WHERE topic = ? AND hash = ?",
+                            (rec.topic, rec.of)).fetchone()
+            if row is None or (rec.kind == "delete" and row[0] != rec.author):
+                continue
+            taken.new.extend(self._leases(c, rec.topic, self._log(
+                c, rec.topic, arb, Event("remove", now, item=rec.of)), now))
+
+    def after_stored(self, taken: sb.Taken) -> None:
+        self._wake.set()  # a new lease may need an expiry tick
+
+    def _decide(self, c: sqlite3.Connection, topic: str,
+                ev: Event) -> tuple[Decision, list[Record]]:
+        pol = self._owned_queue(c, topic)
+        if pol is None:
+            return Decision("refused", why="not a queue of this host's"), []
+        arb = self._arbiter(c, topic, pol)
+        decisions = self._log(c, topic, arb, ev)
+        recs = self._leases(c, topic, decisions, ev.now)
+        answer = decisions[-1] if decisions else Decision("refused", why="no answer")
+        return answer, recs
+
+    async def _arbitrate(self, topic: str, ev: Event) -> tuple[Decision, Record | None]:
+        answer, recs = await self.engine.writer.run(lambda c: self._decide(c, topic, ev))
+        await self._spread(recs)
+        mine = [r for r in recs if r.doc.get("lease") == answer.lease
+                and r.doc.get("state") == answer.state]
+        return answer, mine[-1] if mine else None
+
+    async def _spread(self, recs: list[Record]) -> None:
+        """Send lease records the arbiter just stored to the topic's readers."""
+        by_topic: dict[str, list[Record]] = {}
+        for r in recs:
+            by_topic.setdefault(r.topic, []).append(r)
+        for topic, rs in by_topic.items():
+            for r in rs:
+                self.engine.changes.publish({"kind": "board", "topic": topic, "hash": r.hash,
+                                             "rec": "lease", "mine": True})
+            await self.board._forward(topic, [r.raw for r in rs], 0)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Expire leases on time, and retry kept operations while the owner is away."""
+        next_retry = trio.current_time() + RETRY_S
+        while True:
+            due = await self.engine.writer.run(self._next_expiry)
+            wake_at = next_retry
+            if due:
+                wake_at = min(wake_at, trio.current_time() + max(0.0, (due - now_ms()) / 1000))
+            with trio.move_on_at(wake_at):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            if due and due <= now_ms():
+                await self._spread(await self.engine.writer.run(self._tick))
+            if trio.current_time() >= next_retry:
+                next_retry = trio.current_time() + RETRY_S
+                await self._retry_kept()
+
+    def _next_expiry(self, c: sqlite3.Connection) -> int:
+        return min((d for d in (a.next_expiry() for a in self.arbiters.values()) if d),
+                   default=0)
+
+    def _tick(self, c: sqlite3.Connection) -> list[Record]:
+        """Expire what ran out (logged, since it costs attempts); the lease records made."""
+        now, out = now_ms(), []
+        for topic, arb in list(self.arbiters.items()):
+            if arb.next_expiry() and arb.next_expiry() <= now:
+                out.extend(self._leases(c, topic, self._log(c, topic, arb, Event("tick", now)),
+                                        now))
+        return out
+
+    def snapshot(self, c: sqlite3.Connection, topic: str) -> list[dict] | None:
+        """The arbiter's view of one of our queues (None when not ours or not a queue)."""
+        pol = self._owned_queue(c, topic)
+        return self._arbiter(c, topic, pol).snapshot() if pol is not None else None
+
+    # -- requests from others (owner side) -----------------------------------------
+
+    async def on_line(self, link: _Link, t: str, line: dict) -> None:
+        if t == "board-claim":
+            await self._on_claim(link, line)
+        elif t == "board-lease":
+            re = line.get("re")
+            waiter = self._answers.get(re) if isinstance(re, str) else None
+            if waiter is not None and waiter[0] == link.conn.peer_key:
+                waiter[2].append(line)
+                waiter[1].set()
+
+    async def _on_claim(self, link: _Link, line: dict) -> None:
+        topic, op = line.get("topic"), line.get("op")
+        ident = line.get("id")
+        if not isinstance(topic, str) or op not in OPS or not isinstance(ident, str):
+            return
+        who = link.conn.peer_key
+        why = await self._may_claim(link, topic)
+        if why:
+            answer, rec = Decision("refused", why=why), None
+        else:
+            req = line.get("req") if isinstance(line.get("req"), str) else ""
+            lease = line.get("lease") if isinstance(line.get("lease"), str) else ""
+            ev = Event(op, now_ms(), who=who, req=req[:64], lease=lease[:80])
+            answer, rec = await self._arbitrate(topic, ev)
+        body = {"topic": topic, "re": ident}
+        if rec is not None and answer.state == "claimed":
+            # the item first, so the claimant can show it with the answer
+            items = await self.engine.read(lambda c: sb.raw_records(c, topic, [answer.item]))
+            await self.board._forward(topic, items, 0, only=link)
+        if rec is not None:
+            text = f'"topic":{json.dumps(topic)},"re":{json.dumps(ident)},"doc":' + rec.raw
+        else:
+            body["error"] = answer.state if answer.state == "empty" else (answer.why or
+                                                                          answer.state)
+            text = json.dumps(body, separators=(",", ":"))[1:-1]
+        link.push(self.board._line("board-lease", text))
+
+    async def _may_claim(self, link: _Link, topic: str) -> str:
+        if not topic.startswith(self.me + "/"):
+            return "not a queue of this host's"
+        pol = await self.board.policy(topic)
+        if pol is None or not pol.queue:
+            return "not a queue"
+        grant, via = link.subs.get(topic, (None, None))
+        who = link.conn.peer_key
+        if who in pol.banned:
+            return "banned from this topic"
+        if pol.post_open or perms.grant_counts(grant, owner=self.me, sub=who, topic=topic,
+                                               what="post", at_ms=now_ms(), policy=pol,
+                                               via=via):
+            return ""
+        return "no grant to post here (claiming needs one)"
+
+    # -- asking (claimant side) ----------------------------------------------------
+
+    async def request(self, topic: str, op: str, *, req: str = "", lease: str = "",
+                      timeout: float = 10.0) -> tuple[Decision, Record | None]:
+        """Ask the arbiter; raises :class:`NoOwner`, :class:`Refused` or trio.TooSlowError."""
+        owner = topic.split("/", 1)[0]
+        if owner == self.me:
+            ev = Event(op, now_ms(), who=self.me, req=req, lease=lease)
+            answer, rec = await self._arbitrate(topic, ev)
+        else:
+            answer, rec = await self._ask(owner, topic, op, req, lease, timeout)
+        if answer.state == "refused":
+            raise Refused(answer.why or "refused")
+        return answer, rec
+
+    async def _ask(self, owner: str, topic: str, op: str, req: str, lease: str,
+                   timeout: float) -> tuple[Decision, Record | None]:
+        link = self.board.links.get(owner)
+        if link is None or link.conn.closed.is_set():
+            raise NoOwner(topic)
+        ident = self.engine.ids.next()
+        body = {"topic": topic, "op": op}
+        if op == "claim":
+            body["req"] = req or ident
+        else:
+            body["lease"] = lease
+        got: list[dict] = []
+        done = trio.Event()
+        self._answers[ident] = (owner, done, got)
+        try:
+            link.push(self.board._line("board-claim",
+                                       json.dumps(body, separators=(",", ":"))[1:-1], ident))
+            with trio.fail_after(timeout):
+                await done.wait()
+        finally:
+            self._answers.pop(ident, None)
+        return await self._answer(got[0], topic)
+
+    async def _answer(self, line: dict, topic: str) -> tuple[Decision, Record | None]:
+        err = line.get("error")
+        if isinstance(err, str):
+            return Decision("empty" if err == "empty" else "refused", why=err[:200]), None
+        doc = line.get("doc")
+        if not isinstance(doc, dict):
+            return Decision("refused", why="the owner's answer had no lease"), None
+        try:
+            rec = check_record(json.dumps(doc, separators=(",", ":"), ensure_ascii=False))
+        except BoardError as e:
+            return Decision("refused", why=f"the owner's lease record is bad: {e}"), None
+        if rec.kind != "lease" or rec.topic != topic:
+            return Decision("refused", why="the owner's answer is not a lease of this topic"), None
+        await self.board.take([rec.raw])
+        d = rec.doc
+        return Decision(d["state"], rec.of, d["holder"], d["lease"], parse_ts(d["until"])), rec
+
+    # -- operations kept while the owner is away -------------------------------------
+
+    async def keep(self, topic: str, op: str, lease: str, until: int) -> None:
+        await self.engine.writer.run(lambda c: c.execute(
+            "INSERT OR REPLACE INTO board_pending (lease, topic, op, until) VALUES (?, ?, ?, ?)",
+            (lease, topic, op, until)))
+
+    async def _retry_kept(self) -> None:
+        now = now_ms()
+        rows = await self.engine.writer.run(lambda c: (
+            c.execute("DELETE FROM board_pending WHERE until <= ?", (now,)),
+            c.execute("SELECT lease, topic, op FROM board_pending").fetchall())[1])
+        for lease, topic, op in rows:
+            try:
+                await self.request(topic, op, lease=lease, timeout=RETRY_S)
+            except NoOwner:
+                continue
+            except trio.TooSlowError:
+                continue
+            except Refused as e:
+                log.info("queue %s: kept %s of %s refused: %s", topic, op, lease, e)
+            await self.engine.writer.run(lambda c, lease=lease: c.execute(
+                "DELETE FROM board_pending WHERE lease = ?", (lease,)))
+
+    def lease_view(self, recs: list[Record], pol: Policy | None, now: int) -> dict[str, dict]:
+        """What lease records say about each item, for hosts that are not the arbiter."""
+        out: dict[str, dict] = {}
+        for r in sorted(recs, key=lambda r: (r.ts, r.hash)):
+            if r.kind != "lease":
+                continue
+            d = r.doc
+            e = out.setdefault(r.of, {"attempts": 0})
+            if d["state"] in ("failed", "expired"):
+                e["attempts"] += 1
+            until = parse_ts(d["until"])
+            held = d["state"] in ("claimed", "renewed") and until > now
+            e.update(status="done" if d["state"] == "done" else "claimed" if held else "open",
+                     holder=d["holder"] if held else "", lease=d["lease"] if held else "",
+                     until=until if held else 0)
+            if pol is not None and e["status"] == "open" and e["attempts"] >= pol.attempts:
+                e["status"] = "dead"
+        return out
+
+
+__all__ = ["BoardQueue", "NoOwner", "Refused"]
