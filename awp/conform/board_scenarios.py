@@ -241,7 +241,7 @@ def _malformed(ctx: Ctx, topic: str) -> list[dict]:
         {"t": "board-posts", "topic": topic, "hops": 99, "recs": [good]},
         {"t": "board-claim", "topic": topic, "op": "steal"},
         {"t": "board-claim", "topic": topic, "op": "complete"},
-        {"t": "board-lease", "topic": topic, "re": 5, "doc": "granted"},
+        {"t": "board-lease", "topic": topic, "re": "not-a-request-of-ours", "doc": "granted"},
         {"t": "board-lease", "topic": topic, "re": ctx.ids.next(), "error": ["not", "text"]},
     ]
 
