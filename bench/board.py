@@ -343,7 +343,7 @@ def queue(owner: Node, hosts: list[Node], items: int, claimants: int) -> bool:
     print(f"queue: {items} items, {claimants} claimants on {len(everyone)} hosts (the owner and"
           f" {len(hosts)} connected to it): {len(claimed)} claims in {took:.2f} s ="
           f" {len(claimed) / took:.0f} claims/s, each followed by its complete; claimed twice"
-          f" {dup}, never {never}, not an item {stray}  (target: every item exactly once)"
+          f" {dup}, never {never}, not an item {stray}  (target every item exactly once)"
           f" {verdict(ok)}")
     if errors:
         print(f"      {len(errors)} requests failed (first: {errors[0]})")
