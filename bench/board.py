@@ -101,10 +101,15 @@ def subscribe(node: Node, topic: str, timeout: float = 60) -> None:
 
 
 def records(node: Node, topic: str) -> int:
-    for t in node.api("GET", "/v1/board/topics")["topics"]:
-        if t["topic"] == topic:
-            return t["records"]
-    return 0
+    """How many records of ``topic`` the host holds, read from its store.
+
+    Not ``/v1/board/topics``: its unread count costs time quadratic in a
+    topic's size (the delete check picks the author index), which at 10,000
+    records takes the daemon's reader for a minute.
+    """
+    with sqlite3.connect(f"file:{node.home}/awp.db?mode=ro", uri=True, timeout=30) as con:
+        return con.execute("SELECT count(*) FROM board_records WHERE topic = ?",
+                           (topic,)).fetchone()[0]
 
 
 def hashes(node: Node, topic: str) -> set[str]:
@@ -279,7 +284,7 @@ def burst(owner: Node, sub: Node, count: int, posters: int) -> bool:
 
 
 def topic_bytes(node: Node, topic: str) -> int:
-    with sqlite3.connect(f"file:{node.home}/awp.db?mode=ro", uri=True) as con:
+    with sqlite3.connect(f"file:{node.home}/awp.db?mode=ro", uri=True, timeout=30) as con:
         row = con.execute("SELECT COALESCE(SUM(size), 0) FROM board_records WHERE topic = ?",
                           (topic,)).fetchone()
     return int(row[0])
