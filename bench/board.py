@@ -315,7 +315,8 @@ def catchup(owner: Node, host: Node, count: int, posters: int) -> bool:
     ratio = st["bytes_in"] / lacked if lacked else float("nan")
     ok = took < 10 and ratio < 2 and not errors
     print(f"catch-up: a host offline for {count} posts ({lacked / 1e6:.2f} MB of records) held"
-          f" them all {took:.2f} s after it dialed, receiving {st['bytes_in'] / 1e6:.2f} MB in"
+          f" them all {took:.2f} s after it dialed ({count / took:.0f} records/s taken),"
+          f" receiving {st['bytes_in'] / 1e6:.2f} MB in"
           f" {st['lines_in']} board lines = {ratio:.3f}x the records' bytes"
           f"  (targets < 10 s, < 2x) {verdict(ok)}")
     if errors:

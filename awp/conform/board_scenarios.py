@@ -185,7 +185,7 @@ def s_board_unknown_topic(ctx: Ctx) -> str:
         {"lo": now, "hi": now + FUTURE_MS, "ask": True}]}, ctx.deadline)
     s.conn.send({"t": "board-want", "topic": topic, "ids": stranger_hashes[2:]}, ctx.deadline)
     s.conn.send({"t": "board-claim", "topic": topic, "op": "claim",
-                            "req": "conform-" + os.urandom(4).hex()}, ctx.deadline)
+                 "req": "conform-" + os.urandom(4).hex()}, ctx.deadline)
     lines = _gather([s.conn], QUIET, ctx.deadline)[0]
     notes = []
 
@@ -216,9 +216,9 @@ def _malformed(ctx: Ctx, topic: str) -> list[dict]:
     """Board lines whose envelope is fine and whose body is not."""
     me = ctx.identity
     ts = format_ts(now_ms())
-    good = _text_post(me, topic, "conformance: this record's signature will not verify").doc
-    forged = dict(good, parts=[{"k": "text", "text": "conformance: changed after signing"}])
-    no_sig = {k: v for k, v in good.items() if k != "sig"}
+    signed = _text_post(me, topic, "conformance: this record's signature will not verify").doc
+    forged = dict(signed, parts=[{"k": "text", "text": "conformance: changed after signing"}])
+    no_sig = {k: v for k, v in signed.items() if k != "sig"}
     doc = {"k": "topic", "topic": topic, "seq": 1, "ts": ts, "read": "open", "sig": "A" * 86}
     return [
         {"t": "board-sub", "topics": "everything"},
@@ -238,7 +238,7 @@ def _malformed(ctx: Ctx, topic: str) -> list[dict]:
         {"t": "board-posts", "topic": topic, "hops": 0, "recs": "records"},
         {"t": "board-posts", "topic": topic, "hops": -1, "recs": [{"k": "post"}, "text", 5]},
         {"t": "board-posts", "topic": topic, "hops": 0, "recs": [forged, no_sig]},
-        {"t": "board-posts", "topic": topic, "hops": 99, "recs": [good]},
+        {"t": "board-posts", "topic": topic, "hops": 99, "recs": [forged]},
         {"t": "board-claim", "topic": topic, "op": "steal"},
         {"t": "board-claim", "topic": topic, "op": "complete"},
         {"t": "board-lease", "topic": topic, "re": "not-a-request-of-ours", "doc": "granted"},
