@@ -27,7 +27,7 @@ Lease rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 OPS = ("add", "remove", "claim", "renew", "release", "complete", "fail", "tick")
 
@@ -53,6 +53,7 @@ class Decision:
     lease: str = ""
     until: int = 0
     why: str = ""
+    again: bool = field(default=False, compare=False)  # a retried claim, answered again
 
 
 @dataclass
@@ -178,7 +179,9 @@ class Arbiter:
         key = (who, req)
         prev = self._reqs.get(key) if req else None
         if prev is not None and self._items[prev.item].lease == prev.lease:
-            return prev  # a retry after a lost answer: the same lease, still current
+            # a retry after a lost answer: the same lease, still current (and
+            # nothing new to announce)
+            return replace(prev, until=self._items[prev.item].until, again=True)
         d = Decision("empty")
         for _ts, h in self._order:
             it = self._items[h]

@@ -93,6 +93,7 @@ class Step:
     reply: dict | None = None  # a body to send back, or None when this topic is settled
     push: list[str] = field(default_factory=list)  # records to send unasked (the peer lacks them)
     want: list[str] = field(default_factory=list)  # records to ask for (we lack them)
+    truncated: bool = False  # the reply hit its bounds: open a fresh exchange afterwards
 
 
 def _split(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
@@ -106,6 +107,26 @@ def _summary_ranges(h: Holdings, lo: int, hi: int) -> list[dict]:
         n, fp = h.summary(a, b)
         out.append({"lo": a, "hi": b, "n": n, "fp": fp})
     return out
+
+
+def _list(h: Holdings, lo: int, hi: int, room: int, out: list[dict], step: Step) -> int:
+    """Add an ``ids`` range listing what we hold in ``[lo, hi)``, at most ``room`` hashes.
+
+    A list must be complete for its range, so when the range holds more, the
+    range is cut short at the millisecond of the first hash that does not
+    fit, and the rest is left to a fresh exchange.  Returns how many were listed.
+    """
+    keys = h._slice(lo, hi)
+    if len(keys) > room:
+        step.truncated = True
+        cut = keys[room][0]
+        if cut > lo:
+            hi = cut
+            keys = [k for k in keys if k[0] < cut]
+        else:
+            keys = keys[:room]  # one millisecond holds more than a list: list what fits
+    out.append({"lo": lo, "hi": hi, "ids": [k[1] for k in keys]})
+    return len(keys)
 
 
 def opening(h: Holdings, floor: int, now_ms: int, future_ms: int) -> dict:
@@ -131,7 +152,14 @@ def respond(h: Holdings, own_floor: int, body: object) -> Step:
     out: list[dict] = []
     push: set[str] = set()
     want: set[str] = set()
+    listed = 0  # hashes listed in the reply, bounded like a want
     for r in ranges[:MAX_RANGES]:
+        if len(out) + FANOUT > MAX_RANGES or listed > MAX_IDS - LEAF:
+            # The reply is as large as a peer reads: the ranges not looked at
+            # are compared again by a fresh exchange, which starts past what
+            # this one settles.
+            step.truncated = True
+            break
         if not isinstance(r, dict):
             continue
         lo, hi = _int(r.get("lo")), _int(r.get("hi"))
@@ -148,7 +176,10 @@ def respond(h: Holdings, own_floor: int, body: object) -> Step:
             want.update(i for i in theirs if i not in h)
             continue
         if r.get("ask") is True:
-            out.append({"lo": lo, "hi": hi, "ids": h.ids(lo, hi)})
+            if h.summary(lo, hi)[0] > MAX_IDS - listed and hi - lo > FANOUT:
+                out.extend(_summary_ranges(h, lo, hi))  # too many to list: narrow it down
+            else:
+                listed += _list(h, lo, hi, MAX_IDS - listed, out, step)
             continue
         n_peer, fp_peer = _int(r.get("n")), r.get("fp")
         if n_peer is None or not isinstance(fp_peer, str):
@@ -157,7 +188,7 @@ def respond(h: Holdings, own_floor: int, body: object) -> Step:
         if (n, fp) == (n_peer, fp_peer):
             continue
         if n <= LEAF or hi - lo <= FANOUT:
-            out.append({"lo": lo, "hi": hi, "ids": h.ids(lo, hi)})
+            listed += _list(h, lo, hi, MAX_IDS - listed, out, step)
         elif n_peer <= LEAF:
             out.append({"lo": lo, "hi": hi, "ask": True})
         else:

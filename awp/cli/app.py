@@ -15,7 +15,9 @@ import typer
 from .. import PROTOCOL_VERSION, __version__
 from . import cmd_conn, cmd_grants, cmd_msg, cmd_repair, cmd_service, cmd_share  # noqa: F401  (registers the commands)
 from .cmd_agent import hook_cmd as _hook  # noqa: F401  (registers hook, mcp, bootstrap, model)
+from .cmd_board import topic_app as _board  # noqa: F401  (registers topics, topic, post, get, ...)
 from .cmd_conform import conform as _conform  # noqa: F401  (registers awp conform)
+from .cmd_queue import claim_cmd as _queue  # noqa: F401  (registers claim, queue, ...)
 from .cmd_web import web_cmd as _web  # noqa: F401  (registers awp web)
 from .common import app, compact, home_of, home_opt, json_opt, out
 from .fastpath import home_first

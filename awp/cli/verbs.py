@@ -65,7 +65,11 @@ def _read_stdin() -> str:
 
 def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
                 mime: str) -> list[dict]:
-    """The parts of a message from the command line (text, --code, --data)."""
+    """The parts of a message or board post from the command line (text, --code, --data).
+
+    ``awp send`` and ``awp post``/``reply``/``edit`` share it, so both read
+    the same flags the same way (``--data @FILE`` reads the JSON from a file).
+    """
     parts: list[dict] = []
     if text.strip():
         parts.append({"k": "text", "text": text})
@@ -81,14 +85,31 @@ def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
             raise CliError(f"--code {path}: {e.strerror or e}") from None
         parts.append({"k": "code", "lang": lang or lang_for(path), "text": body})
     for raw in data:
+        where = ""
+        if raw.startswith("@"):
+            # JSON never starts with "@": "@FILE" names a file holding the JSON.
+            where = f" in {raw[1:]}"
+            raw = _read_data_file(raw[1:])
         try:
             import json  # its error messages are the ones users know
 
             value = json.loads(raw)
         except ValueError as e:
-            raise CliError(f"--data is not valid JSON ({e}): {clip(raw, 60)}") from None
+            raise CliError(f"--data{where} is not valid JSON ({e}): {clip(raw, 60)}") from None
         parts.append({"k": "data", "mime": mime or "application/json", "data": value})
     return parts
+
+
+def _read_data_file(path: str) -> str:
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise CliError(f"--data @{path}: no such file") from None
+    except IsADirectoryError:
+        raise CliError(f"--data @{path}: is a directory") from None
+    except OSError as e:
+        raise CliError(f"--data @{path}: {e.strerror or e}") from None
 
 
 def delivery_line(res: dict, what: str) -> None:

@@ -42,6 +42,10 @@ ACTING_ROUTES = (
     ("POST", "/v1/read"), ("POST", "/v1/wait"), ("POST", "/v1/connect"),
     ("POST", "/v1/bye"), ("POST", "/v1/alias"), ("POST", "/v1/grant"),
     ("POST", "/v1/revoke"), ("POST", "/v1/introduce"), ("POST", "/v1/private"),
+    ("POST", "/v1/board/post"), ("POST", "/v1/board/get"), ("POST", "/v1/board/wait"),
+    ("POST", "/v1/board/subscribe"), ("POST", "/v1/board/topic"),
+    ("POST", "/v1/board/edit"), ("POST", "/v1/board/delete"), ("POST", "/v1/board/hide"),
+    ("POST", "/v1/board/claim"), ("POST", "/v1/board/lease"),
 )
 
 MAX_MODEL = 200
@@ -192,4 +196,5 @@ def _wrap_acting(router: Router, touch) -> None:
                     touch(source)  # a long wait ends: the agent acts again now
 
         handler._awp_activity = True  # type: ignore[attr-defined]
+        handler._awp_inner = inner  # type: ignore[attr-defined]  # for reads that are not acts
         route.handler = handler

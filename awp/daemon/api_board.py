@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from ..localapi.server import ApiError, Request, Router
-from ..node.board import Board
+from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
 from ..node.engine import Engine
 from ..store import board as sb
@@ -28,6 +28,7 @@ from .api import json_body
 from .app import DaemonState
 
 MIN_PREFIX = 6
+MAX_BATCH = 1000  # posts in one request to /v1/board/post
 MAX_WAIT_S = 3600.0
 POLICY_FIELDS = {  # request field -> what it must be
     "title": str, "read": str, "post": str, "keep": int, "keep_days": int, "keep_bytes": int,
@@ -111,6 +112,12 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad(f"topic {ref!r}: {e}", "bad_topic") from None
 
     async def topic_of(ref: object) -> str:
+        if isinstance(ref, str) and (ref.startswith(wb.KEY_PREFIX) or "/" not in ref):
+            try:  # a full topic id, or one of ours: no lookup needed
+                return wb.topic_id(*ref.strip().rsplit("/", 1)) if "/" in ref else \
+                    wb.topic_id(me, ref.strip())
+            except (wb.BoardError, TypeError):
+                pass  # let topic_in say what is wrong
         return await engine.read(lambda c: topic_in(c, ref))
 
     def label(c: sqlite3.Connection, topic: str) -> str:
@@ -214,6 +221,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         existed = await engine.read(lambda c: sb.topic_doc(c, topic)) is not None
         try:
             await board.publish_topic(name, changes)
+        except TooMany as e:
+            raise ApiError(409, str(e), "too_many") from None
         except wb.BoardError as e:
             raise _bad(f"topic {name}: {e}") from None
         return {"topic": await topic_answer(topic), "created": not existed}
@@ -223,7 +232,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await topic_of(body.get("topic"))
         timeout = _secs(body, "timeout", 0)
-        if not await board.subscribe(topic):
+        if not await subscribe_to(topic):
             await board.refresh_authority([topic])
         if timeout > 0:
             await await_doc(topic, timeout)
@@ -253,9 +262,15 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         grant, via = found
         return {"grant": grant, **({"via": via} if via else {})}
 
+    async def subscribe_to(topic: str) -> bool:
+        try:
+            return await board.subscribe(topic)
+        except TooMany as e:
+            raise ApiError(409, str(e), "too_many") from None
+
     async def ready_topic(topic: str, timeout: float) -> wb.Policy | None:
         """Subscribed, with the owner's document (waiting for it up to ``timeout``)."""
-        await board.subscribe(topic)
+        await subscribe_to(topic)
         if topic.split("/", 1)[0] != me and not await await_doc(topic, timeout):
             lab = await engine.read(lambda c: label(c, topic))
             raise ApiError(404, f"no topic document for {lab} yet: its owner (or a peer that"
@@ -285,6 +300,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("POST", "/v1/board/post")
     async def post(req: Request) -> dict:
         body = json_body(req)
+        if "posts" in body:
+            return await post_many(body)
         parts = _parts(body)
         timeout = _secs(body, "timeout", 10.0)
         parent = ""
@@ -305,12 +322,44 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             doc["parent"] = parent
         doc.update(await authority(topic))
         rec, taken = await sign(doc)
-        posts = await engine.read(lambda c: sb.visible_posts(c, topic, 0, rec.ts, rec.hash))
-        names: dict[str, str] = {}
-        shown = [p for p in posts if p.shown.hash == rec.hash]
-        obj = (await engine.read(lambda c: post_obj(c, shown[0], names)) if shown
-               else {"hash": rec.hash, "id": rec.hash[:10], "topic": topic})
-        return {"post": obj, "sent_to": board.readers(topic)}
+
+        def shown(c: sqlite3.Connection) -> dict:
+            p = sb.post_by_hash(c, topic, rec.hash)
+            return post_obj(c, p, {}) if p else {"hash": rec.hash, "id": rec.hash[:10],
+                                                 "topic": topic}
+
+        return {"post": await engine.read(shown), "sent_to": await board.readers(topic)}
+
+    async def post_many(body: dict) -> dict:
+        """Many posts to one topic in one transaction (filling a queue, a script)."""
+        items = body.get("posts")
+        if not isinstance(items, list) or not 0 < len(items) <= MAX_BATCH:
+            raise _bad(f"posts: a list of 1 to {MAX_BATCH} posts")
+        topic = await topic_of(body.get("topic"))
+        await ready_topic(topic, _secs(body, "timeout", 10.0))
+        extra = await authority(topic)
+        docs = []
+        for item in items:
+            if not isinstance(item, dict):
+                raise _bad("each post is an object with parts")
+            doc: dict = {"k": "post", "topic": topic, "author": me, "parts": _parts(item),
+                         **extra}
+            if item.get("parent"):
+                prec = await engine.read(lambda c, ref=item["parent"]: record_in(c, ref))
+                if prec.topic != topic:
+                    raise _bad("a parent post is in another topic")
+                doc["parent"] = prec.hash
+            docs.append(doc)
+        try:
+            recs, taken = await board.sign_many(docs)
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
+        kept = {r.hash for r in taken.new}
+        if not kept:
+            raise refusal(taken.refused[0] if taken.refused else "not kept")
+        return {"posts": [{"hash": r.hash, "id": r.hash[:10], "topic": topic,
+                           "kept": r.hash in kept} for r in recs],
+                "refused": taken.refused, "sent_to": await board.readers(topic)}
 
     @r.route("POST", "/v1/board/get")
     async def get(req: Request) -> dict:
@@ -345,44 +394,52 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad("after must be a cursor (a seq) from an earlier answer")
 
         def q(c: sqlite3.Connection) -> tuple[list[dict], int]:
+            # The newest seq first: every post up to it is then seen by the
+            # query after it, so a wait may start from it when nothing is new.
+            seen = sb.last_seq(c)
             names: dict[str, str] = {}
             posts = sb.posts_after(c, topics, after, me, mine)
-            return [post_obj(c, p, names) for p in posts], sb.last_seq(c)
+            return [post_obj(c, p, names) for p in posts], seen
 
         engine.waiting += 1
+        last = after  # nothing in scope up to here: where the next wait may start
         try:
             with engine.changes.subscribe() as events, trio.move_on_after(timeout):
                 while True:
-                    posts, last = await engine.read(q)
+                    posts, seen = await engine.read(q)
                     if posts:
                         return {"posts": posts, "cursor": max(p["seq"] for p in posts),
                                 "timed_out": False}
+                    last = max(last, seen)
                     while True:
                         ev = await events.receive()
                         if ev.get("kind") == "board" and ev.get("topic") in topics:
                             break
         finally:
             engine.waiting -= 1
-        return {"posts": [], "cursor": max(after, await engine.read(sb.last_seq)),
-                "timed_out": True}
+        # Not the newest seq now: a post in scope stored since the last look
+        # would be skipped by a wait starting there.
+        return {"posts": [], "cursor": last, "timed_out": True}
 
     @r.route("POST", "/v1/board/unread")
     async def unread(req: Request) -> dict:
         body = json_body(req)
         limit = min(_int(body, "limit", 50, 1), 500)
 
-        def job(c: sqlite3.Connection) -> dict:
+        def q(c: sqlite3.Connection) -> tuple[dict, dict[str, int]]:
             posts, more = sb.unread(c, me, limit)
             names: dict[str, str] = {}
-            out = [post_obj(c, p, names) for p in posts]
-            if body.get("mark", True) and posts:
-                upto: dict[str, int] = {}
-                for p in posts:
-                    upto[p.topic] = max(upto.get(p.topic, 0), p.seq)
-                sb.mark_read(c, upto)
-            return {"posts": out, "more": more}
+            upto: dict[str, int] = {}
+            for p in posts:
+                upto[p.topic] = max(upto.get(p.topic, 0), p.seq)
+            return {"posts": [post_obj(c, p, names) for p in posts], "more": more}, upto
 
-        return await engine.writer.run(job)
+        # Read first: the hooks ask after every tool call, and usually nothing
+        # is new; the mark (a write) is only for what this answer carries.
+        answer, upto = await engine.read(q)
+        if body.get("mark", True) and upto:
+            await engine.writer.run(lambda c: sb.mark_read(c, upto))
+        return answer
 
     # -- changing records ------------------------------------------------------------
 
@@ -518,9 +575,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             out: dict = {"state": d.state, "lease": d.lease, "until": d.until,
                          "holder": d.holder, "topic": topic}
             if d.item:
-                posts = [p for p in sb.visible_posts(c, topic, 0, 0, d.item)
-                         if p.shown.hash == d.item]
-                out["item"] = (post_obj(c, posts[0], {}) if posts
+                p = sb.post_by_hash(c, topic, d.item)
+                out["item"] = (post_obj(c, p, {}) if p
                                else {"hash": d.item, "id": d.item[:10], "topic": topic})
             return out
 

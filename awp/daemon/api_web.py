@@ -12,6 +12,9 @@ shows comes from these routes on the daemon's socket.
 - ``GET /v1/web/thread?peer=KEY&th=TH``: one conversation, local (``peer``
   is the other side) or shared with this host (``peer`` is the sharer).
 - ``GET /v1/web/blob?peer=KEY&dir=in|out&ref=REF``: where a recorded file is.
+- ``GET /v1/web/board``: every topic this host knows, as ``/v1/board/topics``.
+- ``GET /v1/web/topic?topic=KEY/NAME&n=N``: one topic and its newest posts, as
+  ``/v1/board/get`` gives them (``n`` up to 2000).
 - ``GET /v1/web/changes``: an NDJSON stream of the engine's change hints,
   with a ``tick`` every 15 s so a reader notices a dead daemon.
 
@@ -50,6 +53,10 @@ THREAD_LINES = 2000
 
 #: Most local threads in a state snapshot.
 MAX_THREADS = 5000
+
+#: Posts of one topic ``/v1/web/topic`` returns by default, and at most (the newest).
+TOPIC_POSTS = 500
+MAX_TOPIC_POSTS = 2000
 
 TICK_SECONDS = 15.0
 
@@ -153,6 +160,20 @@ def _strip_paths(records: list[dict]) -> list[dict]:
             if isinstance(data, dict):
                 data.pop("path", None)
     return records
+
+
+def _without_file_data(posts: list[dict]) -> list[dict]:
+    """Posts whose file parts keep their name, type and size but not the bytes.
+
+    A post carries its files inside it (base64, up to the topic's ``max_post``);
+    the dashboard names them and does not serve them, so 2000 posts never
+    make a 100 MB answer.
+    """
+    for p in posts:
+        for part in p.get("parts") or []:
+            if isinstance(part, dict) and part.get("k") == "file":
+                part.pop("data", None)
+    return posts
 
 
 def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
@@ -331,6 +352,41 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
         return {"peer": peer, "dir": direction, "ref": ref, "name": row["name"],
                 "mime": row["mime"], "size": row["size"], "status": row["status"],
                 "path": path}
+
+    # -- the board ---------------------------------------------------------------------
+    #
+    # The board's own routes (api_board.py) shape topics and posts; the dashboard
+    # asks them, through the router, rather than shaping them a second time. Both
+    # are reads: neither marks anything read, and neither is an acting route.
+
+    async def _board(method: str, path: str, body: dict | None = None) -> Any:
+        try:
+            handler, params = router.resolve(method, path)
+        except ApiError:
+            raise ApiError(404, "this daemon has no board", "not_found") from None
+        inner = Request(method, path, {}, json.dumps(body).encode() if body else b"")
+        inner.params = params
+        # the route itself, not the wrapper that counts an agent's acts
+        return await getattr(handler, "_awp_inner", handler)(inner)
+
+    @router.route("GET", "/v1/web/board")
+    async def web_board(req: Request) -> dict:
+        found = await _board("GET", "/v1/board/topics")
+        return {"topics": found.get("topics") or [], "self": engine.identity.key}
+
+    @router.route("GET", "/v1/web/topic")
+    async def web_topic(req: Request) -> dict:
+        topic = (req.query.get("topic") or "").strip()
+        owner, _, name = topic.partition("/")
+        if not owner.startswith(KEY_PREFIX) or len(owner) > 100 or not name or len(name) > 200:
+            raise ApiError(400, "topic must be a topic id (ed25519:...KEY/NAME)", "bad_request")
+        n = min(_int(req, "n", TOPIC_POSTS) or TOPIC_POSTS, MAX_TOPIC_POSTS)
+        found = await _board("POST", "/v1/board/get", {"topic": topic, "n": n})
+        t = found.get("topic") or {}
+        if not (t.get("known") or t.get("subscribed") or t.get("records")):
+            raise ApiError(404, "no such topic here", "not_found")
+        return {"topic": t, "posts": _without_file_data(found.get("posts") or []),
+                "self": engine.identity.key}
 
     @router.route("GET", "/v1/web/changes")
     async def web_changes(req: Request) -> Stream:

@@ -171,12 +171,12 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         from .api_web import add_web_routes
 
         add_web_routes(router, engine, state)
+        from .api_board import add_board_routes
+
+        add_board_routes(router, engine, state)  # before the agent routes wrap the acting ones
         from .api_agent import add_agent_routes
 
         add_agent_routes(router, engine, state)
-        from .api_board import add_board_routes
-
-        add_board_routes(router, engine, state)
         from .damage import guard
 
         guard(router, home)

@@ -11,6 +11,7 @@ traceback.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from ..localapi.server import ApiError, Handler, Request, Router
@@ -27,6 +28,7 @@ def damaged_error(home: str, e: BaseException) -> ApiError:
 def guard(router: Router, home: str) -> None:
     """Map store damage raised by any handler of ``router`` to ``store_damaged``."""
     def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)  # keeps what other wrappers marked on the handler
         async def guarded(req: Request):
             try:
                 return await handler(req)

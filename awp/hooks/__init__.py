@@ -1,4 +1,4 @@
-"""``awp hook``: bring new awp messages into a harness's model context.
+"""``awp hook``: bring new awp messages and board posts into a harness's model context.
 
 :mod:`awp.hooks.run` is the whole command. It is dispatched by
 ``awp.cli.entry`` before typer is imported and must stay cheap: stdlib,

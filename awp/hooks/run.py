@@ -15,9 +15,17 @@ Each run, when a daemon answers:
    newest assistant entry's ``message.model`` in the transcript at
    ``transcript_path``) and the harness detected from the environment, and
    takes the unread records, marking them read;
-3. prints them framed as untrusted input in the harness's format (``stop``:
+3. takes the new posts of subscribed board topics (``POST /v1/board/unread``,
+   marking them read): at session start and after tool calls always, before
+   stopping only when there are messages to stop for (a broadcast is not a
+   reason to keep an agent from finishing; its posts wait for the next hook);
+4. prints them framed as untrusted input in the harness's format (``stop``:
    a one-time block, and nothing at all when the input says a stop hook is
    already active).
+
+A daemon without board routes (404), or one whose board answer fails or comes
+too late, costs the hook its posts only: the messages it already took are
+printed.
 
 Usage errors exit 1, not 2: to Claude Code, exit 2 from a hook means "block".
 """
@@ -54,6 +62,8 @@ DAEMON_BUDGET = 0.3
 #: Transcript tail read per step, and at most in all, looking for the model.
 TRANSCRIPT_BLOCK = 64 * 1024
 TRANSCRIPT_MAX = 8 << 20
+#: Most board posts one hook run takes (and marks read); the daemon counts the rest.
+BOARD_LIMIT = 20
 
 USAGE = (
     "usage: awp hook [session-start|inbox|stop] [--format claude|codex|gemini|cursor|text]"
@@ -332,6 +342,26 @@ class _Budgeted(LocalClient):
         return super().request(*args, **kwargs)
 
 
+def _board(client: LocalClient) -> tuple[list[dict], int]:
+    """New posts of subscribed topics, marked read; ``([], 0)`` on any failure.
+
+    Only the board part is lost then: a daemon from before the board (404), a
+    board error or the budget running out must not cost the messages already
+    taken.
+    """
+    try:
+        res = client.post("/v1/board/unread", {"mark": True, "limit": BOARD_LIMIT})
+    except (DaemonNotRunning, ApiFailure, ProtocolError, ConnectionError, TimeoutError,
+            OSError):
+        return [], 0
+    if not isinstance(res, dict):
+        return [], 0
+    posts = res.get("posts")
+    posts = [p for p in posts if isinstance(p, dict)] if isinstance(posts, list) else []
+    more = res.get("more")
+    return posts, more if isinstance(more, int) and not isinstance(more, bool) else 0
+
+
 def run(event: str, fmt: str, home: str, data: dict) -> str:
     """Talk to the daemon and return what to print (``""`` for nothing)."""
     hook_event = _text_field(data, "hook_event_name")
@@ -344,6 +374,8 @@ def run(event: str, fmt: str, home: str, data: dict) -> str:
         client = _Budgeted(sock, DAEMON_BUDGET)
     except OSError:
         return ""
+    posts: list[dict] = []
+    more = 0
     with client:
         silenced = event == "stop" and _stop_silenced(data)
         report: dict = {"source": "hook"}
@@ -370,19 +402,23 @@ def run(event: str, fmt: str, home: str, data: dict) -> str:
         except (DaemonNotRunning, ApiFailure, ProtocolError, ConnectionError, TimeoutError,
                 OSError):
             return ""
-    if silenced:
-        return ""
-    records = res.get("records") if isinstance(res, dict) else None
-    records = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+        if silenced:
+            return ""
+        records = res.get("records") if isinstance(res, dict) else None
+        records = ([r for r in records if isinstance(r, dict)] if isinstance(records, list)
+                   else [])
+        if event != "stop" or records:
+            posts, more = _board(client)
     from . import text as texts
 
+    board = texts.board_text(posts, more)
     if event == "session-start":
         body = texts.session_text(status if isinstance(status, dict) else {}, records)
     elif event == "stop":
         body = texts.stop_text(records)
     else:
         body = texts.inbox_text(records)
-    return format_output(fmt, event, hook_event, body)
+    return format_output(fmt, event, hook_event, texts.join_texts(body, board))
 
 
 def main(args: list[str]) -> int:

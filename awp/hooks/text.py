@@ -147,3 +147,148 @@ def session_text(status: dict, records: list[dict], now: int | None = None) -> s
     text = identity_text(status)
     msgs = inbox_text(records, now)
     return f"{text}\n\n{msgs}" if msgs else text
+
+
+# -- the board -------------------------------------------------------------------------------
+#
+# Posts from subscribed topics come in beside messages, framed the same way and
+# capped the same way (the batch size is CAP; the rest are counted with a pointer).
+# A post is a broadcast, not a line addressed to this agent, and topics can be
+# busy, so each post's body is also cut at POST_CHARS: the header line always
+# says where the whole post is.
+
+#: Most characters of one post's rendered body in a batch; the rest is cut.
+POST_CHARS = 2000
+
+
+def board_header(n: int) -> str:
+    noun = "post" if n == 1 else "posts"
+    return f"New awp board {noun} on topics you subscribe to ({n}). {FRAMING}"
+
+
+def _post_label(post: dict) -> str:
+    label = post.get("label") or post.get("topic") or "?"
+    return str(label)
+
+
+def _post_id(post: dict) -> str:
+    pid = post.get("id") or str(post.get("hash") or "")[:10]
+    return str(pid) or "?"
+
+
+def _file_line(part: dict, label: str, pid: str) -> str:
+    """A file carried inside a post (base64 in the record): its name and how to save it."""
+    from ..cli.render import INDENT, size
+
+    name = str(part.get("name") or "file")
+    what = [size(part["size"])] if isinstance(part.get("size"), int) else []
+    if isinstance(part.get("mime"), str) and part["mime"]:
+        what.append(part["mime"])
+    about = f" ({', '.join(what)})" if what else ""
+    return f"{INDENT}file {name}{about}: save it with awp get {label} --thread {pid} --save DIR"
+
+
+def _post_body(post: dict) -> list[str]:
+    """The post's parts as indented lines, as a message's parts are rendered.
+
+    A file part carries the file itself, base64: it is named, never printed.
+    """
+    from ..cli.render import INDENT, render_part
+
+    parts = post.get("parts")
+    lines: list[str] = []
+    if isinstance(parts, list) and parts:
+        for p in parts:
+            if isinstance(p, dict) and p.get("k") == "file":
+                lines.append(_file_line(p, _post_label(post), _post_id(post)))
+            else:
+                lines += render_part(p)
+    elif isinstance(post.get("text"), str):
+        lines = [INDENT + ln if ln else INDENT.rstrip() for ln in post["text"].split("\n")]
+    return lines
+
+
+def clip_lines(lines: list[str], limit: int, more: str) -> list[str]:
+    """``lines`` cut after ``limit`` characters in all, with ``more`` saying where the rest is."""
+    total = 0
+    out: list[str] = []
+    for i, ln in enumerate(lines):
+        if total + len(ln) > limit:
+            room = max(0, limit - total)
+            if room:
+                out.append(ln[:room] + "…")
+            rest = sum(len(x) for x in lines[i:]) - room
+            out.append(f"  [… {rest} more characters not shown: {more}]")
+            return out
+        out.append(ln)
+        total += len(ln) + 1
+    return out
+
+
+def render_post(post: dict, now: int | None = None, limit: int = POST_CHARS) -> str:
+    """One post: ``[2m ago] alice/ops · 9f0c4e0b6a · builder · reply to 1a2b3c4d5e``, then its body.
+
+    The body is cut after ``limit`` characters (0: never).
+    """
+    from ..cli.render import ago
+
+    label, pid = _post_label(post), _post_id(post)
+    who = post.get("author_name") or _short(str(post.get("author") or "")) or "?"
+    if post.get("mine"):
+        who = f"{who} (you)"
+    head = [f"[{ago(post.get('ts'), now)}]", label, "·", pid, "·", str(who)]
+    parent = post.get("parent")
+    if isinstance(parent, str) and parent:
+        head.append(f"· reply to {parent[:10]}")
+    if post.get("replies"):
+        n = post["replies"]
+        head.append(f"· {n} {'reply' if n == 1 else 'replies'}")
+    if post.get("edited"):
+        head.append("· edited")
+    body = _post_body(post)
+    if limit > 0:
+        body = clip_lines(body, limit, f"awp get {label}")
+    return "\n".join([" ".join(head), *body])
+
+
+def board_hint(posts: list[dict]) -> str:
+    """How to answer a post, and where to read its topic."""
+    ids = list(dict.fromkeys(_post_id(p) for p in posts))
+    labels = list(dict.fromkeys(_post_label(p) for p in posts))
+    pid = ids[0] if len(ids) == 1 else "ID"
+    label = labels[0] if len(labels) == 1 else "TOPIC"
+    return (f'Answer a post with: awp reply {pid} "..." (everyone on the topic reads it); read'
+            f" the topic with: awp get {label}; post a new one with: awp post {label} \"...\"")
+
+
+def board_text(posts: list[dict], more: int = 0, now: int | None = None) -> str:
+    """The framed text for new board posts (oldest first), ``""`` when there are none.
+
+    ``more`` is how many further new posts the daemon still holds unread
+    (``/v1/board/unread`` marks only what it returns).
+    """
+    posts = [p for p in posts if isinstance(p, dict)]
+    if not posts:
+        return ""
+    more = more if isinstance(more, int) and not isinstance(more, bool) and more > 0 else 0
+    shown = posts[-CAP:]
+    cut = len(posts) - len(shown)
+    lines = [board_header(len(posts) + more), ""]
+    lines += [render_post(p, now) for p in shown]
+    if cut or more:
+        lines.append("")
+    if cut:
+        noun = "one is" if cut == 1 else "ones are"
+        lines.append(f"{cut} earlier {noun} not shown here (all are marked read): awp get"
+                     " TOPIC reads a topic")
+    if more:
+        noun = "post is" if more == 1 else "posts are"
+        lines.append(f"{more} more new {noun} still unread: they come next time, or read them"
+                     " now with awp get TOPIC (awp topics shows where)")
+    lines += ["", board_hint(shown)]
+    return "\n".join(lines)
+
+
+def join_texts(*texts: str) -> str:
+    """Non-empty texts, a blank line apart."""
+    return "\n\n".join(t for t in texts if t)

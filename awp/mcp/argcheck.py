@@ -47,7 +47,11 @@ def _what(schema: dict) -> str:
                                                                    dict) else None
         return f"a list of {inner}s" if isinstance(inner, str) else "a list"
     if isinstance(kind, list):
-        return " or ".join(f"a {k}" for k in kind)
+        return " or ".join(_article(k) for k in kind)
+    return _article(str(kind))
+
+
+def _article(kind: str) -> str:
     return f"an {kind}" if kind in ("integer", "object", "array") else f"a {kind}"
 
 

@@ -9,19 +9,17 @@ arguments raise :class:`ToolError`, which the server turns into a result with
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..hooks.text import FRAMING, batch, reply_hint
-from ..localapi.client import LocalClient, wait_for_address
+from ..localapi.client import wait_for_address
+from . import board
 from .argcheck import ArgumentError, check_object
+from .base import MAX_WAIT, WAIT_SLICE, Context, Tool, ToolError
 
-#: Longest block allowed for awp_read's wait_seconds.
-MAX_WAIT = 600.0
-#: A long wait is asked of the daemon in slices this long, so a cancelled
-#: call stops holding the daemon soon after.
-WAIT_SLICE = 10.0
+__all__ = ["BY_NAME", "MAX_WAIT", "TOOLS", "WAIT_SLICE", "Context", "Tool", "ToolError",
+           "call"]
+
 #: How many records one awp_read result renders (the rest are counted).
 READ_CAP = 100
 #: How long awp_listen waits for the daemon to have an address.
@@ -29,38 +27,6 @@ LISTEN_WAIT = 20.0
 
 STATES = ["working", "waiting", "done", "failed", "closed", "open"]
 CAPS = ["exec", "fs:read", "fs:write", "introduce", "admin"]
-
-
-class ToolError(Exception):
-    """A tool call that cannot be carried out; the message is for the model."""
-
-
-@dataclass
-class Context:
-    """What a tool needs from the server."""
-
-    client: Callable[[float | None], LocalClient]  # daemon started on demand
-    cancelled: Callable[[], bool]
-
-
-@dataclass
-class Tool:
-    name: str
-    title: str
-    description: str
-    schema: dict
-    handler: Callable[[dict, Context], str]
-    read_only: bool = False
-
-    def listing(self) -> dict:
-        return {
-            "name": self.name,
-            "title": self.title,
-            "description": self.description,
-            "inputSchema": self.schema,
-            "annotations": {"title": self.title, "readOnlyHint": self.read_only,
-                            "openWorldHint": True},
-        }
 
 
 def _s(args: dict, key: str) -> str:
@@ -400,6 +366,7 @@ TOOLS: list[Tool] = [
         {"type": "object", "properties": {}, "additionalProperties": False},
         status, read_only=True,
     ),
+    *board.TOOLS,
 ]
 
 BY_NAME = {t.name: t for t in TOOLS}

@@ -61,9 +61,12 @@ MAX_LINE = 512 * 1024  # a board-posts line stays under this
 MAX_SUBS = 256  # topics in one board-sub
 MAX_WANT = 4096  # hashes in one board-want
 MAX_RECS = 4096  # records read from one board-posts line
-LINK_QUEUE_BYTES = 8 * 1024 * 1024  # per link; past it, records wait for a digest
 RESYNC_S = 300.0
 SWEEP_S = 60.0
+
+
+class TooMany(BoardError):
+    """Subscribing would pass ``limits.board_subscriptions``."""
 
 
 def speaks_board(conn: Connection) -> bool:
@@ -73,17 +76,22 @@ def speaks_board(conn: Connection) -> bool:
 class _Link:
     """One connection's outgoing board lines, written by its own task."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, max_bytes: int) -> None:
         self.conn = conn
+        self.max_bytes = max_bytes
+        self.served = 0  # bytes sent on the peer's asking in this minute
+        self.served_since = 0.0
         self.queue: deque[bytes] = deque()
         self.size = 0
         self.wake = trio.Event()
         self.resync: set[str] = set()
+        self.deferred: set[str] = set()  # topics whose asks went over the serve budget
         self.subs: dict[str, tuple[object, object]] = {}  # topic -> (grant, via) they sent
+        self.heard_sub = False  # their first board-sub came (the one sent on connect)
 
     def push(self, data: bytes, topic: str = "") -> bool:
         """Queue a line; False (and a resync of ``topic``) when the queue is full."""
-        if self.size + len(data) > LINK_QUEUE_BYTES and topic:
+        if self.size + len(data) > self.max_bytes and topic:
             self.resync.add(topic)
             self.wake.set()
             return False
@@ -103,10 +111,12 @@ class Board:
         self.links: dict[str, _Link] = {}  # peer key -> its current link
         self.policies: dict[str, Policy | None] = {}
         self.stats = dict.fromkeys(("lines_in", "bytes_in", "lines_out", "bytes_out",
-                                    "records_in", "records_refused", "records_out"), 0)
+                                    "records_in", "records_refused", "records_out",
+                                    "asks_refused", "held_back"), 0)
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
+        self._last_ts = 0  # of the last record we signed
 
     # -- life ------------------------------------------------------------------------
 
@@ -124,16 +134,28 @@ class Board:
         last_resync = trio.current_time()
         while True:
             await trio.sleep(SWEEP_S)
-            for topic in sorted(self.subs):
-                pol = await self.policy(topic)
-                if pol is not None:
-                    await self.engine.writer.run(
-                        lambda c, t=topic, p=pol: sb.enforce_retention(c, t, p, now_ms()))
+            try:
+                await self._sweep()
+            except Exception:
+                log.exception("board: the retention sweep failed")
             if trio.current_time() - last_resync >= RESYNC_S:
                 last_resync = trio.current_time()
                 for link in list(self.links.values()):
                     link.resync.update(t for t in link.subs if t in self.subs)
                     link.wake.set()
+
+    async def _sweep(self) -> None:
+        """Deferred asks become digests; retention catches up with the clock."""
+        for link in list(self.links.values()):
+            if link.deferred:
+                link.resync |= link.deferred
+                link.deferred = set()
+                link.wake.set()
+        for topic in sorted(self.subs):
+            pol = await self.policy(topic)
+            if pol is not None:
+                await self.engine.writer.run(
+                    lambda c, t=topic, p=pol: sb.enforce_retention(c, t, p, now_ms()))
 
     async def policy(self, topic: str) -> Policy | None:
         if topic not in self.policies:
@@ -159,7 +181,7 @@ class Board:
         link = self.links.get(conn.peer_key)
         if link is not None and link.conn is conn:
             return link
-        link = _Link(conn)
+        link = _Link(conn, self.engine.config.limits.board_link_bytes)
         self.links[conn.peer_key] = link
         assert self._nursery is not None
         self._nursery.start_soon(self._sender, link)
@@ -192,6 +214,8 @@ class Board:
                     link.wake = trio.Event()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
+            except Exception:  # the store failed us: this link ends, the others go on
+                log.exception("board: the link to %s failed", conn.peer_key[:18])
             finally:
                 n.cancel_scope.cancel()
                 if self.links.get(conn.peer_key) is link:
@@ -282,13 +306,20 @@ class Board:
         if len(link.subs) > 4 * MAX_SUBS:  # a peer cannot make us remember without end
             for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
                 del link.subs[topic]
+        heard, link.heard_sub = link.heard_sub, True
         for topic in added:
-            if topic not in self.subs or not await self._may_read(link, topic):
+            if topic not in self.subs:
                 continue
-            doc = await self.engine.read(lambda c, t=topic: sb.topic_doc(c, t))
-            if doc is not None:
-                link.push(self._line("board-topic", '"hops":0,"doc":' + doc))
-            if self.me < link.conn.peer_key:
+            await self.policy(topic)
+            if self._may_see_doc(link, topic):
+                doc = await self.engine.read(lambda c, t=topic: sb.topic_doc(c, t))
+                if doc is not None:
+                    link.push(self._line("board-topic", '"hops":0,"doc":' + doc))
+            if not await self._may_read(link, topic):
+                continue
+            # On connect the smaller key opens; a later board-sub (a new
+            # subscription, a new grant) is answered by whoever receives it.
+            if heard or self.me < link.conn.peer_key:
                 link.push(await self._opening(topic))
 
     async def _on_topic(self, link: _Link, line: dict, raw: bytes) -> None:
@@ -313,8 +344,20 @@ class Board:
 
     async def _forward_topic(self, rec: Record, hops: int, except_key: str = "") -> None:
         for key, link in list(self.links.items()):
-            if key != except_key and await self._may_read(link, rec.topic):
+            if key != except_key and self._may_see_doc(link, rec.topic):
                 link.push(self._line("board-topic", f'"hops":{hops},"doc":' + rec.raw))
+
+    def _may_see_doc(self, link: _Link, topic: str) -> bool:
+        """Topic documents go to every subscriber that is not banned, reader or not.
+
+        The document is the topic's public face (policy, title, who is revoked
+        or banned): it is how a subscriber learns that it may not read yet, or
+        no longer, and it lets every host judge posts by the same policy.
+        """
+        if topic not in link.subs:
+            return False
+        pol = self.policies.get(topic)
+        return pol is None or link.conn.peer_key not in pol.banned
 
     async def _on_posts(self, link: _Link, line: dict, raw: bytes) -> None:
         topic, hops = line.get("topic"), line.get("hops")
@@ -328,7 +371,8 @@ class Board:
             return
         await self.take(recs, via=link.conn.peer_key, hops=hops)
 
-    async def take(self, raws: list[str], *, via: str = "", hops: int = 0) -> sb.Taken:
+    async def take(self, raws: list[str] | list[Record], *, via: str = "",
+                   hops: int = 0) -> sb.Taken:
         """Store records (from a peer or from us) and forward what was new."""
         def job(c: sqlite3.Connection) -> sb.Taken:
             taken = sb.take(c, raws, now_ms(), via=via, hops=hops)
@@ -336,7 +380,12 @@ class Board:
                 self.queue.stored(c, taken)
             return taken
 
-        taken = await self.engine.writer.run(job)
+        try:
+            taken = await self.engine.writer.run(job)
+        except Exception:
+            if self.queue is not None:
+                self.queue.forget()
+            raise
         if via:
             self.stats["records_in"] += len(taken.new)
             self.stats["records_refused"] += len(taken.refused)
@@ -370,6 +419,7 @@ class Board:
                 continue
             for data, n in self._posts_lines(topic, raws, hops):
                 if not link.push(data, topic):
+                    self.stats["held_back"] += 1
                     break
                 self.stats["records_out"] += n
 
@@ -430,6 +480,9 @@ class Board:
         step, push = await self.engine.writer.run(job)
         if step.reply is not None:
             link.push(self._digest_line(topic, step.reply))
+        if step.truncated:  # the reply was as large as allowed: start afresh after it
+            link.resync.add(topic)
+        push = self._serve(link, push) if push else []
         if push:
             await self._forward(topic, push, 0, only=link)
         for i in range(0, len(step.want), MAX_WANT):
@@ -444,8 +497,29 @@ class Board:
             return
         want = [i for i in ids[:MAX_WANT] if isinstance(i, str)]
         raws = await self.engine.read(lambda c: sb.raw_records(c, topic, want))
+        raws = self._serve(link, raws) if raws else []
         if raws:
             await self._forward(topic, raws, 0, only=link)
+
+    def _serve(self, link: _Link, raws: list[str]) -> list[str]:
+        """What of ``raws`` the peer's asking may have now (``board_serve_bytes``).
+
+        A want is a few bytes that can ask for megabytes: past the budget a
+        minute, the rest is left for a digest at the next sweep.
+        """
+        now = trio.current_time()
+        if now - link.served_since >= 60:
+            link.served, link.served_since = 0, now
+        budget = self.engine.config.limits.board_serve_bytes
+        out = []
+        for r in raws:
+            if link.served + len(r) > budget:
+                self.stats["asks_refused"] += 1
+                link.deferred.add(_topic_of(r))
+                break
+            link.served += len(r)
+            out.append(r)
+        return out
 
     # -- local actions ---------------------------------------------------------------
 
@@ -453,6 +527,9 @@ class Board:
         """Subscribe (with the read grant we hold, if any); False when already subscribed."""
         if topic in self.subs:
             return False
+        if len(self.subs) >= self.engine.config.limits.board_subscriptions:
+            raise TooMany(f"this host subscribes to {len(self.subs)} topics already"
+                          " (limits.board_subscriptions)")
         pol = await self.policy(topic)
 
         def job(c: sqlite3.Connection) -> None:
@@ -464,6 +541,9 @@ class Board:
         await self.engine.writer.run(job)
         self.subs.add(topic)
         await self.announce([topic], [])
+        owner = topic.split("/", 1)[0]
+        if owner != self.me:
+            self.engine.peers.ensure_loop(owner)  # a subscription is business with its owner
         return True
 
     def on_grants(self, conn: Connection) -> None:
@@ -511,24 +591,48 @@ class Board:
         policy = {k: v for k, v in policy.items() if v is not None}
         rec = make_topic(self.engine.identity, name, seq, now_ms(), **policy)
         if topic not in self.subs:
+            if len(self.subs) >= self.engine.config.limits.board_subscriptions:
+                raise TooMany(f"this host holds {len(self.subs)} topics already"
+                              " (limits.board_subscriptions)")
             await self.engine.writer.run(lambda c: sb.subscribe(c, topic, now_ms()))
             self.subs.add(topic)
             await self.announce([topic], [])
-        taken = await self.take([rec.raw])
+        taken = await self.take([rec])
         if not taken.new:
             raise BoardError("; ".join(taken.refused) or "the topic document was not kept")
         return rec
 
     async def sign_and_take(self, doc: dict) -> tuple[Record, sb.Taken]:
-        rec = sign_record(self.engine.identity, doc)
-        return rec, await self.take([rec.raw])
+        """Sign one of our records and store it (then it goes out like any other).
 
-    def readers(self, topic: str) -> list[str]:
-        """Peers a new record of ``topic`` is sent to now (subscribed and linked)."""
-        return sorted(k for k, link in self.links.items() if topic in link.subs)
+        Our records' times strictly increase: two identical posts in one
+        millisecond would otherwise be one record (a record is named by its
+        content), and the second would vanish.
+        """
+        recs, taken = await self.sign_many([doc])
+        return recs[0], taken
+
+    async def sign_many(self, docs: list[dict]) -> tuple[list[Record], sb.Taken]:
+        """Sign several of our records and store them in one transaction."""
+        recs = []
+        for doc in docs:
+            ts = max(now_ms(), self._last_ts + 1)
+            self._last_ts = ts
+            recs.append(sign_record(self.engine.identity, dict(doc, ts=format_ts(ts))))
+        return recs, await self.take(recs)
+
+    async def readers(self, topic: str) -> list[str]:
+        """Peers a new record of ``topic`` is sent to now (linked, subscribed, allowed)."""
+        return sorted([k for k, link in list(self.links.items())
+                       if await self._may_read(link, topic)])
 
     def status(self) -> dict:
         return {**self.stats, "subscribed": len(self.subs), "links": len(self.links)}
+
+
+def _topic_of(raw: str) -> str:
+    """The topic a stored record names (records we hold were checked when stored)."""
+    return str(json.loads(raw).get("topic", ""))
 
 
 __all__ = ["Board", "MAX_HOPS", "speaks_board"]

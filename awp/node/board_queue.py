@@ -56,6 +56,7 @@ class BoardQueue:
         self.engine = board.engine
         self.me = board.me
         self.arbiters: dict[str, Arbiter] = {}  # our queue topics, touched on the writer only
+        self._lease_ts: dict[str, int] = {}  # the newest lease record's ts, per topic
         self._answers: dict[str, tuple[str, trio.Event, list[dict]]] = {}
         self._wake = trio.Event()
 
@@ -83,10 +84,26 @@ class BoardQueue:
 
     def _leases(self, c: sqlite3.Connection, topic: str, decisions: list[Decision],
                 now: int) -> list[Record]:
-        """Sign and store a lease record for each decision that changed a lease."""
-        recs = [make_lease(self.engine.identity, topic, d.item, d.holder, d.state, d.lease,
-                           d.until, now) for d in decisions if d.state in LEASE_STATES]
-        return sb.take(c, [r.raw for r in recs], now).new if recs else []
+        """Sign and store a lease record for each decision that changed a lease.
+
+        Their times strictly increase, one millisecond apart when decisions
+        come together (an expiry and the claim that follows it): every host
+        orders lease records by ``(ts, hash)``, which must be the order the
+        arbiter decided in.
+        """
+        recs = []
+        for d in decisions:
+            if d.state not in LEASE_STATES or d.again:
+                continue
+            last = self._lease_ts.get(topic)
+            if last is None:
+                last = c.execute("SELECT coalesce(max(ts), 0) FROM board_records WHERE topic = ?"
+                                 " AND kind = 'lease'", (topic,)).fetchone()[0]
+            ts = max(now, last + 1)
+            self._lease_ts[topic] = ts
+            recs.append(make_lease(self.engine.identity, topic, d.item, d.holder, d.state,
+                                   d.lease, d.until, ts))
+        return sb.take(c, recs, now).new if recs else []
 
     def _owned_queue(self, c: sqlite3.Connection, topic: str) -> Policy | None:
         if not topic.startswith(self.me + "/"):
@@ -114,6 +131,15 @@ class BoardQueue:
             taken.new.extend(self._leases(c, rec.topic, self._log(
                 c, rec.topic, arb, Event("remove", now, item=rec.of)), now))
 
+    def forget(self) -> None:
+        """Drop the arbiters' memory; each is replayed from its log when next used.
+
+        Called when a transaction that applied events failed: the log (on
+        disk) is the truth, and memory may be ahead of it.
+        """
+        self.arbiters.clear()
+        self._lease_ts.clear()
+
     def after_stored(self, taken: sb.Taken) -> None:
         self._wake.set()  # a new lease may need an expiry tick
 
@@ -126,11 +152,20 @@ class BoardQueue:
         decisions = self._log(c, topic, arb, ev)
         recs = self._leases(c, topic, decisions, ev.now)
         answer = decisions[-1] if decisions else Decision("refused", why="no answer")
+        if answer.again:  # the answer is the record announced with the first answer
+            recs += [r for r in sb.records(c, topic) if r.kind == "lease"
+                     and r.of == answer.item and r.doc.get("lease") == answer.lease
+                     and r.doc.get("state") == "claimed"][-1:]
         return answer, recs
 
     async def _arbitrate(self, topic: str, ev: Event) -> tuple[Decision, Record | None]:
-        answer, recs = await self.engine.writer.run(lambda c: self._decide(c, topic, ev))
-        await self._spread(recs)
+        try:
+            answer, recs = await self.engine.writer.run(lambda c: self._decide(c, topic, ev))
+        except Exception:
+            self.forget()  # the transaction was undone: replay the log next time
+            raise
+        await self._spread([r for r in recs if not answer.again or r.doc.get("lease")
+                            != answer.lease])
         mine = [r for r in recs if r.doc.get("lease") == answer.lease
                 and r.doc.get("state") == answer.state]
         return answer, mine[-1] if mine else None
@@ -151,18 +186,27 @@ class BoardQueue:
         """Expire leases on time, and retry kept operations while the owner is away."""
         next_retry = trio.current_time() + RETRY_S
         while True:
-            due = await self.engine.writer.run(self._next_expiry)
+            try:
+                due = await self.engine.writer.run(self._next_expiry)
+            except Exception:
+                log.exception("queue: reading the arbiters failed")
+                due = 0
             wake_at = next_retry
             if due:
                 wake_at = min(wake_at, trio.current_time() + max(0.0, (due - now_ms()) / 1000))
             with trio.move_on_at(wake_at):
                 await self._wake.wait()
             self._wake = trio.Event()
-            if due and due <= now_ms():
-                await self._spread(await self.engine.writer.run(self._tick))
-            if trio.current_time() >= next_retry:
-                next_retry = trio.current_time() + RETRY_S
-                await self._retry_kept()
+            try:
+                if due and due <= now_ms():
+                    await self._spread(await self.engine.writer.run(self._tick))
+                if trio.current_time() >= next_retry:
+                    next_retry = trio.current_time() + RETRY_S
+                    await self._retry_kept()
+            except Exception:  # a failing store: the log stays the truth; try again soon
+                log.exception("queue: expiring or retrying failed")
+                self.forget()
+                await trio.sleep(1.0)
 
     def _next_expiry(self, c: sqlite3.Connection) -> int:
         return min((d for d in (a.next_expiry() for a in self.arbiters.values()) if d),
@@ -298,6 +342,7 @@ class BoardQueue:
         await self.engine.writer.run(lambda c: c.execute(
             "INSERT OR REPLACE INTO board_pending (lease, topic, op, until) VALUES (?, ?, ?, ?)",
             (lease, topic, op, until)))
+        self.engine.peers.ensure_loop(topic.split("/", 1)[0])  # redial the owner for it
 
     async def _retry_kept(self) -> None:
         now = now_ms()

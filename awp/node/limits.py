@@ -53,6 +53,12 @@ class Limits:
     peer_unclaimed_blob_bytes: int = 256 * MiB  # a key's blob bytes no stored msg names yet
     unclaimed_blob_ttl: float = 3600.0      # an unnamed blob is dropped after this
 
+    # The board (SPEC.md section 14); the protocol's own bounds (64 KiB a record,
+    # 512 KiB a line, 4,096 hashes a want) are fixed, and topics bound themselves.
+    board_subscriptions: int = 256          # topics this host subscribes to
+    board_link_bytes: int = 8 * MiB         # board lines queued for one peer; more wait for a digest
+    board_serve_bytes: int = 64 * MiB       # records sent to one peer per minute on its asking
+
     # Time.
     write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
     gap_timeout: float = 15.0               # an older line unacked while a newer one is (0: off)
@@ -73,7 +79,8 @@ for _f, _k in (
     ("peer_connections", "count"), ("connections", "count"), ("handshakes", "count"),
     ("peer_unclaimed_blob_bytes", "bytes"), ("unclaimed_blob_ttl", "seconds"),
     ("write_timeout", "seconds"), ("gap_timeout", "seconds"), ("json_depth", "count"),
-    ("api_body_bytes", "bytes"),
+    ("api_body_bytes", "bytes"), ("board_subscriptions", "count"),
+    ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),
 ):
     _kind(_f, _k)
 

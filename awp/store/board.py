@@ -173,7 +173,7 @@ class Taken:
     later: int = 0  # records dated too far ahead: offered again on a later exchange
 
 
-def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
+def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: str = "",
          hops: int = 0) -> Taken:
     """Check, admit and store records from a peer (or from us), then apply retention.
 
@@ -211,7 +211,11 @@ def take(c: sqlite3.Connection, raws: list[str], now: int, via: str = "",
 
     for raw in raws:
         try:
-            rec = check_record(raw, before_sig)
+            if isinstance(raw, Record):  # ours, just signed and checked: no second check
+                before_sig(raw.kind, raw.topic, raw.author, raw.ts, raw.hash)
+                rec = raw
+            else:
+                rec = check_record(raw, before_sig)
         except Known:
             out.known += 1
             continue
@@ -274,10 +278,11 @@ def retention_due(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> b
     their own order, the records held are exactly the ones the rule keeps,
     so the full rule (a sort of the whole topic) can be skipped.
     """
-    n, size, oldest = c.execute(
-        "SELECT count(*), coalesce(sum(size), 0), min(ts) FROM board_records WHERE topic = ?",
-        (topic,)).fetchone()
-    return (n > pol.keep or size > pol.keep_bytes
+    row = c.execute("SELECT n, bytes FROM board_usage WHERE topic = ?", (topic,)).fetchone()
+    if row is None:
+        return False
+    oldest = c.execute("SELECT min(ts) FROM board_records WHERE topic = ?", (topic,)).fetchone()[0]
+    return (row[0] > pol.keep or row[1] > pol.keep_bytes
             or (oldest is not None and oldest < now - pol.keep_days * retention.DAY_MS))
 
 
@@ -310,11 +315,14 @@ def queue_log(c: sqlite3.Connection, topic: str) -> list[Event]:
 
 # A post is gone when the owner hid it, or its author deleted it with a delete the
 # owner did not hide (the rules of :mod:`awp.board.view`, as a filter).
+# ``INDEXED BY``: left alone, SQLite may look a delete up by its author and
+# walk every record that author wrote.
 _SHOWN = (
-    "p.kind = 'post' AND NOT EXISTS (SELECT 1 FROM board_records h WHERE h.topic = p.topic"
-    " AND h.of = p.hash AND h.kind = 'hide') AND NOT EXISTS (SELECT 1 FROM board_records d"
-    " WHERE d.topic = p.topic AND d.of = p.hash AND d.kind = 'delete' AND d.author = p.author"
-    " AND NOT EXISTS (SELECT 1 FROM board_records h2 WHERE h2.topic = d.topic"
+    "p.kind = 'post' AND NOT EXISTS (SELECT 1 FROM board_records h INDEXED BY board_records_of"
+    " WHERE h.topic = p.topic AND h.of = p.hash AND h.kind = 'hide') AND NOT EXISTS ("
+    "SELECT 1 FROM board_records d INDEXED BY board_records_of WHERE d.topic = p.topic"
+    " AND d.of = p.hash AND d.kind = 'delete' AND d.author = p.author AND NOT EXISTS ("
+    "SELECT 1 FROM board_records h2 INDEXED BY board_records_of WHERE h2.topic = d.topic"
     " AND h2.of = d.hash AND h2.kind = 'hide'))")
 
 
@@ -351,9 +359,14 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple]) -> list[Post]:
                 extra.extend(_record(x) for x in c.execute(
                     f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'hide'"
                     f" AND of IN ({em})", (topic, *[e.hash for e in edits])))
-    replies = dict(c.execute(
-        "SELECT parent, count(*) FROM board_records p WHERE p.parent IN ("
-        + ",".join("?" * len(seqs)) + f") AND {_SHOWN} GROUP BY parent", list(seqs)))
+    replies: dict[str, int] = {}
+    for topic, hashes in by_topic.items():
+        for i in range(0, len(hashes), 400):
+            chunk = hashes[i:i + 400]
+            replies.update(c.execute(
+                "SELECT parent, count(*) FROM board_records p INDEXED BY board_records_parent"
+                " WHERE p.topic = ? AND p.parent IN (" + ",".join("?" * len(chunk))
+                + f") AND {_SHOWN} GROUP BY parent", (topic, *chunk)))
     topic_of = {r.hash: r.topic for r in recs}
     return [Post(s, topic_of[s.hash], seqs[s.hash], replies.get(s.hash, 0))
             for s in view.visible(recs + extra)]
@@ -422,10 +435,20 @@ def unread_count(c: sqlite3.Connection, topic: str, me: str) -> int:
         (topic, me)).fetchone()[0]
 
 
+def post_by_hash(c: sqlite3.Connection, topic: str, h: str) -> Post | None:
+    """One visible post, with its latest edit (None when gone or not held)."""
+    rows = c.execute(f"SELECT {_PCOLS} FROM board_records p WHERE p.topic = ? AND p.hash = ?"
+                     f" AND {_SHOWN}", (topic, h)).fetchall()
+    posts = _with_edits(c, rows)
+    return posts[0] if posts else None
+
+
 def topic_stats(c: sqlite3.Connection, topic: str) -> dict:
-    n, posts, newest = c.execute(
-        "SELECT count(*), coalesce(sum(kind = 'post'), 0), coalesce(max(ts), 0)"
-        " FROM board_records WHERE topic = ?", (topic,)).fetchone()
+    """Records held, posts readers see, and the newest record's time."""
+    n, newest = c.execute("SELECT count(*), coalesce(max(ts), 0) FROM board_records"
+                          " WHERE topic = ?", (topic,)).fetchone()
+    posts = c.execute(f"SELECT count(*) FROM board_records p WHERE p.topic = ? AND {_SHOWN}",
+                      (topic,)).fetchone()[0]
     return {"records": n, "posts": posts, "newest": newest}
 
 

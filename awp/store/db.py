@@ -57,8 +57,21 @@ def migrate(conn: sqlite3.Connection) -> int:
 
 
 def _split(script: str) -> list[str]:
-    # Our migrations hold no semicolons inside literals, so a plain split is exact.
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """The statements of a migration, one by one.
+
+    A piece ends a statement only when SQLite says the statement is complete,
+    so a trigger's body (``BEGIN ...; ...; END``) stays in one piece.
+    """
+    out, buf = [], ""
+    for piece in script.split(";"):
+        buf += piece + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \n\t;"):
+                out.append(buf.strip())
+            buf = ""
+    if buf.strip(" \n\t;"):
+        out.append(buf.strip())
+    return out
 
 
 def open_store(path: str) -> sqlite3.Connection:

@@ -243,6 +243,19 @@ CREATE INDEX board_queue_log_topic ON board_queue_log (topic, seq);
 CREATE INDEX board_records_hash ON board_records (hash);
 CREATE INDEX board_records_of ON board_records (topic, of);
 CREATE INDEX board_records_author ON board_records (topic, author, ts);
+CREATE INDEX board_records_parent ON board_records (topic, parent);
+CREATE TABLE board_usage (
+    topic TEXT PRIMARY KEY,
+    n INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE TRIGGER board_usage_in AFTER INSERT ON board_records BEGIN
+    INSERT INTO board_usage (topic, n, bytes) VALUES (new.topic, 1, new.size)
+        ON CONFLICT (topic) DO UPDATE SET n = n + 1, bytes = bytes + new.size;
+END;
+CREATE TRIGGER board_usage_out AFTER DELETE ON board_records BEGIN
+    UPDATE board_usage SET n = n - 1, bytes = bytes - old.size WHERE topic = old.topic;
+END;
 CREATE TABLE board_pending (
     lease TEXT PRIMARY KEY,
     topic TEXT NOT NULL,

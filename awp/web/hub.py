@@ -7,6 +7,10 @@ stream client through its own bounded queue: a client that stops reading is
 dropped once its queue is full (it reconnects with ``Last-Event-ID`` and gets
 what it missed), so no client ever holds up the daemon, this task or the
 other clients.
+
+Board hints (a post, an edit, a new topic document) do not change the State:
+they go out as ``board`` events naming the topic, at most one per topic per
+quarter second, and the page re-reads what it shows of that topic.
 """
 
 from __future__ import annotations
@@ -85,6 +89,8 @@ class Hub:
         self._subjects: dict[str, str] = {}
         self._dirty = trio.Event()
         self._hints: list[dict] = []
+        self._board_topics: set[str] = set()
+        self._board_dirty = trio.Event()
         self.ready = trio.Event()  # set once the first attempt (either way) is over
 
     # -- clients ---------------------------------------------------------------------
@@ -168,6 +174,7 @@ class Hub:
         async with trio.open_nursery() as nursery:
             stream_ready = trio.Event()
             nursery.start_soon(self._read_changes, stream_ready, nursery.cancel_scope, lost)
+            nursery.start_soon(self._announce_board)
             with trio.move_on_after(5):
                 await stream_ready.wait()
             await self._catch_up(first=True)
@@ -198,6 +205,11 @@ class Hub:
                     continue
                 if kind == "tick":
                     continue
+                if kind == "board":
+                    if isinstance(hint.get("topic"), str):
+                        self._board_topics.add(hint["topic"])
+                        self._board_dirty.set()
+                    continue
                 if kind in ("peer", "presence"):
                     self._hints.append(hint)
                 self._dirty.set()
@@ -205,6 +217,17 @@ class Hub:
             lost.append(str(e))
         # The daemon went away: end the follow loop (run() reports and retries).
         scope.cancel()
+
+    async def _announce_board(self) -> None:
+        """One ``board`` event per changed topic, after a burst settles, at most every MIN_GAP."""
+        while True:
+            await self._board_dirty.wait()
+            await trio.sleep(SETTLE)
+            self._board_dirty = trio.Event()
+            topics, self._board_topics = self._board_topics, set()
+            for topic in sorted(topics):
+                self.broadcast(sse("board", {"topic": topic}))
+            await trio.sleep(MIN_GAP - SETTLE)
 
     async def _catch_up(self, *, first: bool = False) -> None:
         now = now_ms()

@@ -398,6 +398,8 @@ class WebApp:
                 "/api/state": self._state,
                 "/api/activity": self._activity,
                 "/api/thread": self._thread,
+                "/api/board": self._board,
+                "/api/topic": self._topic,
             }.get(req.path.rstrip("/") or "/")
             if handler is None:
                 raise HttpError(404, f"not found: {req.path}")
@@ -453,6 +455,20 @@ class WebApp:
 
         found = await self.hub.link.get("/v1/web/thread", {"peer": peer, "th": th})
         return 200, conversation(found, blob_url)
+
+    async def _board(self, req: _Request) -> tuple[int, Any]:
+        from . import board
+
+        return 200, board.board(await self.hub.link.get("/v1/web/board"))
+
+    async def _topic(self, req: _Request) -> tuple[int, Any]:
+        from . import board
+
+        (topic,) = self._need(req, "topic")
+        query: dict[str, Any] = {"topic": topic}
+        if req.query.get("n"):
+            query["n"] = req.query["n"]
+        return 200, board.topic_view(await self.hub.link.get("/v1/web/topic", query))
 
     async def _blob(self, stream: trio.abc.Stream, conn: h11.Connection, req: _Request,
                     head: bool) -> bool:

@@ -10,6 +10,7 @@ import pytest
 from awp.board import sync, view
 from awp.board.queue import Arbiter, Event
 from awp.store import board as sb
+from awp.store.schema import BOARD_MIGRATION as BOARD
 from awp.store.schema import MIGRATIONS
 from awp.wire import board as b
 from awp.wire.keys import Identity
@@ -218,3 +219,25 @@ def test_two_stores_converge_after_a_partition_with_edits_and_a_flood():
     assert shown == [s.parts[0]["text"] for s in view.visible(sb.records(z, TOPIC))]
     assert "c3!" in shown and "c4" not in shown
     assert _exchange(a, z, now) == 0  # a second run finds nothing to move
+
+
+def test_usage_triggers_keep_counts_and_bytes_through_inserts_and_retention(c):
+    t = b.make_topic(OWNER, "ops", 1, T0, post="open", keep=5)
+    sb.subscribe(c, TOPIC, T0)
+    sb.take(c, [t.raw], T0)
+    sb.take(c, [_post(f"p{i}", T0 + i).raw for i in range(8)], T0 + 100)
+
+    def usage():
+        return c.execute("SELECT n, bytes FROM board_usage WHERE topic = ?", (TOPIC,)).fetchone()
+
+    n, size = c.execute("SELECT count(*), sum(size) FROM board_records WHERE topic = ?",
+                        (TOPIC,)).fetchone()
+    assert n == 5 and usage() == (n, size)
+
+
+def test_migrations_split_into_whole_statements_triggers_included():
+    from awp.store.db import _split
+    stmts = _split(MIGRATIONS[BOARD])
+    triggers = [x for x in stmts if x.startswith("CREATE TRIGGER")]
+    assert len(triggers) == 2 and all(x.rstrip().endswith("END;") for x in triggers)
+    assert all(sqlite3.complete_statement(x if x.endswith(";") else x + ";") for x in stmts)

@@ -74,6 +74,11 @@ def reconcile(a: Host, z: Host, now: int) -> dict:
             stats["control"] += len(compact_json(step.reply)) + ENVELOPE
             stats["lines"] += 1
             todo.append((peer, me, step.reply))
+        if step.truncated:  # as the engine does: a fresh exchange for what was left
+            fresh = sync.opening(me.h, me.floor, now, b.FUTURE_MS)
+            stats["control"] += len(compact_json(fresh)) + ENVELOPE
+            stats["lines"] += 1
+            todo.append((peer, me, fresh))
     stats["rounds"] = rounds
     return stats
 
@@ -176,7 +181,30 @@ def test_hostile_bodies_never_raise(seed, common):
         assert isinstance(step.push, list) and isinstance(step.want, list)
     # a body cannot make us list more than we answer for
     many = {"floor": 0, "ranges": [{"lo": T0, "hi": T0 + 1, "ask": True}] * 10_000}
-    assert len(sync.respond(h, 0, many).reply["ranges"]) == sync.MAX_RANGES
+    step = sync.respond(h, 0, many)
+    assert sync.MAX_RANGES - sync.FANOUT < len(step.reply["ranges"]) <= sync.MAX_RANGES
+    assert step.truncated
+
+
+def _listed(body: dict) -> int:
+    return sum(len(r.get("ids", [])) for r in body["ranges"])
+
+
+def test_a_reply_never_lists_more_than_a_want_and_the_exchange_still_ends():
+    big = _posts(6000, T0, 1, "big")  # 6,000 records, one a millisecond
+    a, z = Host(big), Host({})
+    # z holds nothing: asked to list a wide range, a narrows it instead
+    step = sync.respond(a.h, 0, {"floor": 0, "ranges": [{"lo": T0, "hi": T0 + 6000, "ask": True}]})
+    assert step.reply is not None and _listed(step.reply) <= sync.MAX_IDS
+    # a narrow range with more than a list holds is cut short, never listed in part
+    few = sync.respond(a.h, 0, {"floor": 0, "ranges": [{"lo": T0, "hi": T0 + 16, "ask": True}]
+                                * 300})
+    assert _listed(few.reply) <= sync.MAX_IDS
+    for r in few.reply["ranges"]:
+        assert r["ids"] == a.h.ids(r["lo"], r["hi"])  # complete for the range it names
+    st = reconcile(z, a, T0 + 10_000)
+    assert z.recs.keys() == a.recs.keys()
+    assert st["record_bytes"] < 1.1 * sum(r.size + 1 for r in big.values())
 
 
 def test_listed_ids_that_are_not_hashes_are_never_wanted_and_retention_forgets(common):

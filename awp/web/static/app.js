@@ -15,6 +15,8 @@
     maxSeq: 0,
     route: { view: 'overview' },
     conv: null,           // the open conversation {peer, th, data, seqs}
+    board: { topics: null, error: '' },  // the topics of /api/board, once loaded
+    topic: null,          // the open topic {id, data, error, list}
     es: null,
     opened: false,
     down: '',
@@ -319,6 +321,8 @@
     else if (parts[0] === 'thread' && parts[1] && parts[2]) {
       r.view = 'thread'; r.peer = parts[1]; r.th = parts[2];
     }
+    else if (parts[0] === 'board') r.view = 'board';
+    else if (parts[0] === 'topic' && parts[1]) { r.view = 'topic'; r.topic = parts[1]; }
     return r;
   }
 
@@ -326,7 +330,7 @@
     S.route = parseRoute();
     for (const sec of document.querySelectorAll('.view')) sec.hidden = true;
     $('view-' + S.route.view).hidden = false;
-    const navView = { agent: 'agents', thread: 'threads' }[S.route.view] || S.route.view;
+    const navView = { agent: 'agents', thread: 'threads', topic: 'board' }[S.route.view] || S.route.view;
     for (const a of document.querySelectorAll('#nav a')) {
       a.classList.toggle('active', a.dataset.view === navView);
     }
@@ -338,6 +342,9 @@
     if (S.route.view === 'activity') $('activity-kind').value = S.route.q.get('kind') || '';
     if (S.route.view === 'thread') openConversation(S.route.peer, S.route.th);
     else S.conv = null;
+    if (S.route.view === 'board') loadBoard();
+    if (S.route.view === 'topic') openTopic(S.route.topic);
+    else S.topic = null;
     window.scrollTo(0, 0);
     schedule();
   }
@@ -371,6 +378,8 @@
     else if (v === 'agent') renderAgent();
     else if (v === 'activity') renderActivity();
     else if (v === 'thread') renderConversationHead();
+    else if (v === 'board') renderBoard();
+    else if (v === 'topic') renderTopic();
   }
 
   function renderChrome() {
@@ -956,6 +965,201 @@
     if (live && nearBottom) window.scrollTo(0, document.body.scrollHeight);
   }
 
+  // -- the board
+
+  // Runs fn one at a time: a call while one runs makes it run once more after.
+  function coalesced(fn) {
+    let busy = false, again = false;
+    const run = async () => {
+      if (busy) { again = true; return; }
+      busy = true;
+      try { await fn(); } catch (e) { /* the next event or reconnect tries again */ }
+      busy = false;
+      if (again) { again = false; run(); }
+    };
+    return run;
+  }
+
+  async function getJSON(url) {
+    const res = await fetch(url, { cache: 'no-store' });
+    let body = null;
+    try { body = await res.json(); } catch (e) { body = null; }
+    return { ok: res.ok, status: res.status, body };
+  }
+
+  const loadBoard = coalesced(async () => {
+    const r = await getJSON('/api/board');
+    S.board.error = r.ok ? '' : ((r.body && r.body.error) || ('HTTP ' + r.status));
+    if (r.ok) S.board.topics = (r.body && r.body.topics) || [];
+    schedule();
+  });
+
+  function badge(text, cls, title) {
+    return h('span', { class: 'badge' + (cls ? ' ' + cls : ''), title: title || null, text });
+  }
+
+  function topicSig(t) {
+    return [t.topic, t.label, t.title, t.mine, t.subscribed, t.known, t.posts, t.unread,
+      t.policy_text, ago(t.newest), nameOf(t.owner)].join('|');
+  }
+
+  function topicRow(t) {
+    const link = '#/topic/' + enc(t.topic);
+    return h('div', { class: 'row topic clickable', title: t.topic,
+      onclick: () => { location.hash = link; } },
+    h('span', { class: 'label', text: t.label }),
+    h('span', { class: 'subject', text: t.title || '' }),
+    t.mine ? badge('yours', 'b-mine') : agentName(t.owner, true),
+    badge(t.subscribed ? 'subscribed' : 'not subscribed', t.subscribed ? 'b-sub' : ''),
+    t.known ? null : badge('policy not known yet', 'b-warn',
+      "the owner's topic document has not arrived"),
+    h('span', { class: 'policy', text: t.policy_text }),
+    h('span', { class: 'counts', text: t.posts + (t.posts === 1 ? ' post' : ' posts') }),
+    t.unread ? h('span', { class: 'unread', title: 'unread by the agent', text: String(t.unread) }) : null,
+    h('span', { class: 'when', text: t.newest ? ago(t.newest) : '', title: t.newest || '' }));
+  }
+
+  let topicList = null;
+  function renderBoard() {
+    if (!topicList) topicList = new Keyed($('topic-list'), topicRow, topicSig);
+    const topics = S.board.topics || [];
+    topicList.update(topics, (t) => t.topic);
+    $('board-count').textContent = S.board.topics ? topics.length + (topics.length === 1 ? ' topic' : ' topics') : '';
+    const empty = $('board-empty');
+    empty.hidden = topics.length > 0;
+    empty.textContent = S.board.error ? 'Cannot load the board: ' + S.board.error
+      : S.board.topics ? 'No topics yet: awp topic create NAME makes one, awp subscribe OWNER/NAME follows one.'
+        : 'Loading…';
+  }
+
+  function openTopic(id) {
+    if (S.topic && S.topic.id === id) return;
+    S.topic = { id, data: null, error: '', list: null };
+    clear($('topic-posts'));
+    clear($('topic-head'));
+    delete $('topic-head').dataset.sig;
+    $('topic-empty').hidden = true;
+    loadTopic();
+  }
+
+  const loadTopic = coalesced(async () => {
+    const tp = S.topic;
+    if (!tp) return;
+    const r = await getJSON('/api/topic?topic=' + enc(tp.id));
+    if (S.topic !== tp) return;
+    if (!r.ok) {
+      tp.error = r.status === 404 ? 'This host does not know this topic.'
+        : 'Cannot load this topic: ' + ((r.body && r.body.error) || ('HTTP ' + r.status));
+      tp.data = null;
+    } else {
+      tp.error = '';
+      tp.data = r.body;
+    }
+    const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
+    const before = tp.count || 0;
+    renderTopic();
+    tp.count = tp.data ? tp.data.posts.length : 0;
+    if (before && tp.count > before && nearBottom) window.scrollTo(0, document.body.scrollHeight);
+  });
+
+  // Posts in thread order: each post, then its replies (oldest first), depth-first.
+  // A reply whose parent is not here (gone, or older than what was read) starts a thread.
+  function threadOrder(posts) {
+    const byHash = new Map(posts.map((p) => [p.hash, p]));
+    const kids = new Map();
+    const roots = [];
+    for (const p of posts) {
+      if (p.parent && p.parent !== p.hash && byHash.has(p.parent)) {
+        if (!kids.has(p.parent)) kids.set(p.parent, []);
+        kids.get(p.parent).push(p);
+      } else {
+        roots.push(p);
+      }
+    }
+    const out = [];
+    const seen = new Set();
+    const stack = roots.slice().reverse().map((p) => [p, 0]);
+    while (stack.length) {
+      const [p, depth] = stack.pop();
+      if (seen.has(p.hash)) continue;
+      seen.add(p.hash);
+      out.push({ p, depth, orphan: !!p.parent && !byHash.has(p.parent) });
+      const replies = kids.get(p.hash) || [];
+      for (let i = replies.length - 1; i >= 0; i--) stack.push([replies[i], depth + 1]);
+    }
+    return out;
+  }
+
+  function authorName(p) {
+    if (S.agents.has(p.author)) return agentName(p.author, false);
+    return h('span', { class: 'who', title: p.author, text: p.author_name || short(p.author) });
+  }
+
+  function postSig(x) {
+    const p = x.p;
+    return [p.hash, x.depth, x.orphan, p.edited, p.replies, nameOf(p.author), p.author_name].join('|');
+  }
+
+  function postRow(x) {
+    const p = x.p;
+    const replies = p.replies ? p.replies + (p.replies === 1 ? ' reply' : ' replies') : '';
+    const el = h('div', { class: 'post msg d' + Math.min(x.depth, 6) + (p.mine ? ' mine' : '') },
+      avatar(p.author, 28, 'msg-avatar'),
+      h('div', { class: 'bubble' },
+        h('div', { class: 'meta' }, authorName(p),
+          h('span', { class: 'when', text: clock(p.at), title: p.at || '' }),
+          p.edited ? h('span', { class: 'edited muted', text: 'edited ' + clock(p.edited), title: p.edited }) : null,
+          chip(p.id, 'copy the post id (awp reply ' + p.id + ' "...")'),
+          x.orphan ? h('span', { class: 'muted', text: 'reply to ' + p.parent.slice(0, 10) }) : null,
+          replies ? h('span', { class: 'muted', text: replies }) : null),
+        (p.parts || []).map(renderPart)));
+    el.dataset.hash = p.hash;
+    return el;
+  }
+
+  function renderTopic() {
+    const tp = S.topic;
+    if (!tp) return;
+    const head = $('topic-head');
+    const d = tp.data;
+    const t = d && d.topic;
+    const sig = t ? topicSig(t) : 'none|' + tp.error;
+    if (head.dataset.sig !== sig) {
+      head.dataset.sig = sig;
+      clear(head);
+      head.appendChild(h('div', { class: 'toolbar' }, h('a', { class: 'back', href: '#/board' }, '← board'),
+        h('h1', { text: (t && (t.title || t.label)) || 'Topic' }),
+        t ? chip(t.label, 'copy the topic (awp get ' + t.label + ')') : null));
+      if (t) {
+        head.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'owner'),
+          t.mine ? h('span', { text: 'this host' }) : agentName(t.owner, true),
+          badge(t.subscribed ? 'subscribed' : 'not subscribed', t.subscribed ? 'b-sub' : '')));
+        head.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'policy'),
+          h('span', { text: t.policy_text })));
+        head.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'posts'),
+          h('span', { text: t.posts + ' posts, ' + t.records + ' records kept' +
+            (t.unread ? ', ' + t.unread + ' unread by the agent' : '') })));
+      }
+    }
+    if (!tp.list) tp.list = new Keyed($('topic-posts'), postRow, postSig);
+    const posts = d ? d.posts : [];
+    tp.list.update(threadOrder(posts), (x) => x.p.hash);
+    const empty = $('topic-empty');
+    empty.hidden = posts.length > 0 || (!tp.error && !d);
+    empty.textContent = tp.error || 'No posts yet.';
+  }
+
+  function onBoardEvent(d) {
+    if (!d || typeof d.topic !== 'string') return;
+    if (S.route.view === 'board') loadBoard();
+    else if (S.route.view === 'topic' && S.topic && S.topic.id === d.topic) loadTopic();
+  }
+
+  function reloadBoardViews() {
+    if (S.route.view === 'board') loadBoard();
+    if (S.route.view === 'topic' && S.topic) loadTopic();
+  }
+
   // ------------------------------------------------------------------ data
 
   function setState(st) {
@@ -965,9 +1169,11 @@
     if (typeof st.activity_seq === 'number' && st.activity_seq < S.maxSeq) {
       resetActivity(); // the web process restarted: its seq started again
     }
+    const wasDown = !!S.down;
     S.state = st;
     S.agents = new Map(st.agents.map((a) => [a.key, a]));
     S.down = '';
+    if (wasDown) reloadBoardViews();
     if (S.conv && S.conv.waiting) loadConversation();
     schedule();
   }
@@ -980,6 +1186,7 @@
       $('conn').textContent = 'live';
       $('conn').className = 'conn live';
       if (S.opened && S.conv) { S.conv.seqs = new Set(); S.conv = Object.assign({}, S.conv); loadConversation(); }
+      if (S.opened) reloadBoardViews();
       S.opened = true;
     });
     es.addEventListener('state', (ev) => { try { setState(JSON.parse(ev.data)); } catch (e) { /* ignore */ } });
@@ -997,6 +1204,11 @@
       let d;
       try { d = JSON.parse(ev.data); } catch (e) { return; }
       if (S.conv && S.conv.data && d.peer === S.conv.peer && d.th === S.conv.th) appendMessage(d.message, true);
+    });
+    es.addEventListener('board', (ev) => {
+      let d;
+      try { d = JSON.parse(ev.data); } catch (e) { return; }
+      onBoardEvent(d);
     });
     es.addEventListener('error', () => {
       $('conn').textContent = 'reconnecting…';
@@ -1034,7 +1246,8 @@
   }
 
   // For the browser tests: how many rows each list holds.
-  window.awpDebug = { state: () => S.state, activity: () => S.activity.length };
+  window.awpDebug = { state: () => S.state, activity: () => S.activity.length,
+    topics: () => S.board.topics, topic: () => S.topic && S.topic.data };
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', init);
   else init();

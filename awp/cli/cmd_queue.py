@@ -1,0 +1,188 @@
+"""The board's work queue: claim, renew, release, complete, fail, queue.
+
+A topic created with ``--queue`` is a work queue: its top-level posts are
+the items, and the owner's daemon hands them out one lease at a time
+(SPEC.md section 14, "Work queue").  ``claim`` exits 2, as ``awp wait``
+does on a timeout, whenever nothing was handed out (the queue is empty, the
+owner is unreachable, or it did not answer in time), so a worker loop can
+tell "try later" from a real error.  The lease commands all take the topic
+and the lease id that ``claim`` printed: ``awp complete TOPIC LEASE``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from ..localapi.client import ApiFailure
+from . import render_board
+from .cmd_board import HTTP_SLACK, client_for, peer_names
+from .common import (
+    CliError,
+    CliExit,
+    command,
+    home_opt,
+    json_opt,
+    note,
+    out,
+    out_json,
+    parse_seconds,
+)
+from .render import INDENT, now_ms
+
+CLAIM_WAIT = "10s"
+
+# op -> (the state it leads to, the past tense shown)
+OPS = {"renew": "renewed", "release": "released", "complete": "completed", "fail": "failed"}
+
+
+def _item_lines(item: dict) -> list[str]:
+    lines: list[str] = []
+    for part in item.get("parts") or []:
+        lines += render_board.part_lines(part)
+    return lines
+
+
+@command("claim", short_help="Take the oldest open item of a queue topic (exit 2: none)")
+def claim_cmd(
+    topic: str = typer.Argument(..., metavar="TOPIC", help="the queue topic (PEER/NAME)"),
+    timeout: str = typer.Option(CLAIM_WAIT, "--timeout", metavar="DURATION",
+                                help="how long to wait for the owner's answer"),
+    home: str = home_opt(),
+    as_json: bool = json_opt(),
+) -> None:
+    """Claim the oldest open item of a work queue: you hold it under a lease
+    until the time printed. Finish with awp complete (or fail, release), and
+    renew a lease that is about to run out.
+
+    Exit status 2 when nothing was claimed: the queue is empty, the owner's
+    daemon is not connected (nothing can be claimed without it), or it did
+    not answer within --timeout. Try again later on 2.
+
+    \b
+    Examples:
+      awp claim alice/jobs
+      awp claim alice/jobs --json
+    """
+    secs = parse_seconds(timeout, "--timeout")
+    client = client_for(home, secs)
+    try:
+        res = client.request("POST", "/v1/board/claim", {"topic": topic, "timeout": secs},
+                             timeout=secs + HTTP_SLACK)
+    except ApiFailure as e:
+        if e.code == "no_owner":
+            raise CliError(f"{e.message}; try again later", 2) from None
+        if e.status == 504 or e.code == "timeout":
+            raise CliError(f"the owner of {topic} did not answer within {timeout.strip()}"
+                           " (try again later)", 2) from None
+        raise
+    assert isinstance(res, dict)
+    if as_json:
+        out_json(res)
+        if res.get("state") != "claimed":
+            raise CliExit(2)
+        return
+    if res.get("state") != "claimed":
+        raise CliError(f"the queue {topic} has no open item", 2)
+    item = res.get("item") if isinstance(res.get("item"), dict) else {}
+    lease = res.get("lease", "?")
+    out(f"claimed {item.get('id') or str(item.get('hash', ''))[:10]}"
+        f" (posted by {render_board.author(item)}): lease {lease},"
+        f" until {render_board.until_text(res.get('until'))}")
+    out("\n".join(_item_lines(item)))
+    out(f"{INDENT}when done: awp complete {topic} {lease}  (or fail, release; renew for more"
+        " time)")
+
+
+def lease_op(op: str, topic: str, lease: str, home: str | None, as_json: bool) -> None:
+    """``renew``, ``release``, ``complete`` or ``fail`` a lease we hold."""
+    res = client_for(home).post("/v1/board/lease", {"topic": topic, "lease": lease, "op": op})
+    assert isinstance(res, dict)
+    if as_json:
+        out_json(res)
+        return
+    item = res.get("item") if isinstance(res.get("item"), dict) else {}
+    what = item.get("id") or str(item.get("hash", ""))[:10] or lease
+    if res.get("queued"):
+        out(f"{op} of lease {lease} queued: the owner is not connected; the daemon retries"
+            f" until the lease ends at {render_board.until_text(res.get('until'))}")
+    elif op == "renew":
+        out(f"renewed {what}: lease {res.get('lease', lease)},"
+            f" until {render_board.until_text(res.get('until'))}")
+    else:
+        out(f"{OPS[op]} {what} (lease {lease})")
+
+
+def _lease_command(op: str, short: str, doc: str):
+    def run(
+        topic: str = typer.Argument(..., metavar="TOPIC", help="the queue topic"),
+        lease: str = typer.Argument(..., metavar="LEASE", help="the lease id awp claim printed"),
+        home: str = home_opt(),
+        as_json: bool = json_opt(),
+    ) -> None:
+        lease_op(op, topic, lease, home, as_json)
+
+    run.__doc__ = doc
+    run.__name__ = f"{op}_cmd"
+    command(op, short_help=short)(run)
+
+
+_lease_command("renew", "Extend a queue lease you hold", """Extend a lease you hold by the queue's lease length, before it runs out.
+
+    \b
+    Example:
+      awp renew alice/jobs 9f0c4e0b6a3d4b1c.1
+    """)
+_lease_command("release", "Give a claimed item back to its queue (costs no attempt)",
+               """Give an item you hold back to the queue, untouched; it costs no attempt.
+
+    \b
+    Example:
+      awp release alice/jobs 9f0c4e0b6a3d4b1c.1
+    """)
+_lease_command("complete", "Mark a claimed queue item done", """Mark the item you hold done:
+    nobody gets it again. If the owner is not connected the daemon keeps
+    trying until the lease ends.
+
+    \b
+    Example:
+      awp complete alice/jobs 9f0c4e0b6a3d4b1c.1
+    """)
+_lease_command("fail", "Give a claimed item back as failed (costs an attempt)",
+               """Give the item you hold back as failed: it costs an attempt, and after
+    the queue's attempts the item is dead.
+
+    \b
+    Example:
+      awp fail alice/jobs 9f0c4e0b6a3d4b1c.1
+    """)
+
+
+@command("queue", short_help="List a queue topic's items: status, holder, lease end")
+def queue_cmd(
+    topic: str = typer.Argument(..., metavar="TOPIC", help="the queue topic"),
+    home: str = home_opt(),
+    as_json: bool = json_opt(),
+) -> None:
+    """List a work queue's items, oldest first, with their status (open,
+    claimed, done, dead), holder and lease end. On the owner's host this is
+    the arbiter's own state; elsewhere what its lease records say.
+
+    \b
+    Example:
+      awp queue alice/jobs
+    """
+    client = client_for(home)
+    res = client.get("/v1/board/queue", topic=topic)
+    assert isinstance(res, dict)
+    if as_json:
+        out_json(res)
+        return
+    items = res.get("items") or []
+    if not items:
+        note(f"no items on {topic}")
+        return
+    st = client.get("/v1/status")
+    me = st.get("key", "") if isinstance(st, dict) else ""
+    out(render_board.queue_table(items, peer_names(client), me, now_ms()))
+    if not res.get("arbiter"):
+        note("(as this host sees it from the lease records it holds; the owner's daemon decides)")

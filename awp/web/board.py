@@ -1,0 +1,100 @@
+"""What the dashboard shows of the board, built from the daemon's ``/v1/web/board``
+and ``/v1/web/topic`` answers.
+
+Pure functions, like :mod:`awp.web.model`: times become RFC 3339 strings as in
+the rest of the web API, parts take the shape the page already renders for
+messages (``{"type": "text", ...}``), and every string is bounded. Nothing here
+is markup: the page puts all of it in with ``textContent``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .model import _parts, _s, ts
+
+#: Longest title, name or label passed on.
+NAME_MAX = 300
+
+
+def _int(v: object) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def policy_text(pol: object) -> str:
+    """``read open · post grant · keeps 10000 records, 30 days · 60 a minute each · queue``."""
+    if not isinstance(pol, dict):
+        return "policy not known yet"
+    bits = [f"read {_s(pol.get('read'), 20) or '?'}", f"post {_s(pol.get('post'), 20) or '?'}"]
+    keep = []
+    if _int(pol.get("keep")):
+        keep.append(f"{pol['keep']} records")
+    if _int(pol.get("keep_days")):
+        keep.append(f"{pol['keep_days']} days")
+    if keep:
+        bits.append("keeps " + ", ".join(keep))
+    if _int(pol.get("rate")):
+        bits.append(f"{pol['rate']} a minute each")
+    if pol.get("queue") is True:
+        bits.append(f"work queue, {_int(pol.get('lease_s'))} s leases")
+    if _int(pol.get("revoked")):
+        bits.append(f"{pol['revoked']} revoked")
+    banned = pol.get("banned")
+    if isinstance(banned, list) and banned:
+        bits.append(f"{len(banned)} banned")
+    return " · ".join(bits)
+
+
+def topic(t: dict) -> dict:
+    """One topic of ``/api/board``."""
+    pol = t.get("policy") if isinstance(t.get("policy"), dict) else None
+    return {
+        "topic": _s(t.get("topic"), NAME_MAX), "label": _s(t.get("label"), NAME_MAX),
+        "owner": _s(t.get("owner"), 100), "owner_name": _s(t.get("owner_name"), NAME_MAX),
+        "name": _s(t.get("name"), NAME_MAX),
+        "title": _s(pol.get("title"), NAME_MAX) if pol else "",
+        "mine": t.get("mine") is True, "subscribed": t.get("subscribed") is True,
+        "known": t.get("known") is True, "posts": _int(t.get("posts")),
+        "records": _int(t.get("records")), "unread": _int(t.get("unread")),
+        "newest": ts(_int(t.get("newest"))), "queue": bool(pol and pol.get("queue") is True),
+        "policy": pol, "policy_text": policy_text(pol),
+    }
+
+
+def parts(p: dict) -> list[dict]:
+    """A post's parts as the page renders them; a file (carried inline, base64) is named only."""
+    out = []
+    for part in p.get("parts") if isinstance(p.get("parts"), list) else []:
+        if isinstance(part, dict) and part.get("k") == "file":
+            out.append({"type": "blob", "ref": "", "name": _s(part.get("name"), NAME_MAX),
+                        "mime": _s(part.get("mime"), 200),
+                        "size": _int(part.get("size")) if "size" in part else -1,
+                        "status": "in the post: awp get --save DIR writes it"})
+        elif isinstance(part, dict):
+            out += _parts({"parts": [part]}, None, None)
+    return out
+
+
+def post(p: dict) -> dict:
+    """One post of ``/api/topic``."""
+    return {
+        "hash": _s(p.get("hash"), 64), "id": _s(p.get("id"), 64),
+        "author": _s(p.get("author"), 100), "author_name": _s(p.get("author_name"), NAME_MAX),
+        "mine": p.get("mine") is True, "at": ts(_int(p.get("ts"))),
+        "parent": _s(p.get("parent"), 64), "edited": ts(_int(p.get("edited"))),
+        "replies": _int(p.get("replies")), "seq": _int(p.get("seq")),
+        "parts": parts(p),
+    }
+
+
+def board(found: dict) -> dict:
+    """``/api/board`` from ``/v1/web/board``."""
+    rows = found.get("topics") if isinstance(found.get("topics"), list) else []
+    return {"topics": [topic(t) for t in rows if isinstance(t, dict)]}
+
+
+def topic_view(found: dict) -> dict[str, Any]:
+    """``/api/topic`` from ``/v1/web/topic``: the topic and its posts, oldest first."""
+    t = found.get("topic") if isinstance(found.get("topic"), dict) else {}
+    rows = found.get("posts") if isinstance(found.get("posts"), list) else []
+    return {"topic": topic(t), "posts": [post(p) for p in rows if isinstance(p, dict)]}

@@ -1,0 +1,196 @@
+"""Work queues between real daemons: one arbiter, concurrent claimants, and kill -9."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+
+from nodes import wait_for
+
+from awp.localapi.client import ApiFailure
+
+
+def _queue(owner, name: str = "jobs", n: int = 0, **policy) -> str:
+    owner.api("POST", "/v1/board/topic", {"name": name, "read": "open", "post": "open",
+                                          "queue": True, **policy})
+    topic = f"{owner.key}/{name}"
+    for i in range(n):
+        owner.api("POST", "/v1/board/post", {"topic": topic,
+                                             "parts": [{"k": "text", "text": f"job {i}"}]})
+    return topic
+
+
+def _leases(node, topic: str) -> list[dict]:
+    with sqlite3.connect(node.home + "/awp.db") as con:
+        return [json.loads(r[0]) for r in con.execute(
+            "SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease' ORDER BY ts, hash",
+            (topic,))]
+
+
+def _never_held_twice(leases: list[dict]) -> dict[str, int]:
+    """Per item, lease records in order never show a claim while another is current.
+
+    Returns how many times each item was done.
+    """
+    holder: dict[str, str] = {}
+    done: dict[str, int] = {}
+    for d in leases:
+        item, state = d["of"], d["state"]
+        if state == "claimed":
+            assert item not in holder, (f"{item} claimed while {holder.get(item)} held it: "
+                                        + str([(x["ts"], x["state"], x["lease"])
+                                               for x in leases if x["of"] == item]))
+            holder[item] = d["lease"]
+        elif state == "renewed":
+            assert holder.get(item) == d["lease"]
+        else:
+            assert holder.pop(item, None) == d["lease"], (item, d)
+            if state == "done":
+                done[item] = done.get(item, 0) + 1
+    return done
+
+
+def test_two_daemons_claiming_at_once_each_get_different_items(make_node):
+    a, b, c = (make_node(x).start() for x in "abc")
+    topic = _queue(a, n=10)
+    for n in (b, c):
+        n.connect(a)
+        n.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    got: dict[str, list[str]] = {"b": [], "c": []}
+
+    def work(node) -> None:
+        while True:
+            r = node.api("POST", "/v1/board/claim", {"topic": topic})
+            if r["state"] == "empty":
+                return
+            got[node.name].append(r["item"]["hash"])
+            node.api("POST", "/v1/board/lease", {"topic": topic, "lease": r["lease"],
+                                                 "op": "complete"})
+
+    ts = [threading.Thread(target=work, args=(n,)) for n in (b, c)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    items = got["b"] + got["c"]
+    assert len(items) == len(set(items)) == 10
+    assert got["b"] and got["c"]
+    q = a.api("GET", "/v1/board/queue", topic="jobs")
+    assert q["arbiter"] and {i["status"] for i in q["items"]} == {"done"}
+    assert set(_never_held_twice(_leases(a, topic)).values()) == {1}
+    # a claimant sees the owner's lease records too, and the same picture
+    wait_for(lambda: {i["status"] for i in b.api("GET", "/v1/board/queue", topic=topic)["items"]}
+             == {"done"}, 10, "b sees every item done")
+
+
+def test_rules_of_the_lease(make_node):
+    a, b = make_node("a").start(), make_node("b").start()
+    topic = _queue(a, n=2, lease_s=2, attempts=2)
+    b.connect(a)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    first = b.api("POST", "/v1/board/claim", {"topic": topic, "req": "r1"})
+    again = b.api("POST", "/v1/board/claim", {"topic": topic, "req": "r1"})
+    assert again["lease"] == first["lease"]  # a retried claim is the same claim
+    # someone else cannot complete b's lease
+    try:
+        a.api("POST", "/v1/board/lease", {"topic": "jobs", "lease": first["lease"],
+                                          "op": "complete"})
+        raise AssertionError("the owner completed b's lease")
+    except ApiFailure as e:
+        assert e.code == "refused"
+    renewed = b.api("POST", "/v1/board/lease", {"topic": topic, "lease": first["lease"],
+                                                "op": "renew"})
+    assert renewed["state"] == "renewed" and renewed["until"] >= first["until"]
+    rel = b.api("POST", "/v1/board/lease", {"topic": topic, "lease": first["lease"],
+                                            "op": "release"})
+    assert rel["state"] == "released"
+    # the released item is handed out again; left to expire twice, it is dead
+    for _ in range(2):
+        r = b.api("POST", "/v1/board/claim", {"topic": topic})
+        assert r["item"]["hash"] == first["item"]["hash"]
+        wait_for(lambda r=r: any(d["lease"] == r["lease"] and d["state"] == "expired"
+                                 for d in _leases(a, topic)), 10, "the lease expires")
+    q = {i["item"]["hash"]: i for i in a.api("GET", "/v1/board/queue", topic="jobs")["items"]}
+    assert q[first["item"]["hash"]]["status"] == "dead"
+    nxt = b.api("POST", "/v1/board/claim", {"topic": topic})
+    assert nxt["item"]["hash"] != first["item"]["hash"]
+
+
+def test_no_claims_while_the_owner_is_away_and_completes_wait_for_it(make_node):
+    a, b = make_node("a").start(), make_node("b").start()
+    topic = _queue(a, n=2, lease_s=120)
+    b.connect(a)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    held = b.api("POST", "/v1/board/claim", {"topic": topic})
+    a.kill()
+    wait_for(lambda: not b.api("GET", "/v1/status")["board"]["links"], 10, "b sees a gone")
+    try:
+        b.api("POST", "/v1/board/claim", {"topic": topic})
+        raise AssertionError("claimed with the owner away")
+    except ApiFailure as e:
+        assert e.code == "no_owner"
+    kept = b.api("POST", "/v1/board/lease", {"topic": topic, "lease": held["lease"],
+                                             "op": "complete"})
+    assert kept["queued"]
+    a.start()  # b redials it by itself: a subscription is business with the topic's owner
+    wait_for(lambda: any(d["lease"] == held["lease"] and d["state"] == "done"
+                         for d in _leases(a, topic)), 30, "the kept complete reaches a")
+
+
+def test_kill_9_of_the_arbiter_among_concurrent_claimants_holds_no_item_twice(make_node):
+    a = make_node("a").start()
+    claimants = [make_node(x).start() for x in ("b", "c", "d")]
+    topic = _queue(a, n=40, lease_s=4, attempts=100)
+    for n in claimants:
+        n.connect(a)
+        n.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    stop = threading.Event()
+    completed: list[str] = []
+    lock = threading.Lock()
+
+    def work(node) -> None:
+        req = uuid.uuid4().hex
+        while not stop.is_set():
+            try:
+                r = node.api("POST", "/v1/board/claim", {"topic": topic, "req": req,
+                                                         "timeout": 3})
+            except ApiFailure:
+                time.sleep(0.05)  # the owner is away: try again (same req: same claim)
+                continue
+            except OSError:
+                return
+            req = uuid.uuid4().hex
+            if r["state"] == "empty":
+                time.sleep(0.05)
+                continue
+            try:
+                done = node.api("POST", "/v1/board/lease", {"topic": topic, "lease": r["lease"],
+                                                            "op": "complete", "timeout": 3})
+            except (ApiFailure, OSError):
+                continue  # expired meanwhile, or refused: the item comes round again
+            if done["state"] == "done":
+                with lock:
+                    completed.append(r["item"]["hash"])
+
+    threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in claimants]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(completed) >= 10, 60, "work under way")
+    a.kill()  # kill -9, mid-claims
+    a.start()
+    for n in claimants:
+        n.connect(a)
+    try:
+        wait_for(lambda: {i["status"] for i in a.api("GET", "/v1/board/queue",
+                                                     topic="jobs")["items"]} == {"done"},
+                 120, "every item done")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    done = _never_held_twice(_leases(a, topic))
+    assert len(done) == 40 and set(done.values()) == {1}
+    assert len(completed) == len(set(completed))  # no claimant was told "done" twice

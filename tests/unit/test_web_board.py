@@ -1,0 +1,52 @@
+"""What awp web shows of the board: topics and posts from the daemon's answers (pure)."""
+
+from __future__ import annotations
+
+from awp.web import board
+
+POLICY = {"seq": 2, "title": "Ops", "read": "grant", "post": "open", "keep": 10000,
+          "keep_days": 30, "keep_bytes": 1 << 26, "rate": 60, "max_post": 65536,
+          "queue": True, "lease_s": 300, "attempts": 3, "revoked": 1, "banned": ["ed25519:x"]}
+TOPIC = {"topic": "ed25519:Fcy/ops", "label": "alice/ops", "owner": "ed25519:Fcy",
+         "owner_name": "alice", "name": "ops", "mine": False, "subscribed": True, "known": True,
+         "records": 12, "posts": 9, "newest": 1790000000001, "unread": 3, "policy": POLICY}
+
+
+def test_policy_text() -> None:
+    assert board.policy_text(POLICY) == ("read grant · post open · keeps 10000 records, 30 days"
+                                         " · 60 a minute each · work queue, 300 s leases"
+                                         " · 1 revoked · 1 banned")
+    assert board.policy_text(None) == "policy not known yet"
+    assert board.policy_text({"read": "open", "post": "open"}) == "read open · post open"
+
+
+def test_topic_shape() -> None:
+    t = board.topic(TOPIC)
+    assert t["title"] == "Ops" and t["queue"] is True and t["unread"] == 3
+    assert t["newest"] == "2026-09-21T14:13:20.001Z"
+    unknown = board.topic({**TOPIC, "policy": None, "known": False, "newest": 0,
+                           "posts": "9", "mine": "yes"})
+    assert unknown["title"] == "" and unknown["newest"] is None and unknown["policy"] is None
+    assert unknown["posts"] == 0 and unknown["mine"] is False  # wrong types are not passed on
+
+
+def test_posts_keep_their_text_exactly_and_name_files() -> None:
+    hostile = "<script>alert(1)</script>"
+    p = {"hash": "ab" * 16, "id": "ababababab", "author": "ed25519:bob", "author_name": "bob",
+         "mine": False, "ts": 1790000000001, "parent": "", "edited": 0, "replies": 2, "seq": 7,
+         "parts": [{"k": "text", "text": hostile}, {"k": "code", "lang": "sh", "text": "ls"},
+                   {"k": "data", "mime": "application/json", "data": {"a": 1}},
+                   {"k": "file", "name": "x.html", "mime": "text/html", "size": 9,
+                    "data": "PGI+PC9iPg=="},
+                   {"k": "weird", "text": "dropped"}]}
+    got = board.post(p)
+    assert got["parts"][0] == {"type": "text", "text": hostile}
+    assert got["parts"][1] == {"type": "code", "text": "ls", "lang": "sh"}
+    assert got["parts"][2] == {"type": "data", "mime": "application/json", "data": {"a": 1}}
+    f = got["parts"][3]
+    assert f["type"] == "blob" and f["name"] == "x.html" and "url" not in f and "data" not in f
+    assert len(got["parts"]) == 4
+    assert got["at"] == "2026-09-21T14:13:20.001Z" and got["edited"] is None
+    view = board.topic_view({"topic": TOPIC, "posts": [p, "junk"]})
+    assert [x["hash"] for x in view["posts"]] == ["ab" * 16]
+    assert board.board({"topics": [TOPIC, None]})["topics"][0]["label"] == "alice/ops"
