@@ -27,20 +27,21 @@ def test_board_bench_prints_every_figure():
     t0 = time.monotonic()
     r = subprocess.run(
         [sys.executable, os.path.join(ROOT, "bench", "board.py"), "--hosts", "3", "--posts", "6",
-         "--burst", "150", "--posters", "4", "--offline", "300", "--claimants", "6",
+         "--burst", "150", "--posters", "4", "--batch", "50", "--offline", "300", "--claimants", "6",
          "--items", "24", "--claim-hosts", "1"],
         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
     took = time.monotonic() - t0
     out = r.stdout
     assert "Traceback" not in r.stderr, r.stderr
     figures = {ln.split(":")[0]: ln for ln in out.splitlines() if FIGURE.search(ln)}
-    assert set(figures) == {"spread, line of 3", "spread, tree of 3", "burst", "catch-up",
-                            "queue"}, out
+    assert set(figures) == {"spread, line of 3", "spread, tree of 3", "burst, one post a request",
+                            "burst, 50 posts a request", "catch-up", "queue"}, out
     for kind in ("line", "tree"):
         line = figures[f"spread, {kind} of 3"]
         assert "(12 deliveries)" in line and "missing 0" in line, line
         assert re.search(r"p99 \d+ ms", line), line
-    assert re.search(r"\d+ posts/s", figures["burst"]), out
+    assert re.search(r"\d+ posts/s", figures["burst, one post a request"]), out
+    assert "150 of 150 posts kept" in figures["burst, 50 posts a request"], out
     assert re.search(r"held them all [\d.]+ s after it dialed", figures["catch-up"]), out
     assert re.search(r"= [\d.]+x the records' bytes", figures["catch-up"]), out
     queue = figures["queue"]
