@@ -87,6 +87,7 @@ def _text_post(identity: Identity, topic: str, text: str, ts_ms: int | None = No
 
 
 def _sub(ctx: Ctx, conn: PeerConn, topics: list[str], drop: tuple[str, ...] = ()) -> None:
+    conn.board_subs_sent += 1
     conn.send({"t": "board-sub", "topics": [{"topic": t} for t in topics], "drop": list(drop)},
               ctx.deadline)
 
@@ -392,10 +393,14 @@ def _probe_ranges(rep: _Replica, hi: int) -> list[dict]:
     return [{"lo": a, "hi": b, "ask": True} for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
-def _exchange(ctx: Ctx, s: Session, rep: _Replica, listed: list[bool]) -> None:
+def _exchange(ctx: Ctx, s: Session, rep: _Replica, listed: list[bool], *, later: bool) -> None:
     """Run the digest exchange until it goes quiet: opened, no wants open, and
-    no board traffic about the topic for :data:`SETTLE` seconds."""
-    rep.opened = ctx.identity.key < s.key
+    no board traffic about the topic for :data:`SETTLE` seconds.
+
+    Our first board-sub on a connection is the connect-time exchange, opened
+    by the smaller key; a ``later`` one is answered with a digest by the peer.
+    """
+    rep.opened = not later and ctx.identity.key < s.key
     if rep.opened:
         _digest(ctx, s.conn, rep.topic,
                 sync.opening(rep.holdings, rep.floor, now_ms(), FUTURE_MS))
@@ -404,8 +409,9 @@ def _exchange(ctx: Ctx, s: Session, rep: _Replica, listed: list[bool]) -> None:
     while not (rep.opened and not rep.wanted and time.monotonic() - rep.last >= SETTLE):
         if time.monotonic() >= ctx.deadline:
             if not rep.opened:
-                raise Fail(f"expected the peer's opening board-digest for {rep.topic} (its"
-                           " key is the smaller, so it opens the exchange)")
+                why = ("it receives a later board-sub on the connection, so it opens" if later
+                       else "its key is the smaller, so it opens the exchange")
+                raise Fail(f"expected the peer's opening board-digest for {rep.topic} ({why})")
             raise Fail(f"the exchange did not settle: {len(rep.wanted)} wanted record(s) of"
                        f" {rep.topic} never came")
         try:
@@ -462,27 +468,42 @@ def _probe(ctx: Ctx, s: Session, rep: _Replica, listed: list[bool]) -> int:
     raise Fail(f"after 5 probes our copy of {rep.topic} still differs from the peer's")
 
 
+def _no_records(ctx: Ctx, conns: list[PeerConn], topic: str) -> None:
+    """Neither records nor digests of ``topic`` come: we may not read it."""
+    for lines in _gather(conns, QUIET, ctx.deadline):
+        _no_err(lines)
+        for line in lines:
+            if line.get("t") in ("board-posts", "board-digest") and _about(line, topic):
+                raise Fail(f"the peer sent {line['t']} for {topic} to a stranger, though the"
+                           " topic is not open to read")
+
+
 def s_board_sync(ctx: Ctx) -> str:
     s = _board_session(ctx)
     topic = _need_topic(ctx)
     listed = [any(_lists(x, topic) for x in s.conn.received)]
+    later = s.conn.board_subs_sent > 0
     _sub(ctx, s.conn, [topic])
     _doc, policy = _await_doc(ctx, s.conn, topic)
     listed[0] = listed[0] or any(_lists(x, topic) for x in s.conn.received)
     if not policy.read_open:
-        raise Fail(f"the peer sent {topic}'s document to a stranger although the topic is not"
-                   " open to read")
+        # The document goes to every subscriber; the records only to readers.
+        _no_records(ctx, [s.conn], topic)
+        _sub(ctx, s.conn, [], drop=(topic,))
+        return ("note: the topic is not open to read: checked that its document comes and"
+                " its records and digests do not")
     rep = _Replica(topic, policy)
-    _exchange(ctx, s, rep, listed)
+    _exchange(ctx, s, rep, listed, later=later)
     probes = _probe(ctx, s, rep, listed)
     listed[0] = listed[0] or any(_lists(x, topic) for x in s.conn.received)
     _sub(ctx, s.conn, [], drop=(topic,))
     if not listed[0]:
         raise Fail(f"the peer never listed {topic} in a board-sub (a peer lists the topics it"
                    " subscribes to after its resume)")
-    opener = "we" if ctx.identity.key < s.key else "the peer"
+    opener = "we" if rep.opened and not later and ctx.identity.key < s.key else "the peer"
     return (f"{len(rep.holdings)} record(s) ({rep.bytes_in} bytes) in, {rep.digests_in}"
-            f" digest(s) from the peer; {opener} opened; converged"
+            f" digest(s) from the peer; {opener} opened"
+            + (" (a later board-sub)" if later else "") + "; converged"
             + (f" after {probes} probes" if probes > 1 else ""))
 
 
@@ -545,12 +566,14 @@ def s_board_relay(ctx: Ctx) -> str:
              forged_hash: "a record whose signature does not verify"}
     t0 = time.monotonic()
     _posts(ctx, a.conn, topic, [post.doc])
-    if not policy.post_open:
+    if not (policy.post_open and policy.read_open):
         lines_a, lines_b = _gather([a.conn, b.conn], 2 * QUIET, ctx.deadline)
-        _relay_checks(lines_a, lines_b, once="", never={post.hash: "a stranger's post to a"
-                                                        " topic not open to post"})
+        why = ("a stranger's post to a topic not open to post" if not policy.post_open
+               else "a post to a stranger that may not read the topic")
+        _relay_checks(lines_a, lines_b, once="", never={post.hash: why})
         _ping(ctx, b.conn)
-        return "note: the topic is not open to post: checked only that our post is not relayed"
+        return ("note: the topic is not open to " + ("post" if not policy.post_open else "read")
+                + ": checked only that our post is not relayed to the second party")
     _posts(ctx, a.conn, topic, [future.doc, forged])
     _posts(ctx, a.conn, topic, [post.doc])  # the same record again
     _await_record(ctx, b.conn, topic, post, "our post")

@@ -64,6 +64,7 @@ class PeerConn:
         self._raws: dict[int, bytes] = {}
         self.auto_pong = False
         self.write_broken = ""
+        self.board_subs_sent = 0  # a later board-sub is answered with a digest by its receiver
 
     # -- opening ----------------------------------------------------------------
 

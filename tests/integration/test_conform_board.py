@@ -126,13 +126,29 @@ def test_topic_open_to_read_only(make_node):
 
 
 def test_topic_a_stranger_may_not_read(make_node):
+    """The document goes to every subscriber, the records only to readers."""
     node = make_node("d").start()
     topic = open_topic(node, read="grant", post="grant")
-    r = conform(node.address, "--json", "--timeout", "3s", "--board-topic", topic,
+    r = conform(node.address, "--json", "--board-topic", topic, "--scenario", "board-sync",
+                "--scenario", "board-relay")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = board_report(r)
+    assert "its document comes and its records and digests do not" in rep["board-sync"]["detail"]
+    assert "not open to post" in rep["board-relay"]["detail"]
+
+
+def test_listen_mode_a_later_board_sub_is_answered_by_the_peer(make_node):
+    """On a shared connection board-sync's board-sub is not the first: the peer opens."""
+    node = make_node("d").start()
+    topic = open_topic(node)
+    cmd = " ".join(shlex.quote(a) for a in
+                   [sys.executable, "-m", "awp", "connect", "--home", node.home, "{addr}"])
+    r = conform("--listen", "tcp:127.0.0.1:0", "--run", cmd, "--json", "--board-topic", topic,
+                "--scenario", "handshake", "--scenario", "board-unknown-topic",
                 "--scenario", "board-sync")
-    assert r.returncode == 1
+    assert r.returncode == 0, r.stdout + r.stderr
     detail = board_report(r)["board-sync"]["detail"]
-    assert f"expected board-topic for {topic}" in detail and "may anyone read it" in detail
+    assert "the peer opened (a later board-sub)" in detail, detail
 
 
 def test_listen_mode_runs_board_sync_on_the_shared_connection(make_node):
