@@ -136,9 +136,15 @@ def test_unknown_peer_points_at_awp_peers(homes):
 
 
 def identity_with_dash_key() -> dict:
+    """A key whose prefix starts with "-" then a digit.
+
+    "-sEESZ" is also "-s EESZ" (an attached --subject): a letter after the
+    dash may be a short flag, and then the flag rightly wins.
+    """
     while True:
         ident = Identity.generate()
-        if ident.key[len(KEY_PREFIX)] == "-":
+        body = ident.key[len(KEY_PREFIX):]
+        if body[0] == "-" and body[1].isdigit():
             return {"key": ident.key, "seed": b64url(ident.seed)}
 
 
