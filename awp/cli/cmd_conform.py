@@ -21,6 +21,11 @@ def conform(
                                        help="run only this scenario (repeatable)"),
     timeout: str = typer.Option("15s", "--timeout", metavar="DURATION",
                                 help="deadline of each scenario"),
+    board_topic: str = typer.Option(
+        None, "--board-topic", metavar="TOPIC",
+        help="ed25519:<owner key>/<name>: a topic the peer holds and lets anyone read, for"
+             " board-sync and board-relay (board-relay posts to it, then deletes the post,"
+             " when it is open to post)"),
     list_only: bool = typer.Option(False, "--list", help="list the scenarios and exit"),
     trace: bool = typer.Option(False, "--trace", help="print every line in and out on stderr"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -33,14 +38,16 @@ def conform(
     address, and runs on the one connection the peer dials the scenarios that
     can share it; the others are reported as skipped. The runner has a fresh
     key of its own every run; --home is accepted and unused (no daemon is
-    needed). Exit status: 0 when nothing failed, 1 when a
-    scenario failed, 2 on usage errors.
+    needed). Peers that list cap board also get the board's scenarios;
+    board-sync and board-relay need --board-topic. Exit status: 0 when nothing
+    failed, 1 when a scenario failed, 2 on usage errors.
 
     \b
     Examples:
       awp conform tcp:127.0.0.1:7000
       awp conform unix:/tmp/peer.sock --scenario handshake --scenario bye
       awp conform --listen tcp:127.0.0.1:0 --run "awp connect {addr}"
+      awp conform tcp:127.0.0.1:7000 --board-topic ed25519:Fcy_...DE4/ops
     """
     from ..conform.runner import run_connect, run_listen, select_scenarios
     from ..conform.scenarios import SCENARIOS
@@ -62,6 +69,17 @@ def conform(
         raise CliError(f"--timeout: {e}", 2) from None
     if secs <= 0:
         raise CliError("--timeout must be more than 0", 2)
+    topic = ""
+    if board_topic is not None:
+        from ..wire.board import BoardError, parse_topic
+
+        try:
+            parse_topic(board_topic)
+        except BoardError as e:
+            raise CliError(f"--board-topic: {e} (the runner has no daemon to resolve"
+                           " aliases: give the full topic, as `awp topics --json` shows it)",
+                           2) from None
+        topic = board_topic
 
     if listen is not None:
         if address:
@@ -77,7 +95,8 @@ def conform(
         if "{addr}" not in run:
             raise CliError("--run must contain {addr}, where the listening address goes", 2)
         try:
-            report = run_listen(listen, run, chosen, timeout=secs, trace=trace)
+            report = run_listen(listen, run, chosen, timeout=secs, trace=trace,
+                                board_topic=topic)
         except OSError as e:
             raise CliError(f"cannot listen on {listen}: {e.strerror or e}") from None
     else:
@@ -92,7 +111,7 @@ def conform(
         if a.kind not in ("tcp", "unix"):
             raise CliError("awp conform dials tcp:HOST:PORT or unix:/path addresses"
                            " (for a tailcat peer, use --listen and tailcat on its side)", 2)
-        report = run_connect(address, chosen, timeout=secs, trace=trace)
+        report = run_connect(address, chosen, timeout=secs, trace=trace, board_topic=topic)
 
     out(report.json_text() if as_json else report.text())
     raise typer.Exit(report.exit_code)

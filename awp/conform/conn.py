@@ -64,6 +64,7 @@ class PeerConn:
         self._raws: dict[int, bytes] = {}
         self.auto_pong = False
         self.write_broken = ""
+        self.board_subs_sent = 0  # a later board-sub is answered with a digest by its receiver
 
     # -- opening ----------------------------------------------------------------
 
@@ -250,11 +251,15 @@ class PeerConn:
             self._problem(*[f"{p} (in {shown(obj, 160)})" for p in problems])
             line = obj
         # Bounded memory whatever the peer floods us with: recent lines only,
-        # and raw bytes only for hellos (the auth transcript needs them).
+        # and raw bytes only for hellos (the auth transcript needs them) and
+        # board lines (records are relayed byte for byte, which is checked).
         self.received.append(line)
         if len(self.received) > 400:
+            for old in self.received[:200]:
+                self._raws.pop(id(old), None)
             del self.received[:200]
-        if line.get("t") == "hello":
+        t = line.get("t")
+        if t == "hello" or (isinstance(t, str) and t.startswith("board-")):
             self._raws[id(line)] = raw
         if self.auto_pong and line.get("t") == "ping" and isinstance(line.get("id"), str) \
                 and not self.eof:

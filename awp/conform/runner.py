@@ -158,7 +158,7 @@ def _run_one(scn: Scenario, ctx: Ctx, watched: list[PeerConn], *,
 
 
 def run_connect(address: str, scenarios: list[Scenario], *, timeout: float,
-                trace: bool = False) -> Report:
+                trace: bool = False, board_topic: str = "") -> Report:
     """Each scenario on its own connection to ``address``."""
     identity = Identity.generate()
     ids = IdGenerator()
@@ -168,7 +168,7 @@ def run_connect(address: str, scenarios: list[Scenario], *, timeout: float,
     for scn in scenarios:
         tracing.label = scn.name
         ctx = Ctx(identity=identity, ids=ids, deadline=time.monotonic() + timeout,
-                  tracer=tracing.get(), address=address)
+                  tracer=tracing.get(), address=address, board_topic=board_topic)
         try:
             res = _run_one(scn, ctx, [])
         finally:
@@ -232,7 +232,7 @@ class _Command:
 
 
 def run_listen(listen: str, command: str, scenarios: list[Scenario], *, timeout: float,
-               trace: bool = False) -> Report:
+               trace: bool = False, board_topic: str = "") -> Report:
     """Listen, run the peer's command, and run on its one inbound connection
     the scenarios that can share a connection (the others are skipped)."""
     identity = Identity.generate()
@@ -253,7 +253,7 @@ def run_listen(listen: str, command: str, scenarios: list[Scenario], *, timeout:
             cmd = _Command(command, lst.address, trace)
             try:
                 peer = _listen_scenarios(lst, cmd, shared_ok, identity, ids, tracing, timeout,
-                                         results)
+                                         results, board_topic)
             finally:
                 exit_code = cmd.stop()
     finally:
@@ -265,7 +265,7 @@ def run_listen(listen: str, command: str, scenarios: list[Scenario], *, timeout:
 
 def _listen_scenarios(lst: Listener, cmd: _Command, todo: list[Scenario], identity: Identity,
                       ids: IdGenerator, tracing: _Tracing, timeout: float,
-                      results: dict[str, Result]) -> dict | None:
+                      results: dict[str, Result], board_topic: str = "") -> dict | None:
     start = time.monotonic()
     first = todo[0]
     tracing.label = first.name
@@ -284,7 +284,7 @@ def _listen_scenarios(lst: Listener, cmd: _Command, todo: list[Scenario], identi
     conn.note(f"accepted a connection on {lst.address}")
     try:
         ctx = Ctx(identity=identity, ids=ids, deadline=time.monotonic() + timeout,
-                  tracer=tracing.get(), accepted=conn)
+                  tracer=tracing.get(), accepted=conn, board_topic=board_topic)
         rest = todo
         if first.name == "handshake":
             conn.scenario = first.name

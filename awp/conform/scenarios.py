@@ -1,5 +1,8 @@
 """The conformance scenarios: the fifteen of wire-facts section 12, and ours.
 
+The board's (SPEC.md section 14) live in :mod:`.board_scenarios` and run
+before ``bye``; the context and the handshake are in :mod:`.session`.
+
 Each scenario is a function of a :class:`Ctx`; it returns a detail string on
 success and raises :class:`~awp.conform.conn.Fail` (or ``Skip``) otherwise.
 Every wait is bounded by ``ctx.deadline``, the scenario's own deadline.
@@ -16,161 +19,24 @@ import base64
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..wire.b64 import b64url
 from ..wire.canonical import canonical_bytes, compact_json
-from ..wire.ids import IdGenerator
-from ..wire.keys import Identity, auth_transcript, verify
-from ..wire.timefmt import format_ts, format_ts_seconds, now_ms
-from .conn import Fail, PeerConn, Skip, Tracer, describe, random_nonce, random_thread
-
-PROTOCOL_VERSION = 0
-RUNNER_CAPS = ["chat"]  # the runner asks the peer for nothing optional
-
-
-@dataclass
-class Session:
-    """A connection after the handshake, with what the peer told us."""
-
-    conn: PeerConn
-    hello: dict
-    hello_raw: bytes
-    auth: dict | None = None
-    resume: dict | None = None
-    faults: list[str] = field(default_factory=list)
-
-    @property
-    def caps(self) -> list[str]:
-        caps = self.hello.get("caps")
-        return [c for c in caps if isinstance(c, str)] if isinstance(caps, list) else []
-
-    @property
-    def key(self) -> str:
-        k = self.hello.get("key")
-        return k if isinstance(k, str) else ""
-
-
-@dataclass
-class Ctx:
-    """What a scenario runs with."""
-
-    identity: Identity
-    ids: IdGenerator
-    deadline: float
-    tracer: Tracer | None = None
-    address: str | None = None  # connect mode
-    accepted: PeerConn | None = None  # listen mode: the inbound connection, before handshake
-    shared: Session | None = None  # listen mode: the inbound connection, after handshake
-    conns: list[PeerConn] = field(default_factory=list)
-    name: str = "awp-conform"
-    peer: dict | None = None  # who answered: key, name, caps of the last hello seen
-
-    @property
-    def listen_mode(self) -> bool:
-        return self.address is None
-
-    def fresh(self) -> PeerConn:
-        """A connection on which no handshake has happened yet."""
-        if self.accepted is not None:
-            conn, self.accepted = self.accepted, None
-            return conn
-        if self.address is None:
-            raise Fail("no inbound connection to run the handshake on")
-        conn = PeerConn.dial(self.address, self.deadline, self.ids, self.tracer)
-        self.conns.append(conn)
-        return conn
-
-    def session(self) -> Session:
-        """A connection that has completed the handshake."""
-        if self.shared is not None:
-            if self.shared.conn.eof:
-                where = self.shared.conn.closed_in
-                raise Fail("the peer had already closed the shared connection"
-                           + (f" (during {where})" if where else ""))
-            return self.shared
-        return handshake(self, self.fresh(), strict=False)
-
-    def hello_line(self, version: int = PROTOCOL_VERSION) -> dict:
-        return {
-            "t": "hello", "id": self.ids.next(), "ts": _ts(), "v": version,
-            "key": self.identity.key, "name": self.name, "nonce": random_nonce(),
-            "caps": list(RUNNER_CAPS), "about": "AWP conformance runner",
-        }
-
-    def close(self) -> None:
-        for c in self.conns:
-            c.close()
-
-
-def _ts() -> str:
-    return format_ts(now_ms())
-
-
-def _err_code(line: dict) -> str:
-    code = line.get("code")
-    return code if isinstance(code, str) else "?"
-
-
-def _is(t: str) -> Callable[[dict], bool]:
-    return lambda line: line.get("t") == t
-
-
-# -- the handshake ----------------------------------------------------------------------
-
-def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool) -> Session:
-    """Run hello/auth/resume with the peer.
-
-    ``strict`` is the ``handshake`` scenario: wait for the peer's hello before
-    sending ours, and wait for its resume before sending ours.  Otherwise our
-    hello goes out at once.  Either way a peer auth that does not verify is
-    recorded in ``faults`` rather than raised: it is the ``handshake``
-    scenario's business, and the connection is still usable for the others.
-    """
-    mine = ctx.hello_line()
-    if not strict:
-        _, my_raw = conn.send(mine, ctx.deadline)
-    what = "the peer's hello (sent without waiting for ours)" if strict else "the peer's hello"
-    started = time.monotonic()
-    try:
-        first = conn.next_line(ctx.deadline)
-    except TimeoutError:
-        waited = time.monotonic() - started
-        raise Fail(f"expected {what} within {waited:.1f}s: got nothing") from None
-    if first is None:
-        raise Fail(f"expected {what}, but the peer closed the connection")
-    if first.get("t") != "hello":
-        raise Fail(f"expected {what} as the first line, got {describe(first, full=True)}")
-    hello_raw = conn.raw_of(first)
-    session = Session(conn, first, hello_raw)
-    ctx.peer = {"key": session.key, "name": first.get("name"), "caps": session.caps}
-    v = first.get("v")
-    if v != PROTOCOL_VERSION:
-        raise Fail(f"the peer's hello has v {v!r}; this runner speaks v {PROTOCOL_VERSION}")
-    if strict:
-        _, my_raw = conn.send(mine, ctx.deadline)
-
-    auth = conn.expect(_is("auth"), ctx.deadline, "the peer's auth",
-                       reject=lambda x: x.get("t") not in ("auth",))
-    session.auth = auth
-    sig = auth.get("sig")
-    good = isinstance(sig, str) and verify(session.key, auth_transcript(hello_raw, my_raw), sig)
-    if not good:
-        # Recorded, not raised: the handshake scenario fails on it, the others
-        # (and, in listen mode, the shared connection) carry on.
-        session.faults.append("the peer's auth does not verify over \"awp-auth-v0\" 0x00"
-                              " <its hello> 0x00 <our hello>")
-    conn.send({"t": "auth", "sig": ctx.identity.sign(auth_transcript(my_raw, hello_raw))},
-              ctx.deadline)
-    if not strict:
-        conn.send({"t": "resume", "seen": {}}, ctx.deadline)
-    what = "the peer's resume (sent without waiting for ours)" if strict else "the peer's resume"
-    session.resume = conn.expect(_is("resume"), ctx.deadline, what)
-    if strict:
-        conn.send({"t": "resume", "seen": {}}, ctx.deadline)
-    conn.auto_pong = True
-    return session
-
+from ..wire.keys import Identity, auth_transcript
+from ..wire.timefmt import format_ts_seconds, now_ms
+from .board_scenarios import BOARD_SCENARIOS
+from .conn import Fail, PeerConn, Skip, describe, random_thread
+from .session import (  # noqa: F401 - Ctx, Session, handshake are this module's API too
+    PROTOCOL_VERSION,
+    RUNNER_CAPS,
+    Ctx,
+    Scenario,
+    Session,
+    _err_code,
+    _is,
+    _ping,
+    handshake,
+)
 
 # -- scenarios --------------------------------------------------------------------------
 
@@ -246,12 +112,6 @@ def s_too_large(ctx: Ctx) -> str:
         raise Fail(f"expected err too_large, got {describe(err)}")
     s.conn.expect_close(ctx.deadline, "the peer to close after err too_large")
     return ""
-
-
-def _ping(ctx: Ctx, conn: PeerConn, *, reject: Callable[[dict], bool] | None = None) -> dict:
-    ping, _ = conn.send({"t": "ping"}, ctx.deadline)
-    return conn.expect(lambda x: x.get("t") == "pong" and x.get("re") == ping["id"],
-                       ctx.deadline, f"pong with re {ping['id']}", reject=reject)
 
 
 def s_ping(ctx: Ctx) -> str:
@@ -463,14 +323,6 @@ def s_bye(ctx: Ctx) -> str:
     return "note: " + "; ".join(notes) if notes else ""
 
 
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    summary: str
-    run: Callable[[Ctx], str]
-    own_connection: bool = False
-
-
 SCENARIOS: list[Scenario] = [
     Scenario("handshake", "peer sends hello unprompted, a verifying auth, and resume before ours",
              s_handshake),
@@ -500,6 +352,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("introduce-replay", "an introduce line sent twice draws no err or ack, and the"
              " next resume lists its thread (cap introduce)", s_introduce_replay,
              own_connection=True),
+    *BOARD_SCENARIOS,
     Scenario("bye", "bye gets a bye back, then the peer closes", s_bye),
 ]
 

@@ -4,7 +4,8 @@ Each check returns a list of human-readable problems (empty when the line is
 fine).  The rules are those of wire-facts sections 1, 2 and 12: a line is at
 most 1 MiB, a JSON object, carries a ULID ``id`` and an RFC 3339 ``ts``, and
 the fields its type needs, with keys, nonces and signatures in their exact
-encodings.  Unknown types and unknown fields are never a problem.
+encodings.  The board's lines (SPEC.md section 14) are checked by
+:mod:`.boardschema`.  Unknown types and unknown fields are never a problem.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def decode(raw: bytes) -> tuple[dict | None, list[str]]:
     if not isinstance(obj, dict):
         return None, [f"line is not a JSON object: {shown(text)}"]
     problems = check(obj)
+    if obj.get("t") == "board-posts":
+        from .boardschema import check_board_size
+
+        problems += check_board_size("board-posts", len(raw))
     if b"\r" in raw:
         problems.append("line contains a carriage return (lines end in \\n alone)")
     return obj, problems
@@ -237,4 +242,8 @@ def check(line: dict) -> list[str]:
             p.append("presence without a 'doc' object")
     elif t in ("mirror", "private"):
         _str(p, t, line, "th", nonempty=True)
+    elif t.startswith("board-"):
+        from .boardschema import check_board  # imports this module: loaded on first use
+
+        p += check_board(t, line)
     return p

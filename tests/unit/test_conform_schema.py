@@ -191,9 +191,11 @@ def test_catalogue_is_the_fifteen_of_section_12_and_ours():
     assert [s.name for s in SCENARIOS] == [
         "handshake", "version", "auth-bad-sig", "bad-frame", "too-large", "ping", "msg-ack",
         "state-ack", "dedup", "unknown-type", "unknown-field", "err-nonclosing", "chunk",
-        "grant", "introduce-replay", "bye"]
+        "grant", "introduce-replay", "board-unknown-topic", "board-malformed",
+        "board-unsubscribed", "board-sync", "board-relay", "bye"]
     assert {s.name for s in SCENARIOS if s.own_connection} == {
-        "version", "auth-bad-sig", "bad-frame", "too-large", "introduce-replay"}
+        "version", "auth-bad-sig", "bad-frame", "too-large", "introduce-replay",
+        "board-unsubscribed", "board-relay"}
     assert SCENARIOS[-1].name == "bye"  # last on a shared connection
 
 
