@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from ..board import view
 from ..localapi.server import ApiError, Request, Router
 from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
@@ -141,7 +142,19 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
     # -- shapes --------------------------------------------------------------------
 
-    def post_obj(c: sqlite3.Connection, p: sb.Post, names: dict[str, str]) -> dict:
+    def owner_name_me() -> str:
+        return engine.config.name or "me"
+
+    labels: dict[str, str] = {}  # our own topics' labels, which never change while we run
+
+    async def topic_label(topic: str) -> str:
+        if topic.startswith(me + "/"):
+            if topic not in labels:
+                labels[topic] = f"{owner_name_me()}/{topic.split('/', 1)[1]}"
+            return labels[topic]
+        return await engine.read(lambda c: label(c, topic))
+
+    def post_obj(c: sqlite3.Connection | None, p: sb.Post, names: dict[str, str]) -> dict:
         s = p.shown
         if s.author not in names:
             names[s.author] = owner_name(c, s.author)
@@ -321,13 +334,11 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             doc["parent"] = parent
         doc.update(await authority(topic))
         rec, taken = await sign(doc)
-
-        def shown(c: sqlite3.Connection) -> dict:
-            p = sb.post_by_hash(c, topic, rec.hash)
-            return post_obj(c, p, {}) if p else {"hash": rec.hash, "id": rec.hash[:10],
-                                                 "topic": topic}
-
-        return {"post": await engine.read(shown), "sent_to": await board.readers(topic)}
+        # A new post: no edit, no reply yet; shaped from the record, not read back.
+        p = sb.Post(view.Shown(hash=rec.hash, author=me, ts=rec.ts, parent=parent,
+                               parts=parts, edited=0), topic, taken.seqs.get(rec.hash, 0), 0)
+        names = {me: owner_name_me(), topic: await topic_label(topic)}
+        return {"post": post_obj(None, p, names), "sent_to": await board.readers(topic)}
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""

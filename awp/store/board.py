@@ -55,10 +55,28 @@ def topic_doc(c: sqlite3.Connection, topic: str) -> str | None:
     return row[0] if row else None
 
 
+_POLICIES: dict[str, Policy] = {}  # document hash -> its policy (documents never change)
+
+
 def policy(c: sqlite3.Connection, topic: str) -> Policy | None:
-    """The policy of the newest topic document held (it was checked when stored)."""
-    raw = topic_doc(c, topic)
-    return check_policy(json.loads(raw)) if raw is not None else None
+    """The policy of the newest topic document held (it was checked when stored).
+
+    Parsed once per document: a document is named by its hash, so the hash
+    alone says whether the policy parsed before still holds.
+    """
+    row = c.execute("SELECT hash FROM board_topics WHERE topic = ?", (topic,)).fetchone()
+    if row is None:
+        return None
+    found = _POLICIES.get(row[0])
+    if found is None:
+        raw = topic_doc(c, topic)
+        if raw is None:
+            return None
+        found = check_policy(json.loads(raw))
+        if len(_POLICIES) >= 4096:
+            _POLICIES.clear()
+        _POLICIES[row[0]] = found
+    return found
 
 
 def topics(c: sqlite3.Connection) -> list[dict]:
