@@ -81,6 +81,8 @@ class _Link:
         self.max_bytes = max_bytes
         self.served = 0  # bytes sent on the peer's asking in this minute
         self.served_since = 0.0
+        self.claims = 0  # queue requests from the peer in this minute
+        self.claims_since = 0.0
         self.queue: deque[bytes] = deque()
         self.size = 0
         self.wake = trio.Event()
@@ -112,7 +114,7 @@ class Board:
         self.policies: dict[str, Policy | None] = {}
         self.stats = dict.fromkeys(("lines_in", "bytes_in", "lines_out", "bytes_out",
                                     "records_in", "records_refused", "records_out",
-                                    "asks_refused", "held_back"), 0)
+                                    "asks_refused", "held_back", "claims_refused"), 0)
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()

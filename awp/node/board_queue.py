@@ -78,8 +78,16 @@ class BoardQueue:
 
     def _log(self, c: sqlite3.Connection, topic: str, arb: Arbiter,
              ev: Event) -> list[Decision]:
+        """Apply an event, and keep it in the log when it changed anything.
+
+        A refused request, a claim on an empty queue or a retried claim
+        changes no state, and replaying the log without it gives the same
+        state: leaving it out keeps a claimant's noise off the disk.
+        """
         out = arb.apply(ev)
-        sb.log_event(c, topic, ev)
+        if ev.op in ("add", "remove") or any(d.state in LEASE_STATES and not d.again
+                                             for d in out):
+            sb.log_event(c, topic, ev)
         return out
 
     def _leases(self, c: sqlite3.Connection, topic: str, decisions: list[Decision],
@@ -244,7 +252,7 @@ class BoardQueue:
         if not isinstance(topic, str) or op not in OPS or not isinstance(ident, str):
             return
         who = link.conn.peer_key
-        why = await self._may_claim(link, topic)
+        why = self._over_rate(link) or await self._may_claim(link, topic)
         if why:
             answer, rec = Decision("refused", why=why), None
         else:
@@ -264,6 +272,18 @@ class BoardQueue:
                                                                           answer.state)
             text = json.dumps(body, separators=(",", ":"))[1:-1]
         link.push(self.board._line("board-lease", text))
+
+    def _over_rate(self, link: _Link) -> str:
+        """``limits.board_claims_per_minute``: each request the arbiter takes costs a
+        log row and lease records that every subscriber stores."""
+        now = trio.current_time()
+        if now - link.claims_since >= 60:
+            link.claims, link.claims_since = 0, now
+        link.claims += 1
+        if link.claims > self.engine.config.limits.board_claims_per_minute:
+            self.board.stats["claims_refused"] += 1
+            return "too many queue requests from this peer: wait a minute"
+        return ""
 
     async def _may_claim(self, link: _Link, topic: str) -> str:
         if not topic.startswith(self.me + "/"):

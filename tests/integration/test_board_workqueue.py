@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -194,3 +195,43 @@ def test_kill_9_of_the_arbiter_among_concurrent_claimants_holds_no_item_twice(ma
     done = _never_held_twice(_leases(a, topic))
     assert len(done) == 40 and set(done.values()) == {1}
     assert len(completed) == len(set(completed))  # no claimant was told "done" twice
+
+
+def _log_rows(node) -> int:
+    with sqlite3.connect(node.home + "/awp.db") as con:
+        return con.execute("SELECT count(*) FROM board_queue_log").fetchone()[0]
+
+
+def test_a_claimant_flooding_the_arbiter_is_bounded(make_node):
+    a = make_node("a")
+    os.makedirs(a.home, exist_ok=True)
+    with open(os.path.join(a.home, "config.json"), "w") as f:
+        json.dump({"limits": {"board_claims_per_minute": 20}}, f)
+    a.start()
+    b = make_node("b").start()
+    topic = _queue(a, n=1)
+    b.connect(a)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    held = b.api("POST", "/v1/board/claim", {"topic": topic})
+    before = _log_rows(a)
+    # requests that change nothing are answered and not logged
+    for _ in range(5):
+        assert b.api("POST", "/v1/board/claim", {"topic": topic})["state"] == "empty"
+        try:
+            b.api("POST", "/v1/board/lease", {"topic": topic, "lease": "nope.1",
+                                              "op": "renew"})
+        except ApiFailure as e:
+            assert e.code == "refused"
+    assert _log_rows(a) == before
+    # past the limit the arbiter answers with an error and keeps nothing
+    codes = []
+    for _ in range(20):
+        try:
+            b.api("POST", "/v1/board/lease", {"topic": topic, "lease": held["lease"],
+                                              "op": "renew"})
+            codes.append("ok")
+        except ApiFailure as e:
+            codes.append(e.code)
+            assert "too many queue requests" in str(e)
+    assert codes.count("ok") == 20 - 11 and codes[-1] == "refused"
+    assert a.api("GET", "/v1/status")["board"]["claims_refused"] == 11
