@@ -29,6 +29,7 @@ import logging
 import sqlite3
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
@@ -73,6 +74,21 @@ def speaks_board(conn: Connection) -> bool:
     return CAP in conn.peer_caps
 
 
+@dataclass
+class _Records:
+    """Records waiting in a link's queue for one ``board-posts`` line.
+
+    Kept as records, not as a built line, so that records queued one after
+    another for the same topic leave together: under load a subscriber gets
+    a few large lines instead of one line per post.
+    """
+
+    topic: str
+    hops: int
+    raws: list[str]
+    size: int
+
+
 class _Link:
     """One connection's outgoing board lines, written by its own task."""
 
@@ -83,7 +99,7 @@ class _Link:
         self.served_since = 0.0
         self.claims = 0  # queue requests from the peer in this minute
         self.claims_since = 0.0
-        self.queue: deque[bytes] = deque()
+        self.queue: deque[bytes | _Records] = deque()
         self.size = 0
         self.wake = trio.Event()
         self.resync: set[str] = set()
@@ -99,6 +115,23 @@ class _Link:
             return False
         self.queue.append(data)
         self.size += len(data)
+        self.wake.set()
+        return True
+
+    def push_records(self, topic: str, hops: int, raws: list[str], size: int) -> bool:
+        """Queue records, joining the last queued group when it is the same topic and hops."""
+        if self.size + size > self.max_bytes:
+            self.resync.add(topic)
+            self.wake.set()
+            return False
+        last = self.queue[-1] if self.queue else None
+        if (isinstance(last, _Records) and last.topic == topic and last.hops == hops
+                and last.size + size <= MAX_LINE - 1024):
+            last.raws.extend(raws)
+            last.size += size
+        else:
+            self.queue.append(_Records(topic, hops, list(raws), size))
+        self.size += size
         self.wake.set()
         return True
 
@@ -201,8 +234,13 @@ class Board:
             try:
                 while True:
                     while link.queue:
-                        data = link.queue.popleft()
-                        link.size -= len(data)
+                        item = link.queue.popleft()
+                        if isinstance(item, _Records):
+                            link.size -= item.size
+                            data = self._posts_line(item.topic, item.raws, item.hops)
+                        else:
+                            link.size -= len(item)
+                            data = item
                         await conn.send_raw_line(data)
                         self.stats["lines_out"] += 1
                         self.stats["bytes_out"] += len(data)
@@ -419,26 +457,11 @@ class Board:
         for link in links:
             if not await self._may_read(link, topic):
                 continue
-            for data, n in self._posts_lines(topic, raws, hops):
-                if not link.push(data, topic):
+            for group, size in _groups(raws):
+                if not link.push_records(topic, hops, group, size):
                     self.stats["held_back"] += 1
                     break
-                self.stats["records_out"] += n
-
-    def _posts_lines(self, topic: str, raws: Iterable[str],
-                     hops: int) -> list[tuple[bytes, int]]:
-        """``board-posts`` lines under :data:`MAX_LINE`, with how many records each holds."""
-        out, group, size = [], [], 0
-        for r in raws:
-            n = len(r.encode("utf-8")) + 1
-            if group and size + n > MAX_LINE - 1024:
-                out.append((self._posts_line(topic, group, hops), len(group)))
-                group, size = [], 0
-            group.append(r)
-            size += n
-        if group:
-            out.append((self._posts_line(topic, group, hops), len(group)))
-        return out
+                self.stats["records_out"] += len(group)
 
     def _posts_line(self, topic: str, raws: list[str], hops: int) -> bytes:
         return self._line("board-posts", f'"topic":{json.dumps(topic)},"hops":{hops},'
@@ -630,6 +653,23 @@ class Board:
 
     def status(self) -> dict:
         return {**self.stats, "subscribed": len(self.subs), "links": len(self.links)}
+
+
+def _groups(raws: Iterable[str]) -> list[tuple[list[str], int]]:
+    """Records in groups that each fit one ``board-posts`` line, with their sizes."""
+    out: list[tuple[list[str], int]] = []
+    group: list[str] = []
+    size = 0
+    for r in raws:
+        n = len(r.encode("utf-8")) + 1
+        if group and size + n > MAX_LINE - 1024:
+            out.append((group, size))
+            group, size = [], 0
+        group.append(r)
+        size += n
+    if group:
+        out.append((group, size))
+    return out
 
 
 def _topic_of(raw: str) -> str:

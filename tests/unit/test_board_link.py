@@ -23,3 +23,25 @@ def test_lines_of_the_link_itself_are_never_dropped():
     link = _Link(_Conn(), max_bytes=10)  # type: ignore[arg-type]
     assert link.push(b"s" * 100)
     assert link.size == 100 and not link.resync
+
+
+def test_records_queued_one_after_another_leave_in_one_line():
+    link = _Link(_Conn(), max_bytes=10_000)  # type: ignore[arg-type]
+    assert link.push_records("t1", 0, ["a"], 100)
+    assert link.push_records("t1", 0, ["b"], 100)  # joins the group before it
+    assert link.push_records("t1", 1, ["c"], 100)  # other hops: a line of its own
+    assert link.push_records("t2", 1, ["d"], 100)  # other topic: too
+    groups = [(r.topic, r.hops, r.raws) for r in link.queue]
+    assert groups == [("t1", 0, ["a", "b"]), ("t1", 1, ["c"]), ("t2", 1, ["d"])]
+    assert link.size == 400
+    assert not link.push_records("t3", 0, ["e"], 10_000)  # over the bound: held back
+    assert link.resync == {"t3"} and link.size == 400
+
+
+def test_a_group_never_grows_past_a_line():
+    from awp.node.board import MAX_LINE
+
+    link = _Link(_Conn(), max_bytes=4 * MAX_LINE)  # type: ignore[arg-type]
+    for _ in range(3):
+        assert link.push_records("t", 0, ["x"], MAX_LINE // 2)
+    assert [len(r.raws) for r in link.queue] == [1, 1, 1]
