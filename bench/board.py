@@ -277,8 +277,17 @@ def burst(owner: Node, sub: Node, count: int, posters: int, batch: int) -> bool:
     errors = run_pool(min(50, count), posters, lambda k: owner.api(
         "POST", "/v1/board/post", {"topic": topic, "parts": text(f"warm-up {k}")}))
     t0 = time.monotonic()
-    errors += run_pool(count, posters, lambda k: owner.api(
-        "POST", "/v1/board/post", {"topic": topic, "parts": text(f"burst post {k}")}))
+    # One client (one kept-alive connection) per poster, as a script that posts
+    # in a loop holds: what is measured is the posting, not a connect a post.
+    clients = threading.local()
+
+    def post_one(k: int) -> None:
+        if not hasattr(clients, "c"):
+            clients.c = owner.client
+        clients.c.request("POST", "/v1/board/post", {"topic": topic,
+                                                     "parts": text(f"burst post {k}")})
+
+    errors += run_pool(count, posters, post_one)
     took = time.monotonic() - t0
     rate = count / took
     want = records(owner, topic)
@@ -289,7 +298,8 @@ def burst(owner: Node, sub: Node, count: int, posters: int, batch: int) -> bool:
     except AssertionError:
         behind = f"the subscriber held {records(sub, topic)} of {want} records after 120 s"
     ok = rate >= 1000 and not errors
-    print(f"burst, one post a request: {count} posts from {posters} concurrent clients on the"
+    print(f"burst, one post a request: {count} posts from {posters} concurrent clients (each"
+          f" keeping its connection) on the"
           f" owner's local API in {took:.2f} s: {rate:.0f} posts/s  (target >= 1,000/s)"
           f" {verdict(ok)}")
     print(f"      {behind}; errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
