@@ -246,6 +246,9 @@ class Router:
 
     def __init__(self) -> None:
         self._routes: list[_Route] = []
+        # Routes without parameters, by (method, path): most requests name one,
+        # and a literal route always wins over a parameter, so no scan is needed.
+        self._literal: dict[tuple[str, str], _Route] = {}
 
     def route(self, method: str, path: str) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
@@ -259,7 +262,10 @@ class Router:
         for existing in self._routes:
             if existing.method == method and existing.pattern == path:
                 raise ValueError(f"route registered twice: {method} {path}")
-        self._routes.append(_Route(method, path, handler))
+        route = _Route(method, path, handler)
+        self._routes.append(route)
+        if not any(is_param for _, is_param in route.segments):
+            self._literal[(method, "/".join(seg for seg, _ in route.segments))] = route
 
     def wrap(self, wrapper: Callable[[Handler], Handler]) -> None:
         """Replace every handler registered so far by ``wrapper(handler)``
@@ -270,6 +276,9 @@ class Router:
     def resolve(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
         """Find the handler for a request, or raise the 404/405 ``ApiError``."""
         parts = _split_path(path)
+        literal = self._literal.get((method, "/".join(parts)))
+        if literal is not None:
+            return literal.handler, {}
         best: tuple[_Route, dict[str, str]] | None = None
         allowed: set[str] = set()
         for route in self._routes:

@@ -280,16 +280,16 @@ def check_record(raw: object,
     sig = doc.get("sig")
     if not isinstance(sig, str) or not _SIG.match(sig):
         raise BoardError("sig must be 86 characters of unpadded base64url")
-    body = {k: v for k, v in doc.items() if k != "sig"}
     try:
-        signed = canonical_bytes(body)
         name = record_hash(doc)
     except (TypeError, ValueError, RecursionError):
         raise BoardError("not canonicalisable") from None
     if before_sig is not None:
         before_sig(kind, doc["topic"], author, ts, name)
-    if not _signed and not verify(author, signed, sig):
-        raise BoardError("signature does not verify")
+    if not _signed:
+        signed = canonical_bytes({k: v for k, v in doc.items() if k != "sig"})
+        if not verify(author, signed, sig):
+            raise BoardError("signature does not verify")
     return Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
                   author=author, ts=ts, of=of, parent=parent if kind == "post" else "")
 
