@@ -79,18 +79,6 @@ def policy(c: sqlite3.Connection, topic: str) -> Policy | None:
     return found
 
 
-def topics(c: sqlite3.Connection) -> list[dict]:
-    """Every topic known here: its document, whether we subscribe, how many records."""
-    out = []
-    for topic, owner, seq, doc, sub, n in c.execute(
-            "SELECT t.topic, t.owner, t.seq, t.doc, s.topic IS NOT NULL,"
-            " (SELECT count(*) FROM board_records r WHERE r.topic = t.topic)"
-            " FROM board_topics t LEFT JOIN board_subs s ON s.topic = t.topic ORDER BY t.topic"):
-        out.append({"topic": topic, "owner": owner, "seq": seq, "doc": json.loads(doc),
-                    "subscribed": bool(sub), "records": n})
-    return out
-
-
 def subscribe(c: sqlite3.Connection, topic: str, now: int, grant: dict | None = None,
               via: dict | None = None) -> None:
     c.execute("INSERT INTO board_subs (topic, since, grant, via) VALUES (?, ?, ?, ?)"
