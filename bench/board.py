@@ -52,6 +52,7 @@ from collections.abc import Callable
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from nodes import Node, wait_for  # noqa: E402
+from presence import distances  # noqa: E402  (the same graphs as the presence bench)
 
 MAX_LINKS = 8  # a record goes at most 8 links from its first host (hops 0..7)
 PARTS = ("spread", "burst", "catchup", "queue")
@@ -75,19 +76,6 @@ def start_all(nodes: list[Node]) -> None:
         n.start(wait=False)
     for n in nodes:
         n.wait_ready(120)
-
-
-def distances(adj: dict[int, set[int]], src: int) -> dict[int, int]:
-    dist, frontier = {src: 0}, [src]
-    while frontier:
-        nxt = []
-        for i in frontier:
-            for j in adj[i]:
-                if j not in dist:
-                    dist[j] = dist[i] + 1
-                    nxt.append(j)
-        frontier = nxt
-    return dist
 
 
 def create_topic(owner: Node, name: str, **policy: object) -> str:

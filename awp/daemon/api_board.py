@@ -517,12 +517,17 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         res = await engine.grant(key, [cap], ttl)
         return {**res, "peer": key, "cap": cap}
 
+    async def own_topic(body: dict, what: str) -> str:
+        """The body's topic, which must be one of ours (403 otherwise)."""
+        topic = await topic_of(body.get("topic"))
+        if not topic.startswith(me + "/"):
+            raise _bad(f"only the owner {what}", "forbidden", 403)
+        return topic
+
     @r.route("POST", "/v1/board/revoke")
     async def revoke(req: Request) -> dict:
         body = json_body(req)
-        topic = await topic_of(body.get("topic"))
-        if not topic.startswith(me + "/"):
-            raise _bad("only the owner revokes grants for a topic", "forbidden", 403)
+        topic = await own_topic(body, "revokes grants for a topic")
         prefix = _str(body, "grant").strip().lower()
         peer = await engine.read(lambda c: _peer(c, body["peer"])) if body.get("peer") else ""
         if not prefix and not peer:
@@ -556,9 +561,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("POST", "/v1/board/ban")
     async def ban(req: Request) -> dict:
         body = json_body(req)
-        topic = await topic_of(body.get("topic"))
-        if not topic.startswith(me + "/"):
-            raise _bad("only the owner bans keys from a topic", "forbidden", 403)
+        topic = await own_topic(body, "bans keys from a topic")
         key = await engine.read(lambda c: _peer(c, _str(body, "peer")))
         if key == me:
             raise _bad("the owner cannot ban itself")
