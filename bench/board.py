@@ -278,13 +278,7 @@ def burst(owner: Node, sub: Node, count: int, posters: int, batch: int) -> bool:
     errors += run_pool(count, posters, post_one)
     took = time.monotonic() - t0
     rate = count / took
-    want = records(owner, topic)
-    try:
-        wait_for(lambda: records(sub, topic) >= want, 120, "the subscriber to hold the burst",
-                 interval=0.2)
-        behind = f"the subscriber held them all {time.monotonic() - t0:.1f} s after the first"
-    except AssertionError:
-        behind = f"the subscriber held {records(sub, topic)} of {want} records after 120 s"
+    behind = subscriber_caught_up(owner, sub, topic, t0)
     ok = rate >= 1000 and not errors
     print(f"burst, one post a request: {count} posts from {posters} concurrent clients (each"
           f" keeping its connection) on the"
@@ -306,18 +300,23 @@ def burst(owner: Node, sub: Node, count: int, posters: int, batch: int) -> bool:
     errors = run_pool(len(chunks), min(posters, len(chunks)), send)
     took_b = time.monotonic() - t0
     rate_b = len(kept) / took_b
-    want = records(owner, topic)
-    try:
-        wait_for(lambda: records(sub, topic) >= want, 120, "the subscriber to hold the batches",
-                 interval=0.2)
-        behind = f"the subscriber held them all {time.monotonic() - t0:.1f} s after the first"
-    except AssertionError:
-        behind = f"the subscriber held {records(sub, topic)} of {want} records after 120 s"
+    behind = subscriber_caught_up(owner, sub, topic, t0)
     ok_b = rate_b >= 1000 and not errors and len(kept) == count
     print(f"burst, {batch} posts a request: {len(kept)} of {count} posts kept in {took_b:.2f} s:"
           f" {rate_b:.0f} posts/s  (target >= 1,000/s) {verdict(ok_b)}")
     print(f"      {behind}; errors: {len(errors)}" + (f" (first: {errors[0]})" if errors else ""))
     return ok and ok_b
+
+
+def subscriber_caught_up(owner: Node, sub: Node, topic: str, t0: float) -> str:
+    """How long after ``t0`` the subscriber held every record the owner holds."""
+    want = records(owner, topic)
+    try:
+        wait_for(lambda: records(sub, topic) >= want, 120, "the subscriber to catch up",
+                 interval=0.2)
+    except AssertionError:
+        return f"the subscriber held {records(sub, topic)} of {want} records after 120 s"
+    return f"the subscriber held them all {time.monotonic() - t0:.1f} s after the first"
 
 
 def topic_bytes(node: Node, topic: str) -> int:

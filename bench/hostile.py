@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from delivery import pct, rss_mb  # noqa: E402
 from flooder import Flooder  # noqa: E402
-from nodes import Node  # noqa: E402
+from nodes import Node, disk_bytes  # noqa: E402
 
 
 class Crowd(threading.Thread):
@@ -114,7 +114,7 @@ def main() -> int:
         for _ in range(20):
             h.send(None, "warm", th=th, wait_ack=10)
         base_rss = rss_mb(v.proc.pid)[0]
-        base_disk = _du(v.home)
+        base_disk = disk_bytes(v.home)
         host, port = v.address.split(":")[1:]
         flooders = [Flooder(v.address, args.size, f"flooder{i}") for i in range(args.flooders)]
         crowd = Crowd(host, int(port), args.crowd, stop)
@@ -142,7 +142,7 @@ def main() -> int:
         one_way = [(committed[i] - q) / 1e6 for i, q in queued if i in committed]
         status = v.api("GET", "/v1/status")["budgets"]
         now_rss, hwm = rss_mb(v.proc.pid)
-        grown = (_du(v.home) - base_disk) / 1e6
+        grown = (disk_bytes(v.home) - base_disk) / 1e6
         stop.set()
         for fl in flooders:
             fl.close()
@@ -177,17 +177,6 @@ def main() -> int:
         v.kill()
         h.kill()
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _du(path: str) -> int:
-    total = 0
-    for d, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(d, name))
-            except OSError:
-                pass
-    return total
 
 
 if __name__ == "__main__":

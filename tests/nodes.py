@@ -20,6 +20,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def disk_bytes(path: str) -> int:
+    """Bytes of every file under ``path`` (a home's disk use, for floods and budgets)."""
+    total = 0
+    for d, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(d, name))
+            except OSError:
+                pass
+    return total
+
+
 def wait_for(cond, timeout: float = 10.0, what: str = "condition", interval: float = 0.02):
     """Poll ``cond`` until it returns a truthy value or the deadline passes."""
     deadline = time.monotonic() + timeout

@@ -196,9 +196,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             while True:
                 if await board.policy(topic) is not None:
                     return True
-                ev = await events.receive()
-                if ev.get("topic") == topic and ev.get("rec") == "topic":
-                    board.policies.pop(topic, None)
+                await events.receive()  # the board caches a new document before its hint
         return await board.policy(topic) is not None
 
     # -- topics --------------------------------------------------------------------

@@ -248,3 +248,20 @@ def test_asking_for_records_again_and_again_is_served_within_a_budget(make_node)
     # 200 records asked for, about 1.7 KB each: a 16 KiB budget serves nine of them
     assert 5 <= got <= 10
     assert a.api("GET", "/v1/status")["board"]["asks_refused"] >= 9
+
+
+def test_retention_keeps_the_same_records_on_every_host(make_node):
+    a, b = make_node("a").start(), make_node("b").start()
+    a.connect(b)
+    topic = _open_topic(a, keep=5)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    for i in range(8):
+        _post(a, topic, f"p{i}")
+    newest = [f"p{i}" for i in range(3, 8)]
+    for n in (a, b):
+        wait_for(lambda n=n: _texts(n, topic) == newest, 10, f"{n.name} keeps the newest 5")
+    assert sorted(_rows(a, topic)) == sorted(_rows(b, topic))
+    # a new policy keeps less, and every host applies it when the document arrives
+    a.api("POST", "/v1/board/topic", {"name": "ops", "keep": 3})
+    for n in (a, b):
+        wait_for(lambda n=n: _texts(n, topic) == newest[-3:], 10, f"{n.name} keeps 3")

@@ -9,7 +9,7 @@ import socket
 import time
 
 from flooder import Flooder
-from nodes import wait_for
+from nodes import disk_bytes, wait_for
 from rawpeer import RawPeer
 
 from awp.wire.b64 import b64std
@@ -33,14 +33,7 @@ def rss_mib(pid: int) -> int:
 
 
 def home_mib(home: str) -> int:
-    total = 0
-    for d, _dirs, files in os.walk(home):
-        for name in files:
-            try:
-                total += os.path.getsize(os.path.join(d, name))
-            except OSError:
-                pass
-    return total // MiB
+    return disk_bytes(home) // MiB
 
 
 def joined(node, name: str = "rawpeer") -> RawPeer:
