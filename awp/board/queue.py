@@ -23,13 +23,21 @@ Lease rules:
   makes it dead.
 * Time in the log never goes backwards: each event's clock is the larger of
   its own and the previous one.
+
+The log is compacted (:meth:`Arbiter.compact`): the whole state written as
+one ``restore`` event an item, so replaying the short log gives the same
+arbiter as replaying the long one.  Finished items stay in it (as one row
+each) for as long as their post is held, or the post would come back as a
+new item; once the post is gone they are forgotten.  Memory is bounded the
+same way: what the arbiter holds is what a replay of its log would hold.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from bisect import bisect_left, insort
+from dataclasses import asdict, dataclass, field, replace
 
-OPS = ("add", "remove", "claim", "renew", "release", "complete", "fail", "tick")
+OPS = ("add", "remove", "claim", "renew", "release", "complete", "fail", "tick", "restore")
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,15 @@ class Event:
     ts: int = 0  # for ``add``: the item's ts
     lease: str = ""  # for renew/release/complete/fail
     req: str = ""  # for claim: the claimant's request id (retries repeat it)
+    # for ``restore`` only: the rest of one item's state (``who`` is its holder)
+    attempts: int = 0
+    grants: int = 0
+    until: int = 0
+    end: str = ""  # "done", "dead" or "" (still to do)
+
+    def to_json(self) -> dict:
+        """The fields that differ from their defaults: a log row as short as it can be."""
+        return {k: v for k, v in asdict(self).items() if v or k in ("op", "now")}
 
 
 @dataclass(frozen=True)
@@ -67,17 +84,21 @@ class _Item:
     until: int = 0
     done: bool = False
     dead: bool = False
+    req: str = ""  # the request id of the claim that made the current lease
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return (self.ts, self.item)
 
 
 @dataclass
 class Arbiter:
     lease_ms: int
     attempts: int
-    log: list[Event] = field(default_factory=list)
-    _items: dict[str, _Item] = field(default_factory=dict)
-    _order: list[tuple[int, str]] = field(default_factory=list)
-    _leases: dict[str, str] = field(default_factory=dict)  # lease -> item
-    _reqs: dict[tuple[str, str], Decision] = field(default_factory=dict)
+    _items: dict[str, _Item] = field(default_factory=dict)  # every item, finished ones too
+    _order: list[tuple[int, str]] = field(default_factory=list)  # (ts, item) of those to do
+    _leases: dict[str, str] = field(default_factory=dict)  # current lease -> item
+    _reqs: dict[tuple[str, str], Decision] = field(default_factory=dict)  # of current leases
     _clock: int = 0
 
     @classmethod
@@ -88,10 +109,9 @@ class Arbiter:
         return a
 
     def apply(self, ev: Event) -> list[Decision]:
-        """Record ``ev`` in the log and return what it decided (expiries first)."""
+        """Apply ``ev`` and return what it decided (expiries first)."""
         if ev.op not in OPS:
             return [Decision("refused", why="unknown operation")]
-        self.log.append(ev)
         self._clock = max(self._clock, ev.now)
         out = self._expire()
         if ev.op == "add":
@@ -100,6 +120,8 @@ class Arbiter:
             out.extend(self._remove(ev.item))
         elif ev.op == "claim":
             out.append(self._claim(ev.who, ev.req))
+        elif ev.op == "restore":
+            self._restore(ev)
         elif ev.op != "tick":
             out.append(self._act(ev.op, ev.who, ev.lease))
         return out
@@ -121,11 +143,30 @@ class Arbiter:
         return "claimed" if self.holder_of(item) else "open"
 
     def items(self) -> list[str]:
-        return [h for _ts, h in sorted(self._order)]
+        return [it.item for it in sorted(self._items.values(), key=lambda it: it.key)]
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def next_expiry(self) -> int:
         """When the earliest current lease runs out (0: none is held)."""
-        return min((it.until for it in self._items.values() if it.lease), default=0)
+        return min((self._items[h].until for h in self._leases.values()), default=0)
+
+    def compact(self, keep: set[str]) -> list[Event]:
+        """The state as a log of ``restore`` events, one an item, oldest first.
+
+        Items not in ``keep`` (their post is no longer held) are forgotten,
+        here and in the events, unless a lease on one is current: its
+        holder may still complete it.
+        """
+        for h in [h for h, it in self._items.items() if h not in keep and not it.lease]:
+            it = self._items.pop(h)
+            if not (it.done or it.dead):
+                del self._order[bisect_left(self._order, it.key)]
+        return [Event("restore", self._clock, who=it.holder, item=it.item, ts=it.ts,
+                      lease=it.lease, req=it.req, attempts=it.attempts, grants=it.grants,
+                      until=it.until, end="done" if it.done else "dead" if it.dead else "")
+                for it in sorted(self._items.values(), key=lambda it: it.key)]
 
     def snapshot(self) -> list[dict]:
         """Every item, oldest first: status, holder, lease, until and attempts used."""
@@ -143,8 +184,28 @@ class Arbiter:
     def _add(self, item: str, ts: int) -> None:
         if item not in self._items:
             self._items[item] = _Item(item, ts)
-            self._order.append((ts, item))
-            self._order.sort()
+            insort(self._order, (ts, item))
+
+    def _restore(self, ev: Event) -> None:
+        it = _Item(ev.item, ev.ts, ev.attempts, ev.grants, ev.who, ev.lease, ev.until,
+                   ev.end == "done", ev.end == "dead", ev.req)
+        self._items[it.item] = it
+        if not (it.done or it.dead):
+            insort(self._order, it.key)
+        if it.lease:
+            self._leases[it.lease] = it.item
+            if it.req:
+                self._reqs[(it.holder, it.req)] = Decision("claimed", it.item, it.holder,
+                                                           it.lease, it.until)
+
+    def _finish(self, it: _Item, *, done: bool) -> None:
+        """Done or dead: never handed out again."""
+        if not (it.done or it.dead):
+            del self._order[bisect_left(self._order, it.key)]
+        if done:
+            it.done = True
+        else:
+            it.dead = True
 
     def _remove(self, item: str) -> list[Decision]:
         """The item was deleted by its author or hidden by the owner: never hand it out."""
@@ -156,22 +217,27 @@ class Arbiter:
             out.append(Decision("released", it.item, it.holder, it.lease, it.until,
                                 "item withdrawn"))
             self._end(it, failed=False)
-        it.dead = True
+        self._finish(it, done=False)
         return out
 
     def _expire(self) -> list[Decision]:
+        """End the leases that ran out, in queue order (however they were made)."""
         out = []
-        for it in self._items.values():
-            if it.lease and it.until <= self._clock:
-                out.append(Decision("expired", it.item, it.holder, it.lease, it.until))
-                self._end(it, failed=True)
+        ran_out = [self._items[h] for h in self._leases.values()
+                   if self._items[h].until <= self._clock]
+        for it in sorted(ran_out, key=lambda it: it.key):
+            out.append(Decision("expired", it.item, it.holder, it.lease, it.until))
+            self._end(it, failed=True)
         return out
 
     def _end(self, it: _Item, *, failed: bool) -> None:
+        del self._leases[it.lease]
+        self._reqs.pop((it.holder, it.req), None)
+        it.holder, it.lease, it.until, it.req = "", "", 0, ""
         if failed:
             it.attempts += 1
-            it.dead = it.attempts >= self.attempts
-        it.holder, it.lease, it.until = "", "", 0
+            if it.attempts >= self.attempts:
+                self._finish(it, done=False)
 
     def _claim(self, who: str, req: str) -> Decision:
         if not who:
@@ -182,20 +248,21 @@ class Arbiter:
             # a retry after a lost answer: the same lease, still current (and
             # nothing new to announce)
             return replace(prev, until=self._items[prev.item].until, again=True)
-        d = Decision("empty")
+        # ``_order`` holds only items still to do: the walk passes over current
+        # leases, never over the queue's history
         for _ts, h in self._order:
             it = self._items[h]
-            if it.done or it.dead or it.lease:
+            if it.lease:
                 continue
             it.grants += 1
-            it.holder, it.lease = who, f"{h[:16]}.{it.grants}"
+            it.holder, it.lease, it.req = who, f"{h[:16]}.{it.grants}", req
             it.until = self._clock + self.lease_ms
             self._leases[it.lease] = h
             d = Decision("claimed", h, who, it.lease, it.until)
-            break
-        if req and d.state == "claimed":
-            self._reqs[key] = d  # an empty answer is safe to give afresh
-        return d
+            if req:
+                self._reqs[key] = d  # an empty answer is safe to give afresh
+            return d
+        return Decision("empty")
 
     def _act(self, op: str, who: str, lease: str) -> Decision:
         it = self._items.get(self._leases.get(lease, ""))
@@ -208,8 +275,8 @@ class Arbiter:
             return Decision("renewed", it.item, who, lease, it.until)
         until = it.until
         if op == "complete":
-            it.done = True
             self._end(it, failed=False)
+            self._finish(it, done=True)
             return Decision("done", it.item, who, lease, until)
         self._end(it, failed=op == "fail")
         return Decision("failed" if op == "fail" else "released", it.item, who, lease, until)

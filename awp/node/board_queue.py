@@ -56,6 +56,7 @@ class BoardQueue:
         self.engine = board.engine
         self.me = board.me
         self.arbiters: dict[str, Arbiter] = {}  # our queue topics, touched on the writer only
+        self._rows: dict[str, int] = {}  # rows in each arbiter's log
         self._lease_ts: dict[str, int] = {}  # the newest lease record's ts, per topic
         self._answers: dict[str, tuple[str, trio.Event, list[dict]]] = {}
         self._wake = trio.Event()
@@ -65,11 +66,11 @@ class BoardQueue:
     def _arbiter(self, c: sqlite3.Connection, topic: str, pol: Policy) -> Arbiter:
         arb = self.arbiters.get(topic)
         if arb is None:
-            arb = Arbiter.replay(pol.lease_s * 1000, pol.attempts, sb.queue_log(c, topic))
+            events = sb.queue_log(c, topic)
+            arb = Arbiter.replay(pol.lease_s * 1000, pol.attempts, events)
+            self._rows[topic] = len(events)
             known = set(arb.items())
-            for h, ts in c.execute(
-                    "SELECT hash, ts FROM board_records WHERE topic = ? AND kind = 'post'"
-                    " AND parent = '' ORDER BY ts, hash", (topic,)).fetchall():
+            for h, ts in sb.queue_items(c, topic):
                 if h not in known:  # posted before the topic became a queue
                     self._log(c, topic, arb, Event("add", now_ms(), item=h, ts=ts))
             self.arbiters[topic] = arb
@@ -88,7 +89,24 @@ class BoardQueue:
         if ev.op in ("add", "remove") or any(d.state in LEASE_STATES and not d.again
                                              for d in out):
             sb.log_event(c, topic, ev)
+            self._rows[topic] += 1
+            self._compact(c, topic, arb)
         return out
+
+    def _compact(self, c: sqlite3.Connection, topic: str, arb: Arbiter) -> None:
+        """Rewrite the log as the arbiter's state once it is long.
+
+        Past ``limits.board_queue_log`` rows, or twice the items tracked
+        when that is more: the rewrite writes a row an item and the next one
+        is at least as many events away, so it costs at most one row per
+        event.  Finished items whose post the topic no longer holds
+        (retention, deletion) are forgotten here.
+        """
+        if self._rows[topic] <= max(self.engine.config.limits.board_queue_log, 2 * len(arb)):
+            return
+        events = arb.compact({h for h, _ts in sb.queue_items(c, topic)})
+        sb.replace_log(c, topic, events)
+        self._rows[topic] = len(events)
 
     def _leases(self, c: sqlite3.Connection, topic: str, decisions: list[Decision],
                 now: int) -> list[Record]:
@@ -146,6 +164,7 @@ class BoardQueue:
         disk) is the truth, and memory may be ahead of it.
         """
         self.arbiters.clear()
+        self._rows.clear()
         self._lease_ts.clear()
 
     def after_stored(self, taken: sb.Taken) -> None:

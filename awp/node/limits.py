@@ -59,6 +59,7 @@ class Limits:
     board_link_bytes: int = 8 * MiB         # board lines queued for one peer; more wait for a digest
     board_serve_bytes: int = 64 * MiB       # records sent to one peer per minute on its asking
     board_claims_per_minute: int = 6000     # queue requests one peer makes of our queues
+    board_queue_log: int = 10000            # rows in one queue's arbiter log before compacting
 
     # Time.
     write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
@@ -82,7 +83,7 @@ for _f, _k in (
     ("write_timeout", "seconds"), ("gap_timeout", "seconds"), ("json_depth", "count"),
     ("api_body_bytes", "bytes"), ("board_subscriptions", "count"),
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),
-    ("board_claims_per_minute", "count"),
+    ("board_claims_per_minute", "count"), ("board_queue_log", "count"),
 ):
     _kind(_f, _k)
 

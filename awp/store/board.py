@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from ..board import retention, view
 from ..board.perms import TOO_EARLY, admit
@@ -307,9 +307,26 @@ def enforce_retention(c: sqlite3.Connection, topic: str, pol: Policy, now: int) 
 # -- the queue arbiter's log -----------------------------------------------------------------
 
 
+def queue_items(c: sqlite3.Connection, topic: str) -> list[tuple[str, int]]:
+    """``(hash, ts)`` of the topic's top-level posts, the items of a queue, oldest first."""
+    return c.execute("SELECT hash, ts FROM board_records WHERE topic = ? AND kind = 'post'"
+                     " AND parent = '' ORDER BY ts, hash", (topic,)).fetchall()
+
+
+def _event_row(ev: Event) -> str:
+    return json.dumps(ev.to_json(), separators=(",", ":"))
+
+
 def log_event(c: sqlite3.Connection, topic: str, ev: Event) -> None:
     c.execute("INSERT INTO board_queue_log (topic, event) VALUES (?, ?)",
-              (topic, json.dumps(asdict(ev), separators=(",", ":"))))
+              (topic, _event_row(ev)))
+
+
+def replace_log(c: sqlite3.Connection, topic: str, events: list[Event]) -> None:
+    """The compacted log in place of the long one (in the caller's transaction)."""
+    c.execute("DELETE FROM board_queue_log WHERE topic = ?", (topic,))
+    c.executemany("INSERT INTO board_queue_log (topic, event) VALUES (?, ?)",
+                  [(topic, _event_row(ev)) for ev in events])
 
 
 def queue_log(c: sqlite3.Connection, topic: str) -> list[Event]:

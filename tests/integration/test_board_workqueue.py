@@ -235,3 +235,47 @@ def test_a_claimant_flooding_the_arbiter_is_bounded(make_node):
             assert "too many queue requests" in str(e)
     assert codes.count("ok") == 20 - 11 and codes[-1] == "refused"
     assert a.api("GET", "/v1/status")["board"]["claims_refused"] == 11
+
+
+def test_the_arbiters_log_is_compacted_and_survives_kill_9(make_node):
+    a = make_node("a")
+    os.makedirs(a.home, exist_ok=True)
+    with open(os.path.join(a.home, "config.json"), "w") as f:
+        json.dump({"limits": {"board_queue_log": 30}}, f)
+    a.start()
+    b = make_node("b").start()
+    topic = _queue(a, n=10, lease_s=300)
+    b.connect(a)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    rows = []
+    # one holder claiming and releasing the same item: two rows a cycle, for ever
+    for _ in range(40):
+        r = b.api("POST", "/v1/board/claim", {"topic": topic})
+        b.api("POST", "/v1/board/lease", {"topic": topic, "lease": r["lease"], "op": "release"})
+        rows.append(_log_rows(a))
+    for _ in range(6):
+        r = b.api("POST", "/v1/board/claim", {"topic": topic})
+        b.api("POST", "/v1/board/lease", {"topic": topic, "lease": r["lease"], "op": "complete"})
+        rows.append(_log_rows(a))
+    held = b.api("POST", "/v1/board/claim", {"topic": topic, "req": "kept"})
+    assert max(rows) <= 31 and 10 + 2 * 40 + 2 * 6 > 31  # it was compacted, more than once
+    before = a.api("GET", "/v1/board/queue", topic="jobs")["items"]
+    assert [i["status"] for i in before].count("done") == 6
+    a.kill()  # kill -9: the compacted log is all it restarts from
+    a.start()
+    b.connect(a)
+    after = a.api("GET", "/v1/board/queue", topic="jobs")["items"]
+    assert after == before
+    # the lease held across the restart still counts, a retried claim gets it back
+    again = b.api("POST", "/v1/board/claim", {"topic": topic, "req": "kept", "timeout": 10})
+    assert again["lease"] == held["lease"]
+    assert b.api("POST", "/v1/board/lease", {"topic": topic, "lease": held["lease"],
+                                             "op": "complete"})["state"] == "done"
+    rest = []
+    while (r := b.api("POST", "/v1/board/claim", {"topic": topic}))["state"] != "empty":
+        rest.append(r["item"]["hash"])
+        b.api("POST", "/v1/board/lease", {"topic": topic, "lease": r["lease"], "op": "complete"})
+    assert len(rest) == 3  # finished items never came back as new ones
+    assert _log_rows(a) <= 31
+    done = _never_held_twice(_leases(a, topic))
+    assert len(done) == 10 and set(done.values()) == {1}

@@ -125,10 +125,11 @@ def test_any_interleaving_keeps_one_holder_per_item_and_replays_identically(seed
     active: dict[str, Decision] = {}  # item -> the lease we believe active
     finished: set[str] = set()
     dead_or_done: set[str] = set()
-    all_out = []
+    all_out, log = [], []
     a = None
-    for a, _ev, out in _random_run(seed):
+    for a, ev, out in _random_run(seed):
         all_out.append(out)
+        log.append(ev)
         for d in out:
             if d.state == "claimed":
                 prev = active.get(d.item)
@@ -154,7 +155,7 @@ def test_any_interleaving_keeps_one_holder_per_item_and_replays_identically(seed
     assert a is not None
     # kill -9 and restart: the log replayed gives the same state and the same answers
     again = Arbiter(a.lease_ms, a.attempts)
-    replayed = [again.apply(ev) for ev in a.log]
+    replayed = [again.apply(ev) for ev in log]
     assert replayed == all_out
     assert [again.status(i) for i in again.items()] == [a.status(i) for i in a.items()]
 
@@ -179,3 +180,40 @@ def test_concurrent_claimants_without_failures_each_item_claimed_exactly_once():
         assert a.apply(Event("complete", now, who=w, lease=d.lease))[-1].state == "done"
         pending.append(w)
     assert sorted(won) == items
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_compacted_log_replays_into_an_arbiter_that_answers_the_same(seed):
+    cut = random.Random(1000 + seed).randrange(50, 350)
+    b = None
+    for n, (a, ev, out) in enumerate(_random_run(seed)):
+        if b is not None:
+            assert b.apply(ev) == out, f"after compaction, {ev} was answered differently"
+            assert b.snapshot() == a.snapshot()
+        elif n >= cut and len(a):
+            events = a.compact(set(a.items()))
+            assert len(events) == len(a) and {e.op for e in events} == {"restore"}
+            b = Arbiter.replay(a.lease_ms, a.attempts, events)
+            assert b.snapshot() == a.snapshot() and b.next_expiry() == a.next_expiry()
+    assert b is not None
+
+
+def test_compaction_forgets_finished_items_whose_post_is_gone_but_not_a_current_lease():
+    a = _arb(items=ITEMS[:4], attempts=1)
+    done = a.apply(Event("claim", T0, who="w", req="1"))[-1]
+    a.apply(Event("complete", T0 + 1, who="w", lease=done.lease))
+    held = a.apply(Event("claim", T0 + 2, who="w", req="2"))[-1]
+    a.apply(Event("remove", T0 + 3, item=ITEMS[2]))
+    events = a.compact({ITEMS[3]})  # only the last item's post is still held
+    assert [e.item for e in events] == [held.item, ITEMS[3]]
+    for arb in (a, Arbiter.replay(LEASE, 1, events)):
+        assert arb.status(done.item) == "unknown" and arb.status(ITEMS[2]) == "unknown"
+        assert arb.holder_of(held.item) == "w" and arb.status(ITEMS[3]) == "open"
+        # the holder can still finish, a retried claim still gets its lease back
+        again = arb.apply(Event("claim", T0 + 4, who="w", req="2"))[-1]
+        assert (again.lease, again.again) == (held.lease, True)
+        assert arb.apply(Event("complete", T0 + 5, who="w", lease=held.lease))[-1].state == "done"
+        # a stale lease of a forgotten item is refused, as before
+        assert arb.apply(Event("release", T0 + 6, who="w", lease=done.lease))[-1].state \
+            == "refused"
+
