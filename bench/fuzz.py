@@ -2,9 +2,11 @@
 
 Every hypothesis test in tests/fuzz (the line splitter, envelope parsing, the
 handshake, presence documents and batches, check_grant, addresses, canonical
-JSON, the blob receiver) is run in rounds, round-robin, with fresh random
-examples each round, until the time is up.  Then a live daemon gets the same
-generated lines as tests/fuzz/test_fuzz_live.py, many more of them.
+JSON, the blob receiver, board records, policies and digests) is run in
+rounds, round-robin, with fresh random examples each round, until the time
+is up.  Then a live daemon gets the same generated lines as
+tests/fuzz/test_fuzz_live.py and tests/fuzz/test_fuzz_board.py, many more of
+them.
 
 Prints the examples run per target and every failure with its falsifying
 example; exits 1 if anything failed.  A failure found here becomes an
@@ -63,16 +65,15 @@ def targets(only: str) -> list[tuple[str, Callable[[], None], list[int]]]:
     return out
 
 
-def run_live(examples: int) -> tuple[int, str]:
-    """The live-daemon property with ``examples`` connections; (ran, failure)."""
+def run_live(fuzz: Callable[[object, int], int], examples: int) -> tuple[int, str]:
+    """A live-daemon property with ``examples`` connections; (ran, failure)."""
     from nodes import Node
-    from test_fuzz_live import fuzz_live
 
     root = tempfile.mkdtemp(prefix="awpfz", dir="/tmp")
     node = Node(os.path.join(root, "fz"), name="fz")
     try:
         node.start()
-        return fuzz_live(node, examples), ""
+        return fuzz(node, examples), ""
     except Exception:
         return 0, traceback.format_exc()
     finally:
@@ -109,12 +110,16 @@ def main() -> int:
     for name, _run, counter in todo:
         print(f"{name:70} {counter[0]:>10}  {'FAILED' if name in failures else 'ok'}")
     if args.live and not args.only:
-        ran, failure = run_live(args.live)
-        print(f"{'live.daemon_survives_generated_lines':70} {ran:>10}  "
-              f"{'FAILED' if failure else 'ok'}")
-        if failure:
-            failures["live"] = failure
-            print(failure)
+        from test_fuzz_board import fuzz_board_live
+        from test_fuzz_live import fuzz_live
+
+        for name, fuzz in (("live.daemon_survives_generated_lines", fuzz_live),
+                           ("live.daemon_survives_generated_board_lines", fuzz_board_live)):
+            ran, failure = run_live(fuzz, args.live)
+            print(f"{name:70} {ran:>10}  {'FAILED' if failure else 'ok'}")
+            if failure:
+                failures[name] = failure
+                print(failure)
     print(f"\n{rounds} rounds in {args.minutes:g} min; {len(failures)} failing target(s)")
     return 1 if failures else 0
 

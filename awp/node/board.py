@@ -232,6 +232,9 @@ class Board:
 
             n.start_soon(watch)
             try:
+                # The link is made as the engine learns of the connection, just
+                # before our resume is sent: nothing of ours goes ahead of it.
+                await conn.established.wait()
                 while True:
                     while link.queue:
                         item = link.queue.popleft()
