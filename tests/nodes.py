@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -58,6 +59,13 @@ class Node:
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.log_path = home + ".log"
+
+    def with_limits(self, **limits: object) -> Node:
+        """Write ``limits`` as the home's config.json (before :meth:`start`)."""
+        os.makedirs(self.home, mode=0o700, exist_ok=True)
+        with open(os.path.join(self.home, "config.json"), "w") as f:
+            json.dump({"limits": limits}, f)
+        return self
 
     @property
     def address(self) -> str:

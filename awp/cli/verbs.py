@@ -83,9 +83,11 @@ def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
             where = f" in {raw[1:]}"
             raw = _read_data_file(raw[1:])
         try:
-            import json  # its error messages are the ones users know
+            # json's own messages, the ones users know; NaN and infinities are
+            # refused, since no peer could read them back
+            from ..wire.strictjson import loads
 
-            value = json.loads(raw)
+            value = loads(raw)
         except ValueError as e:
             raise CliError(f"--data{where} is not valid JSON ({e}): {clip(raw, 60)}") from None
         parts.append({"k": "data", "mime": mime or "application/json", "data": value})

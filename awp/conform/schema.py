@@ -16,6 +16,7 @@ import re
 from ..wire.errors import KNOWN as KNOWN_ERR_CODES
 from ..wire.framing import MAX_LINE
 from ..wire.ids import is_ulid
+from ..wire.strictjson import loads as strict_loads
 from ..wire.timefmt import parse_ts
 
 KEY_RE = re.compile(r"ed25519:[A-Za-z0-9_-]{43}")
@@ -39,9 +40,6 @@ def shown(obj: object, limit: int = 200) -> str:
         text = text[:limit] + f"...({len(text)} chars)"
     return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
 def decode(raw: bytes) -> tuple[dict | None, list[str]]:
     """Parse one raw line (without ``\\n``): the object, or None and the problem."""
     if len(raw) > MAX_LINE:
@@ -51,7 +49,7 @@ def decode(raw: bytes) -> tuple[dict | None, list[str]]:
     except UnicodeDecodeError:
         return None, [f"line is not UTF-8: {shown(raw)}"]
     try:
-        obj = json.loads(text, parse_constant=_no_constant)
+        obj = strict_loads(text)
     except (ValueError, RecursionError):
         return None, [f"line is not JSON: {shown(text)}"]
     if not isinstance(obj, dict):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import json
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ import trio
 
 from ..node.limits import Limits
 from ..wire.canonical import compact_json
+from ..wire.strictjson import loads as strict_loads
 
 log = logging.getLogger("awp.localapi")
 
@@ -128,7 +128,7 @@ class Request:
         too_deep = ApiError(
             400, f"bad JSON body: nested deeper than {self.max_depth} levels", "bad_json")
         try:
-            obj = json.loads(self.body)
+            obj = strict_loads(self.body)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             raise ApiError(400, f"bad JSON body: {exc}", "bad_json") from None
         except RecursionError:

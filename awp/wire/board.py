@@ -19,7 +19,6 @@ and nothing else.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from .canonical import canonical_bytes, compact_json
 from .grants import grant_hash
 from .keys import KEY_PREFIX, Identity, KeyError_, decode_key, encode_key, verify
+from .strictjson import DECODER
 from .timefmt import format_ts, parse_ts
 
 CAP = "board"
@@ -58,13 +58,6 @@ DEFAULT_ATTEMPTS = 3
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z", re.ASCII)
 _HASH = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
 _SIG = re.compile(r"[A-Za-z0-9_-]{86}\Z", re.ASCII)
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
 class BoardError(ValueError):
@@ -257,7 +250,7 @@ def check_record(raw: object,
     if size > MAX_RECORD:
         raise BoardError("record over 64 KiB")
     try:
-        doc = _DECODER.decode(raw)
+        doc = DECODER.decode(raw)
     except (ValueError, RecursionError) as e:
         raise BoardError(f"not JSON: {str(e)[:80]}") from None
     if not isinstance(doc, dict):

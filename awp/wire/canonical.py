@@ -12,7 +12,9 @@ import json
 
 
 def canonical_json(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """``ValueError`` for NaN or an infinity: no JSON parser would read them back."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
 
 
 def canonical_bytes(value: object) -> bytes:
@@ -20,7 +22,7 @@ def canonical_bytes(value: object) -> bytes:
 
 
 # One encoder for every call: ``json.dumps`` with options builds a new one each time.
-_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def compact_json(value: object) -> str:

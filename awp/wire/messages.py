@@ -8,11 +8,11 @@ objects.  :func:`parse_line` enforces exactly the checks that make a line a
 
 from __future__ import annotations
 
-import json
 import re
 
 from .canonical import compact_json
 from .errors import BAD_FRAME, ProtocolError
+from .strictjson import DECODER
 
 # Types whose receipt is acknowledged with an ack once stored.
 ACKED_TYPES = frozenset({"msg", "state", "mirror", "private"})
@@ -42,13 +42,6 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _LONE_ESCAPE = re.compile(
     rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
     rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # built once: lines are many
 
 
 def _replace_surrogates(v: object) -> object:
@@ -99,7 +92,7 @@ def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
     if not stripped.startswith(b"{"):
         raise ProtocolError(BAD_FRAME, "line is not a JSON object")
     try:
-        obj = _DECODER.decode(line.decode("utf-8"))
+        obj = DECODER.decode(line.decode("utf-8"))
     except RecursionError:  # the decoder's own bound, far above ours
         raise _too_deep(max_depth) from None
     except (UnicodeDecodeError, ValueError) as e:

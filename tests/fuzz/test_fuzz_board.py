@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 
-from fuzzgen import dumps, edge_ints, json_values, mutated, texts
+from fuzzgen import edge_ints, json_values, mutated, texts
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from nodes import wait_for
 from rawpeer import RawPeer
-from test_fuzz_live import CAPS, check_still_serving
+from test_fuzz_live import CAPS, check_still_serving, send_and_judge
 
 from awp.board import sync as bsync
 from awp.wire.board import (
@@ -33,7 +33,6 @@ from awp.wire.board import (
     sign_record,
     topic_id,
 )
-from awp.wire.errors import CLOSING
 from awp.wire.keys import Identity
 from awp.wire.timefmt import format_ts, now_ms
 
@@ -254,23 +253,7 @@ def fuzz_board_live(node, examples: int) -> int:
             p.resume()
             if subscribe:
                 p.send_line(p.envelope({"t": "board-sub", "topics": [{"topic": topic}]}))
-            try:
-                for line in batch:
-                    p.send_raw(dumps(p.envelope(line)) + b"\n")
-                ping = p.send_line({"t": "ping"})
-            except OSError:
-                ping = {"id": None}
-            try:
-                p.recv_until(lambda x: x.get("t") == "pong" and x.get("re") == ping["id"], 20)
-                closed = False
-            except AssertionError:
-                closed = True
-            got = p.skipped
-            event("closed" if closed else "answered")
-            assert not [x for x in got if x.get("t") == "err" and x.get("code") == "internal"], got
-            if closed:
-                assert [x for x in got if x.get("t") == "err" and x.get("code") in CLOSING], (
-                    batch, got)
+            send_and_judge(p, batch)
 
     one_connection()
     check_still_serving(node)

@@ -58,33 +58,42 @@ def fuzz_live(node, examples: int) -> int:
         with RawPeer(node.address, name="fuzz") as p:
             assert p.handshake(caps=CAPS)["t"] == "resume"
             p.resume()
-            sent: list[object] = []
-            try:
-                for line in batch:
-                    if isinstance(line, dict):
-                        line = p.envelope(line)
-                        p.send_raw(dumps(line) + b"\n")
-                    else:
-                        p.send_raw(line + b"\n")
-                    sent.append(line)
-                ping = p.send_line({"t": "ping"})
-            except OSError:  # closed under us: judged below from what came back
-                ping = {"id": None}
-            try:
-                p.recv_until(lambda x: x.get("t") == "pong" and x.get("re") == ping["id"], 20)
-                closed = False
-            except AssertionError:
-                closed = True
-            got = p.skipped
-            event("closed" if closed else "answered")
-            assert not [x for x in got if x.get("t") == "err" and x.get("code") == "internal"], got
-            if closed:
-                errs = [x for x in got if x.get("t") == "err" and x.get("code") in CLOSING]
-                assert errs or _closing_sent(sent), (batch, got)
+            send_and_judge(p, batch)
 
     one_connection()
     check_still_serving(node)
     return ran
+
+
+def send_and_judge(p: RawPeer, batch: list) -> None:
+    """Send ``batch`` (objects get an envelope, bytes go as they are), then a ping.
+
+    The daemon must answer the ping, or have closed with a closing err (or
+    after a bye or closing err of ours); it never answers ``internal``.
+    """
+    sent: list[object] = []
+    try:
+        for line in batch:
+            if isinstance(line, dict):
+                line = p.envelope(line)
+                p.send_raw(dumps(line) + b"\n")
+            else:
+                p.send_raw(line + b"\n")
+            sent.append(line)
+        ping = p.send_line({"t": "ping"})
+    except OSError:  # closed under us: judged below from what came back
+        ping = {"id": None}
+    try:
+        p.recv_until(lambda x: x.get("t") == "pong" and x.get("re") == ping["id"], 20)
+        closed = False
+    except AssertionError:
+        closed = True
+    got = p.skipped
+    event("closed" if closed else "answered")
+    assert not [x for x in got if x.get("t") == "err" and x.get("code") == "internal"], got
+    if closed:
+        errs = [x for x in got if x.get("t") == "err" and x.get("code") in CLOSING]
+        assert errs or _closing_sent(sent), (batch, got)
 
 
 def check_still_serving(node) -> None:

@@ -41,6 +41,7 @@ def _check_envelope(obj: dict) -> None:
 @example(b'{"t":"x","v":' + deep_text(990).encode() + b"}")  # once decoded, then crashed later
 @example(b'{"t":"x","n":1e999}')
 @example(b'{"t":"x","n":NaN}')
+@example(b'{"t":" ","":[1e309,"\\ud800"]}')  # bench/fuzz.py: kept as "Infinity", unreadable
 def test_any_line_is_an_envelope_or_bad_frame(raw):
     try:
         obj = parse_line(raw)

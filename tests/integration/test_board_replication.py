@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
 
 from nodes import wait_for
@@ -209,11 +207,7 @@ def test_a_flooding_author_is_held_to_the_topic_rate(make_node):
 
 
 def _with_limits(make_node, name: str, **limits):
-    node = make_node(name)
-    os.makedirs(node.home, exist_ok=True)
-    with open(os.path.join(node.home, "config.json"), "w") as f:
-        json.dump({"limits": limits}, f)
-    return node.start()
+    return make_node(name).with_limits(**limits).start()
 
 
 def test_subscriptions_are_bounded_by_limits(make_node):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -203,11 +202,7 @@ def _log_rows(node) -> int:
 
 
 def test_a_claimant_flooding_the_arbiter_is_bounded(make_node):
-    a = make_node("a")
-    os.makedirs(a.home, exist_ok=True)
-    with open(os.path.join(a.home, "config.json"), "w") as f:
-        json.dump({"limits": {"board_claims_per_minute": 20}}, f)
-    a.start()
+    a = make_node("a").with_limits(board_claims_per_minute=20).start()
     b = make_node("b").start()
     topic = _queue(a, n=1)
     b.connect(a)
@@ -238,11 +233,7 @@ def test_a_claimant_flooding_the_arbiter_is_bounded(make_node):
 
 
 def test_the_arbiters_log_is_compacted_and_survives_kill_9(make_node):
-    a = make_node("a")
-    os.makedirs(a.home, exist_ok=True)
-    with open(os.path.join(a.home, "config.json"), "w") as f:
-        json.dump({"limits": {"board_queue_log": 30}}, f)
-    a.start()
+    a = make_node("a").with_limits(board_queue_log=30).start()
     b = make_node("b").start()
     topic = _queue(a, n=10, lease_s=300)
     b.connect(a)

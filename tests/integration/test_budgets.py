@@ -19,9 +19,7 @@ MiB = 1 << 20
 
 def configure(node, **limits) -> None:
     """Write ``limits`` into the node's config.json (before it starts)."""
-    os.makedirs(node.home, exist_ok=True)
-    with open(os.path.join(node.home, "config.json"), "w") as f:
-        json.dump({"limits": limits}, f)
+    node.with_limits(**limits)
 
 
 def rss_mib(pid: int) -> int:

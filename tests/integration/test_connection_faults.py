@@ -8,7 +8,6 @@ proxy on loopback.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -27,11 +26,7 @@ BIG = 900_000  # characters of text per message: close to the 1 MiB line limit
 
 
 def _configure(make_node, name: str, **limits: object):
-    node = make_node(name)
-    os.makedirs(node.home, mode=0o700, exist_ok=True)
-    with open(os.path.join(node.home, "config.json"), "w") as f:
-        json.dump({"limits": limits}, f)
-    return node.start()
+    return make_node(name).with_limits(**limits).start()
 
 
 def _records(node, **body) -> list[dict]:

@@ -178,11 +178,7 @@ def test_deeply_nested_body_on_awp_sock_is_a_400(make_node, depth):
 
 
 def test_body_size_comes_from_limits(make_node):
-    a = make_node("a")
-    os.makedirs(a.home, mode=0o700)
-    with open(os.path.join(a.home, "config.json"), "w") as f:
-        json.dump({"limits": {"api_body_bytes": "1KiB", "json_depth": 3}}, f)
-    a.start()
+    a = make_node("a").with_limits(api_body_bytes="1KiB", json_depth=3).start()
     sock = a.client.sock_path
     status, obj = _raw_post(sock, "/v1/send", b" " * 1025)
     assert (status, obj["code"]) == (413, "too_large"), obj
@@ -241,3 +237,31 @@ def test_another_users_socket_in_a_readable_home(homes, tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stderr == (f"awp status: permission denied on {sock}: the daemon belongs to"
                         " another user (uid 0)\n")
+
+
+def test_numbers_no_peer_can_read_are_refused_and_the_link_stays_up(homes):
+    """``--data '{"a": NaN}'`` went out as ``NaN``: the peer closed on it, and the
+    outbox replayed it on every reconnect, so the link never stayed up again."""
+    a, b = homes("a"), homes("b")
+    b.ok("up", "--name", "worker")
+    a.ok("up", "--name", "lead")
+    a.ok("connect", b.address)
+    for data in ('{"a": NaN}', '{"a": [Infinity]}', '{"a": -1e999}'):
+        r = a.run("send", "worker", "--data", data, "poison")
+        assert r.returncode == 1 and "--data is not valid JSON" in r.stderr, r.stderr
+    # the local API itself refuses them, whatever client sent them
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(os.path.join(a.path, "awp.sock"))
+        body = b'{"peer":"worker","parts":[{"k":"data","data":{"a":1e999}}]}'
+        s.sendall(b"POST /v1/send HTTP/1.1\r\nHost: awp\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400") and b"bad_json" in answer, answer
+    assert b"out of range" in answer
+    r = a.ok("send", "worker", "--data", '{"a": 1.5e308}', "fine")
+    assert "delivered" in r.stdout, r.stdout
+    assert "connected (out)" in a.ok("peers").stdout
+    with open(os.path.join(b.path, "daemon.log")) as f:
+        assert "bad_frame" not in f.read()

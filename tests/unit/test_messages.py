@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from awp.wire.canonical import canonical_json, compact_json
 from awp.wire.errors import BAD_FRAME, CLOSING, KNOWN, NON_CLOSING, ProtocolError
 from awp.wire.messages import (
     ACKED_TYPES,
@@ -348,3 +349,18 @@ def test_nesting_past_the_depth_limit_is_bad_frame():
         parse_line(line(9), max_depth=8)
     # brackets inside strings are not nesting
     assert parse_line(b'{"t":"x","s":"' + b"[" * 500 + b'"}')["s"] == "[" * 500
+
+
+def test_numbers_json_cannot_carry_are_bad_frame_and_never_written():
+    """1e999 read as an infinity was written back as ``Infinity`` (found by bench/fuzz.py)."""
+    for raw in (b'{"t":"x","n":1e999}', b'{"t":"x","n":-1e400}', b'{"t":"x","n":NaN}',
+                b'{"t":" ","":[1e309,"\\ud800"]}'):
+        with pytest.raises(ProtocolError) as e:
+            parse_line(raw)
+        assert e.value.code == BAD_FRAME
+    assert parse_line(b'{"t":"x","n":1e308,"m":-0.0}')["n"] == 1e308
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueError):
+            compact_json({"n": bad})
+        with pytest.raises(ValueError):
+            canonical_json({"n": bad})
