@@ -4,9 +4,9 @@ Every hypothesis test in tests/fuzz (the line splitter, envelope parsing, the
 handshake, presence documents and batches, check_grant, addresses, canonical
 JSON, the blob receiver, board records, policies and digests) is run in
 rounds, round-robin, with fresh random examples each round, until the time
-is up.  Then a live daemon gets the same generated lines as
-tests/fuzz/test_fuzz_live.py and tests/fuzz/test_fuzz_board.py, many more of
-them.
+is up.  Then live daemons get the same generated lines as
+tests/fuzz/test_fuzz_live.py and tests/fuzz/test_fuzz_board.py, and the same
+local API requests as tests/fuzz/test_fuzz_localapi.py, many more of them.
 
 Prints the examples run per target and every failure with its falsifying
 example; exits 1 if anything failed.  A failure found here becomes an
@@ -65,19 +65,22 @@ def targets(only: str) -> list[tuple[str, Callable[[], None], list[int]]]:
     return out
 
 
-def run_live(fuzz: Callable[[object, int], int], examples: int) -> tuple[int, str]:
-    """A live-daemon property with ``examples`` connections; (ran, failure)."""
+def run_live(fuzz: Callable[..., int], examples: int, daemons: int) -> tuple[int, str]:
+    """A live-daemon property with ``examples`` connections or requests, on
+    ``daemons`` fresh daemons; (ran, failure)."""
     from nodes import Node
 
     root = tempfile.mkdtemp(prefix="awpfz", dir="/tmp")
-    node = Node(os.path.join(root, "fz"), name="fz")
+    nodes = [Node(os.path.join(root, f"fz{i}"), name=f"fz{i}") for i in range(daemons)]
     try:
-        node.start()
-        return fuzz(node, examples), ""
+        for node in nodes:
+            node.start()
+        return fuzz(*nodes, examples), ""
     except Exception:
         return 0, traceback.format_exc()
     finally:
-        node.kill()
+        for node in nodes:
+            node.kill()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -112,10 +115,13 @@ def main() -> int:
     if args.live and not args.only:
         from test_fuzz_board import fuzz_board_live
         from test_fuzz_live import fuzz_live
+        from test_fuzz_localapi import fuzz_localapi
 
-        for name, fuzz in (("live.daemon_survives_generated_lines", fuzz_live),
-                           ("live.daemon_survives_generated_board_lines", fuzz_board_live)):
-            ran, failure = run_live(fuzz, args.live)
+        for name, fuzz, daemons in (
+                ("live.daemon_survives_generated_lines", fuzz_live, 1),
+                ("live.daemon_survives_generated_board_lines", fuzz_board_live, 1),
+                ("live.local_api_answers_any_request_without_a_500", fuzz_localapi, 2)):
+            ran, failure = run_live(fuzz, args.live, daemons)
             print(f"{name:70} {ran:>10}  {'FAILED' if failure else 'ok'}")
             if failure:
                 failures[name] = failure

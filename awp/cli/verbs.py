@@ -85,9 +85,9 @@ def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
         try:
             # json's own messages, the ones users know; NaN and infinities are
             # refused, since no peer could read them back
-            from ..wire.strictjson import loads
+            from ..wire.strictjson import loads, without_lone_surrogates
 
-            value = loads(raw)
+            value = without_lone_surrogates(raw, loads(raw))
         except ValueError as e:
             raise CliError(f"--data{where} is not valid JSON ({e}): {clip(raw, 60)}") from None
         parts.append({"k": "data", "mime": mime or "application/json", "data": value})

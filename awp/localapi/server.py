@@ -30,6 +30,7 @@ import trio
 from ..node.limits import Limits
 from ..wire.canonical import compact_json
 from ..wire.strictjson import loads as strict_loads
+from ..wire.strictjson import without_lone_surrogates
 
 log = logging.getLogger("awp.localapi")
 
@@ -135,7 +136,7 @@ class Request:
             raise too_deep from None
         if not json_depth_within(obj, self.max_depth):
             raise too_deep
-        return obj
+        return without_lone_surrogates(self.body, obj)
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.path}>"

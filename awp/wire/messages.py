@@ -12,7 +12,7 @@ import re
 
 from .canonical import compact_json
 from .errors import BAD_FRAME, ProtocolError
-from .strictjson import DECODER
+from .strictjson import DECODER, without_lone_surrogates
 
 # Types whose receipt is acknowledged with an ack once stored.
 ACKED_TYPES = frozenset({"msg", "state", "mirror", "private"})
@@ -34,26 +34,11 @@ _REQUIRED = {
     "private": ("id",),
 }
 
-# A ``\uD800``-style escape in the raw line: may decode to a lone surrogate.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # An escape of a high surrogate not followed by a low one, or of a low one
 # not preceded by a high one: text that decodes to a lone surrogate.
 _LONE_ESCAPE = re.compile(
     rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
     rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
-
-
-def _replace_surrogates(v: object) -> object:
-    """Lone surrogates become U+FFFD, as Go's decoder does; they cannot be
-    encoded as UTF-8, so keeping them would break storing or relaying the line."""
-    if isinstance(v, str):
-        return _LONE_SURROGATE.sub("\ufffd", v)
-    if isinstance(v, list):
-        return [_replace_surrogates(x) for x in v]
-    if isinstance(v, dict):
-        return {_replace_surrogates(k): _replace_surrogates(x) for k, x in v.items()}
-    return v
 
 
 def depth_over(value: object, limit: int) -> bool:
@@ -104,8 +89,7 @@ def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
     if (line.count(b"{") + line.count(b"[") > max_depth
             and depth_over(obj, max_depth + (obj.get("t") == "mirror"))):
         raise _too_deep(max_depth)
-    if _SURROGATE_ESCAPE.search(line):
-        obj = _replace_surrogates(obj)  # type: ignore[assignment]
+    obj = without_lone_surrogates(line, obj)  # type: ignore[assignment]
     t = obj.get("t")
     if not isinstance(t, str) or not t:
         raise ProtocolError(BAD_FRAME, "missing message type 't'")

@@ -17,10 +17,12 @@ import subprocess
 import sys
 
 import pytest
+from nodes import wait_for
 from test_cli_support import ROOT, cli_root_fixture, daemon_pids, homes_fixture  # noqa: F401
 
 from awp import selfcmd
 from awp.daemon.settings import Flags, resolve
+from awp.localapi.client import ApiFailure
 
 
 def _evil_project(where) -> tuple[str, str]:
@@ -265,3 +267,17 @@ def test_numbers_no_peer_can_read_are_refused_and_the_link_stays_up(homes):
     assert "connected (out)" in a.ok("peers").stdout
     with open(os.path.join(b.path, "daemon.log")) as f:
         assert "bad_frame" not in f.read()
+
+
+def test_a_lone_surrogate_in_a_body_is_replaced_not_a_500(make_node):
+    """``{"peer": "\\ud800"}`` reached SQLite as a string no UTF-8 writer takes: a 500
+    (found by tests/fuzz/test_fuzz_localapi.py)."""
+    a, b = make_node("a").start(), make_node("b").start()
+    b.connect(a)
+    with pytest.raises(ApiFailure) as e:
+        a.api("POST", "/v1/bye", b'{"peer":"\\ud800"}')
+    assert e.value.status == 404 and e.value.code == "unknown_peer"
+    sent = a.api("POST", "/v1/send", b'{"peer":"%s","parts":[{"k":"text","text":"a\\udc00b"}]}'
+                 % b.key.encode())
+    got = wait_for(lambda: [m for m in b.inbound() if m["id"] == sent["id"]], 20, "delivered")
+    assert "a\ufffdb" in json.dumps(got[0], ensure_ascii=False), got[0]
