@@ -24,6 +24,8 @@ from typing import Any, BinaryIO
 
 from .. import __version__
 from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
+from ..wire.strictjson import loads as strict_loads
+from ..wire.strictjson import without_lone_surrogates
 from . import tools
 
 #: Protocol versions we speak, newest first (the first is offered otherwise).
@@ -78,7 +80,9 @@ class Server:
     # -- output -------------------------------------------------------------------------
 
     def send(self, msg: dict | list) -> None:
-        data = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        # "replace": whatever a tool's answer holds, the line goes out as UTF-8
+        data = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8", "replace") + b"\n"
         with self._write_lock:
             try:
                 self._out.write(data)
@@ -152,7 +156,9 @@ class Server:
 
     def handle_line(self, line: bytes) -> None:
         try:
-            msg = json.loads(line)
+            # NaN would come back as an id no client reads; a lone surrogate (in an
+            # id or a tool argument) could not be written back at all
+            msg = without_lone_surrogates(line, strict_loads(line))
         except (ValueError, RecursionError) as e:
             self.send(self.error(None, PARSE_ERROR, f"Parse error: {e}"))
             return

@@ -197,6 +197,14 @@ def test_malformed_jsonrpc_gets_errors_and_the_server_keeps_serving(mcp) -> None
     c.send([{"jsonrpc": "2.0", "id": 70, "method": "ping"},
             {"jsonrpc": "2.0", "method": "notifications/initialized"}])
     assert c.wait_response("batch") == [{"jsonrpc": "2.0", "id": 70, "result": {}}]
+    # an id holding a lone surrogate ended the server with a traceback; NaN
+    # came back as an id no JSON parser reads
+    c.write(b'{"jsonrpc":"2.0","id":"a\\ud800","method":"ping"}\n')
+    assert c.wait_response("a\ufffd")["result"] == {}
+    c.write(b'{"jsonrpc":"2.0","id":NaN,"method":"ping"}\n')
+    assert c.wait_response(None)["error"]["code"] == -32700
+    res = c.call("awp_send", {"peer": "\udc00nobody", "text": "x"})
+    assert res["isError"] is True and "unknown peer" in res["content"][0]["text"]
     assert c.proc.poll() is None
 
 
