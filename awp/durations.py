@@ -10,6 +10,10 @@ _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, 
           "d": 86400.0}
 _PART_RE = r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)"
 _part = None  # compiled on first use: ``re`` is not imported on the CLI's fast path
+# Longer than any wait, lease or time to live means anything for: past it a
+# duration is a mistake (or ``inf``), and times computed from it in
+# milliseconds would no longer be integers.
+MAX_SECONDS = 100 * 365 * 86400.0
 
 
 def _one_unit(s: str) -> float | None:
@@ -25,7 +29,16 @@ def _one_unit(s: str) -> float | None:
 
 
 def parse_duration(text: str | int | float) -> float:
-    """Seconds for a duration; a bare number means seconds.  ``ValueError`` otherwise."""
+    """Seconds for a duration; a bare number means seconds.  ``ValueError`` otherwise,
+    and for NaN or anything over :data:`MAX_SECONDS` (100 years)."""
+    v = _parse(text)
+    if not 0 <= v <= MAX_SECONDS:  # NaN fails this too
+        raise ValueError(f"duration {text!r} is over 100 years" if v > MAX_SECONDS
+                         else f"invalid duration {text!r}")
+    return v
+
+
+def _parse(text: str | int | float) -> float:
     if isinstance(text, bool):
         raise ValueError("not a duration")
     if isinstance(text, int | float):

@@ -14,6 +14,7 @@ from typing import Any
 import trio
 
 from .. import PROTOCOL_VERSION, __version__
+from ..durations import MAX_SECONDS
 from ..localapi.server import ApiError, Request, Router, Stream
 from ..node.engine import BlobTooLarge, DialError, Engine
 from ..store import blobs as blobstore
@@ -58,9 +59,12 @@ def _str(body: dict, key: str, default: str | None = None) -> str | None:
 
 
 def _num(body: dict, key: str, default: float) -> float:
+    """A count or a number of seconds, at most 100 years' worth: past it, times in
+    milliseconds stop being integers and counts overflow SQLite's."""
     v = body.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-        raise ApiError(400, f"{key} must be a non-negative number of seconds", "bad_request")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_SECONDS:
+        raise ApiError(400, f"{key} must be a number from 0 to {MAX_SECONDS:.0f} (seconds)",
+                       "bad_request")
     return float(v)
 
 

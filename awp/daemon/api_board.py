@@ -47,10 +47,11 @@ def _str(body: dict, key: str, default: str = "") -> str:
     return v
 
 
-def _int(body: dict, key: str, default: int, lo: int = 0) -> int:
+def _int(body: dict, key: str, default: int, lo: int = 0, hi: int = 2 ** 63 - 1) -> int:
+    """An integer field; SQLite holds none past ``2**63 - 1``, so none is taken."""
     v = body.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise _bad(f"{key} must be an integer of at least {lo}")
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise _bad(f"{key} must be an integer from {lo} to {hi}")
     return v
 
 
@@ -527,7 +528,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await own_topic(body, "revokes grants for a topic")
         prefix = _str(body, "grant").strip().lower()
-        peer = await engine.read(lambda c: _peer(c, body["peer"])) if body.get("peer") else ""
+        who = _str(body, "peer").strip()
+        peer = await engine.read(lambda c: _peer(c, who)) if who else ""
         if not prefix and not peer:
             raise _bad("name a grant (its hash prefix) or a peer")
 

@@ -193,8 +193,8 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
             v = int(raw)
         except ValueError:
             raise ApiError(400, f"{name} must be a whole number", "bad_request") from None
-        if v < 0:
-            raise ApiError(400, f"{name} must not be negative", "bad_request")
+        if not 0 <= v < 2 ** 63:
+            raise ApiError(400, f"{name} must be from 0 to 2**63 - 1", "bad_request")
         return v
 
     @router.route("GET", "/v1/web/state")

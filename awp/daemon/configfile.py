@@ -17,6 +17,7 @@ from ..durations import parse_duration
 from ..node.limits import limits_from_config
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import KeyError_, decode_key
+from ..wire.strictjson import loads as strict_loads
 from .home import HomeError, path
 
 SERVABLE = ("exec", "fs:read", "fs:write")
@@ -145,8 +146,8 @@ def load_config_file(home: str) -> dict:
     """The checked contents of ``config.json`` (``{}`` when there is none)."""
     file = path(home, "config.json")
     try:
-        with open(file) as f:
-            data = json.load(f)
+        with open(file, encoding="utf-8") as f:
+            data = strict_loads(f.read())  # no NaN or Infinity: they would pass as numbers
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as e:

@@ -196,7 +196,7 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         blob_limit = int(env.get("AWP_BLOB_LIMIT") or cfg.get("blob_limit") or 50 * MiB)
         ping = parse_duration(env.get("AWP_PING_INTERVAL") or cfg.get("ping_interval") or "30s")
         ttl = parse_duration(cfg.get("outbox_ttl") or "168h")
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise HomeError(f"bad setting: {e}") from None
     if ping <= 0:
         raise HomeError("ping_interval must be positive")

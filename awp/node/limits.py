@@ -140,6 +140,8 @@ def limits_from_config(raw: object) -> Limits:
             raise ValueError(f"limits.{key}: unknown limit (known: {', '.join(sorted(known))})")
         try:
             values[key] = _parse(_KINDS[key], v)
+        except OverflowError:  # a number with hundreds of digits
+            raise ValueError(f"limits.{key}: far too large") from None
         except ValueError as e:
             raise ValueError(f"limits.{key}: {e}") from None
     return Limits(**values)

@@ -281,3 +281,24 @@ def test_a_lone_surrogate_in_a_body_is_replaced_not_a_500(make_node):
                  % b.key.encode())
     got = wait_for(lambda: [m for m in b.inbound() if m["id"] == sent["id"]], 20, "delivered")
     assert "a\ufffdb" in json.dumps(got[0], ensure_ascii=False), got[0]
+
+
+def test_out_of_range_numbers_and_wrong_types_are_400_not_500(make_node):
+    """Each of these was a 500 (found by tests/fuzz/test_fuzz_localapi.py or beside it):
+    a count past SQLite's integers, a ttl whose milliseconds are no integer, a bool
+    where a name goes."""
+    a, b = make_node("a").start(), make_node("b").start()
+    b.connect(a)
+    a.api("POST", "/v1/board/topic", {"name": "jobs", "read": "open", "post": "open"})
+    topic = f"{a.key}/jobs"
+    for method, path, body in [
+            ("POST", "/v1/board/get", {"topic": topic, "n": 2 ** 64}),
+            ("POST", "/v1/board/revoke", {"topic": topic, "peer": True}),
+            ("POST", "/v1/grant", {"peer": b.key, "caps": ["fs:read"], "ttl": 1e308}),
+            ("POST", "/v1/read", {"n": 1e308}),
+            ("GET", "/v1/web/log?after=18446744073709551616", None)]:
+        with pytest.raises(ApiFailure) as e:
+            a.api(method, path, body)
+        assert e.value.status == 400 and e.value.code == "bad_request", (path, e.value)
+    with open(a.log_path) as f:
+        assert "Traceback" not in f.read()
