@@ -31,7 +31,10 @@ def _one_unit(s: str) -> float | None:
 def parse_duration(text: str | int | float) -> float:
     """Seconds for a duration; a bare number means seconds.  ``ValueError`` otherwise,
     and for NaN or anything over :data:`MAX_SECONDS` (100 years)."""
-    v = _parse(text)
+    try:
+        v = _parse(text)
+    except OverflowError:  # an integer of hundreds of digits
+        v = float("inf")
     if not 0 <= v <= MAX_SECONDS:  # NaN fails this too
         raise ValueError(f"duration {text!r} is over 100 years" if v > MAX_SECONDS
                          else f"invalid duration {text!r}")

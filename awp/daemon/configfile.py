@@ -21,6 +21,7 @@ from ..wire.strictjson import loads as strict_loads
 from .home import HomeError, path
 
 SERVABLE = ("exec", "fs:read", "fs:write")
+MAX_CONFIG_BYTES = 1024 * 1024  # read whole at every start; a real one is a few hundred bytes
 
 
 class ConfigError(HomeError):
@@ -147,9 +148,14 @@ def load_config_file(home: str) -> dict:
     file = path(home, "config.json")
     try:
         with open(file, encoding="utf-8") as f:
-            data = strict_loads(f.read())  # no NaN or Infinity: they would pass as numbers
+            text = f.read(MAX_CONFIG_BYTES + 1)
+        if len(text) > MAX_CONFIG_BYTES:
+            raise ValueError(f"over {MAX_CONFIG_BYTES // 1024} KiB: is this the right file?")
+        data = strict_loads(text)  # no NaN or Infinity: they would pass as numbers
     except FileNotFoundError:
         return {}
+    except RecursionError:
+        raise ConfigError(f"{file}: nested far too deep") from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"{file}: {e}") from None
     if not isinstance(data, dict):

@@ -63,16 +63,22 @@ def write_private(file: str, data: str) -> None:
         raise
 
 
+MAX_IDENTITY_BYTES = 64 * 1024  # identity.json is read whole, and is never near this
+
+
 def load_identity_seed(home: str) -> bytes:
     """The Ed25519 seed from ``identity.json``, creating one on first start."""
     from ..wire.b64 import b64decode_any, b64url
 
     file = path(home, "identity.json")
     try:
-        with open(file) as f:
-            import json
+        with open(file, encoding="utf-8") as f:
+            text = f.read(MAX_IDENTITY_BYTES + 1)  # ours is about 120 bytes
+        if len(text) > MAX_IDENTITY_BYTES:
+            raise ValueError(f"over {MAX_IDENTITY_BYTES} bytes")
+        import json
 
-            data = json.load(f)
+        data = json.loads(text)
         seed = b64decode_any(data["seed"])
         if len(seed) != 32:
             raise ValueError("seed is not 32 bytes")
@@ -84,7 +90,7 @@ def load_identity_seed(home: str) -> bytes:
         return seed
     except FileNotFoundError:
         pass
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         raise HomeError(f"{file} is unreadable ({e}); move it away to start with a new identity"
                         ) from None
     from ..wire.keys import Identity

@@ -18,7 +18,7 @@ from fuzzgen import edge_ints, json_values, mutated, texts
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
-from awp.daemon.home import HomeError
+from awp.daemon.home import HomeError, load_identity_seed
 from awp.daemon.settings import Flags, resolve
 from awp.durations import MAX_SECONDS
 from awp.node.limits import Limits
@@ -72,6 +72,7 @@ def _resolve(text: bytes) -> str:
 @example({"ping_interval": 1e308})
 @example({"blob_limit": 1e308})
 @example({"outbox_ttl": 1e308})  # was taken, then the daemon's start died on it
+@example({"ping_interval": 10 ** 400})
 @example({"limits": {"peer_lines_per_second": 10 ** 400}})  # OverflowError, not a message
 def test_any_config_object_gives_settings_or_a_clear_error(cfg):
     try:
@@ -82,7 +83,31 @@ def test_any_config_object_gives_settings_or_a_clear_error(cfg):
 
 
 @given(st.one_of(st.binary(max_size=200),
+                 st.integers(900, 3000).map(lambda d: b'{"x":' + b"[" * d + b"]" * d + b"}"),
                  mutated(configs.map(lambda c: json.dumps(c).encode("utf-8", "surrogatepass")))))
 @example(b'{"blob_limit": Infinity}')  # json.load took it; int() of it raised
 def test_any_config_bytes_give_settings_or_a_clear_error(raw):
     event(_resolve(raw))
+
+
+@given(st.one_of(
+    st.binary(max_size=120),
+    st.fixed_dictionaries({}, optional={"seed": values, "key": values}).map(
+        lambda d: json.dumps(d).encode("utf-8", "surrogatepass")),
+    st.integers(900, 3000).map(lambda d: b"[" * d + b"]" * d)))
+@example(b'{"seed": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"}')
+def test_any_identity_file_gives_a_seed_or_a_clear_error(raw):
+    home = tempfile.mkdtemp(prefix="awpid")
+    try:
+        with open(os.path.join(home, "identity.json"), "wb") as f:
+            f.write(raw)
+        try:
+            seed = load_identity_seed(home)
+        except HomeError as e:
+            assert "identity.json" in str(e)
+            event("refused")
+            return
+        assert isinstance(seed, bytes) and len(seed) == 32
+        event("taken")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
