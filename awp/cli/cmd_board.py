@@ -11,6 +11,10 @@ in the hooks and in MCP.  The work queue's commands are in
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import TextIO
+
 import typer
 
 from ..localapi.client import ApiFailure, LocalClient
@@ -156,28 +160,43 @@ def send_post(client: LocalClient, body: dict) -> dict:
     return res
 
 
+MAX_LINE_CHARS = 64 * 1024  # a post is one record, and a record is at most 64 KiB
+
+
+def _post_batches(f: TextIO, source: str) -> Iterator[list[dict]]:
+    """The non-empty lines of ``f`` as posts, 1,000 a batch, read as they are sent:
+    a file of any length costs one batch of memory, and a line without end an error."""
+    batch: list[dict] = []
+    n = 0
+    while line := f.readline(MAX_LINE_CHARS + 1):
+        n += 1
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            raise CliError(f"{source}: line {n} is over 64 KiB, more than a post holds")
+        if line.strip():
+            batch.append({"parts": [{"k": "text", "text": line.rstrip("\r\n")}]})
+        if len(batch) == 1000:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> None:
     """Each non-empty line of ``source`` as a post, sent in batches of 1,000."""
     import sys
 
-    try:
-        if source == "-":
-            text = sys.stdin.read()
-        else:
-            with open(source, encoding="utf-8") as f:
-                text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"cannot read {source}: {e}") from None
-    items = [{"parts": [{"k": "text", "text": line}]} for line in text.splitlines()
-             if line.strip()]
-    if not items:
-        raise CliError(f"{source} has no non-empty line to post")
     posted: list[dict] = []
     res: dict = {}
-    for i in range(0, len(items), 1000):
-        res = send_post(client, {"topic": topic, "posts": items[i:i + 1000],
-                                 "timeout": POST_WAIT})
-        posted.extend(res["posts"])
+    try:
+        with (open(source, encoding="utf-8") if source != "-"
+              else contextlib.nullcontext(sys.stdin)) as f:
+            for batch in _post_batches(f, source):
+                res = send_post(client, {"topic": topic, "posts": batch, "timeout": POST_WAIT})
+                posted.extend(res["posts"])
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"cannot read {source}: {e}") from None
+    if not posted:
+        raise CliError(f"{source} has no non-empty line to post")
     if as_json:
         out_json({"posts": posted, "sent_to": res.get("sent_to", [])})
         return

@@ -60,7 +60,11 @@ def check_thread(thread: str | None) -> None:
 def _read_stdin() -> str:
     if sys.stdin is None:
         raise CliError("cannot read the text from stdin: there is none")
-    return sys.stdin.read()
+    text = sys.stdin.read(MAX_INLINE_BYTES + 1)  # a text part travels in one line
+    if len(text) > MAX_INLINE_BYTES:
+        raise CliError("the text on stdin is over 1 MiB, more than a message line holds;"
+                       " send it with --file")
+    return text
 
 
 def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
@@ -98,11 +102,21 @@ def _read_data_file(path: str) -> str:
     return _read_text(os.path.expanduser(path), f"--data @{path}")
 
 
+# A part travels inside one line, and a line is at most 1 MiB: a bigger file
+# goes as a blob (--file).  Reading stops there, so /dev/zero or a huge log
+# costs a clear error, not all the memory there is.
+MAX_INLINE_BYTES = 1024 * 1024
+
+
 def _read_text(path: str, flag: str) -> str:
     """A file's text for a part; a clear error naming the flag otherwise."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+            text = f.read(MAX_INLINE_BYTES + 1)  # characters: at least as many bytes
+        if len(text) > MAX_INLINE_BYTES:
+            raise CliError(f"{flag}: over 1 MiB, more than a message line holds; send it with"
+                           " --file")
+        return text
     except FileNotFoundError:
         raise CliError(f"{flag}: no such file") from None
     except IsADirectoryError:

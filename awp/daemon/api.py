@@ -63,7 +63,7 @@ def _num(body: dict, key: str, default: float) -> float:
     milliseconds stop being integers and counts overflow SQLite's."""
     v = body.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= MAX_SECONDS:
-        raise ApiError(400, f"{key} must be a number from 0 to {MAX_SECONDS:.0f} (seconds)",
+        raise ApiError(400, f"{key} must be a number from 0 to {MAX_SECONDS:.0f}",
                        "bad_request")
     return float(v)
 

@@ -284,3 +284,26 @@ def test_state_words_are_case_folded(homes):
     assert t["their_state"] == "done" and t["th"] == th
     (p,) = json.loads(a.ok("peers", "--json").stdout)
     assert p["connected"] is True
+
+
+def test_endless_inputs_are_refused_not_read_whole(homes):
+    """``--code /dev/zero`` read until memory ran out; a part travels in one line."""
+    a, b = homes("a"), homes("b")
+    b.ok("up", "--name", "coder")
+    a.ok("connect", b.address)
+    for args, why in [(("--code", "/dev/zero", "hi"), "--code /dev/zero: over 1 MiB"),
+                      (("--data", "@/dev/zero", "hi"), "--data @/dev/zero: over 1 MiB")]:
+        r = a.run("send", "coder", *args, timeout=60)
+        assert why in one_error_line(r, "send"), r.stderr
+    r = a.run("send", "coder", "-", input="x" * (1024 * 1024 + 1), timeout=60)
+    assert "stdin is over 1 MiB" in one_error_line(r, "send")
+    a.ok("topic", "create", "jobs", "--read", "open", "--post", "open")
+    r = a.run("post", "jobs", "--lines", "/dev/zero", timeout=60)
+    assert "line 1 is over 64 KiB" in one_error_line(r, "post")
+    # a file of many lines is read as it is sent, and every line becomes a post
+    lines = os.path.join(a.path, "lines.txt")
+    with open(lines, "w") as f:
+        f.write("".join(f"job {i}\r\n" if i % 2 else f"job {i}\n" for i in range(2500)))
+        f.write("\n  \nlast")
+    r = a.ok("post", "jobs", "--lines", lines)
+    assert r.stdout.startswith("posted 2501 of 2501"), r.stdout
