@@ -22,7 +22,10 @@ def canonical_bytes(value: object) -> bytes:
 
 
 # One encoder for every call: ``json.dumps`` with options builds a new one each time.
-_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+# NaN is let through here: what we write comes from input the strict decoder
+# (wire/strictjson.py) already checked, and this also writes the local API's
+# answers, which must never fail on a value stored before that check existed.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def compact_json(value: object) -> str:

@@ -6,8 +6,8 @@ other JSON parser (the Go reference's included) takes.  A value like that
 let into a line we send makes the peer refuse the line and close, and the
 outbox replays it on every reconnect: one ``--data '{"a": NaN}'`` would cut
 a link for good.  So everything read from a peer or a local caller is read
-with :data:`DECODER`, and our encoders refuse such numbers too
-(:mod:`awp.wire.canonical`).
+with :data:`DECODER`, and what we sign refuses such numbers too
+(:func:`awp.wire.canonical.canonical_json`).
 
 The same goes for a ``\ud800``-style escape of a lone surrogate: it
 decodes to a string no UTF-8 writer takes (not SQLite, not the socket), so

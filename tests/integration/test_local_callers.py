@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 
@@ -267,6 +268,15 @@ def test_numbers_no_peer_can_read_are_refused_and_the_link_stays_up(homes):
     assert "connected (out)" in a.ok("peers").stdout
     with open(os.path.join(b.path, "daemon.log")) as f:
         assert "bad_frame" not in f.read()
+    # a line an older version stored with NaN in it is still shown, not a 500
+    key = json.loads(a.ok("peers", "--json").stdout)[0]["key"]
+    line = ('{"t":"msg","id":"01M8RGR02DWWHR0Y7Z1XQHH57B","ts":"2026-12-01T09:59:59.821Z",'
+            '"th":"thr_legacy1","parts":[{"k":"data","data":{"a":NaN}}]}')
+    with sqlite3.connect(os.path.join(a.path, "awp.db"), timeout=10) as con:
+        con.execute("INSERT INTO log (peer, dir, t, id, th, ts, at, line) VALUES"
+                    " (?, 'out', 'msg', '01M8RGR02DWWHR0Y7Z1XQHH57B', 'thr_legacy1', 0, 0, ?)",
+                    (key, line))
+    assert "NaN" in a.ok("read", "thr_legacy1", "--json").stdout
 
 
 def test_a_lone_surrogate_in_a_body_is_replaced_not_a_500(make_node):

@@ -360,7 +360,7 @@ def test_numbers_json_cannot_carry_are_bad_frame_and_never_written():
         assert e.value.code == BAD_FRAME
     assert parse_line(b'{"t":"x","n":1e308,"m":-0.0}')["n"] == 1e308
     for bad in (float("nan"), float("inf"), -float("inf")):
-        with pytest.raises(ValueError):
-            compact_json({"n": bad})
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError):  # nothing signed holds one
             canonical_json({"n": bad})
+    # the local API's answers may hold one stored by an older version: never a failure
+    assert compact_json({"n": float("nan")}) == '{"n":NaN}'
