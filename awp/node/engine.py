@@ -134,6 +134,7 @@ class Engine:
         self.writer = Writer(conn, policy=floor)
         self.writer.start()
         try:
+            await self._drop_unreadable()
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.peers.bind(nursery)
@@ -230,6 +231,15 @@ class Engine:
         since = now_ms() - int(self.config.outbox_ttl * 1000)
         keys = [r[0] for r in conn.execute("SELECT key FROM peers WHERE parked = 0")]
         return [k for k in keys if ops.has_business(conn, k, since)]
+
+    async def _drop_unreadable(self) -> None:
+        """Before any peer is dialed: see :func:`ops.drop_unreadable`."""
+        try:
+            for peer, ident in await self.writer.run(ops.drop_unreadable):
+                log.error("dropped line %s queued for %s: an older awp wrote NaN or an"
+                          " infinity into it, which no peer can read", ident, peer[:18])
+        except Exception as e:  # a failing store: the connections will say so too
+            log.error("checking the outbox for unreadable lines failed: %s", e)
 
     async def _sweeper(self) -> None:
         while True:

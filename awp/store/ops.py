@@ -375,6 +375,30 @@ def apply_resume(conn: sqlite3.Connection, peer: str, seen: dict[str, str]) -> l
     return acked
 
 
+def drop_unreadable(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """Drop queued lines no peer can read; ``(peer, id)`` of each.
+
+    Versions before the strict decoder (``wire/strictjson.py``) let ``NaN``
+    or an infinity into a line we queued (``--data '{"a": NaN}'``).  Every
+    peer refuses such a line and closes, and the replay sends it first on
+    each reconnect: left queued, it would cut the link for good.  Only lines
+    with one of those tokens are parsed, so this costs one scan at start.
+    """
+    from ..wire.errors import ProtocolError
+    from ..wire.messages import parse_line
+
+    out = []
+    for seq, peer, ident, line in conn.execute(
+            "SELECT seq, peer, id, line FROM outbox WHERE line LIKE '%NaN%'"
+            " OR line LIKE '%Infinity%'").fetchall():
+        try:
+            parse_line(line.encode("utf-8"))
+        except ProtocolError:
+            conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+            out.append((peer, ident))
+    return out
+
+
 def sweep_outbox(conn: sqlite3.Connection, cutoff_ms: int) -> int:
     """Drop unacked lines older than the retention; returns how many."""
     return conn.execute("DELETE FROM outbox WHERE created < ?", (cutoff_ms,)).rowcount

@@ -16,6 +16,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 from nodes import wait_for
@@ -312,3 +313,32 @@ def test_out_of_range_numbers_and_wrong_types_are_400_not_500(make_node):
         assert e.value.status == 400 and e.value.code == "bad_request", (path, e.value)
     with open(a.log_path) as f:
         assert "Traceback" not in f.read()
+
+
+def test_a_line_an_older_version_queued_with_nan_is_dropped_at_start(make_node):
+    """Such a line made every peer close, and the replay sent it first on each
+    reconnect: the link never stayed up."""
+    a, b = make_node("a").start(), make_node("b").start()
+    a.connect(b)
+    a.stop()
+    line = ('{"t":"msg","id":"01M8RGR02DWWHR0Y7Z1XQHH57C","ts":"2026-12-01T09:59:59.821Z",'
+            '"th":"thr_legacy2","parts":[{"k":"data","data":{"a":NaN}}]}')
+    with sqlite3.connect(os.path.join(a.home, "awp.db"), timeout=10) as con:
+        con.execute("INSERT INTO outbox (peer, id, t, th, line, created) VALUES"
+                    " (?, '01M8RGR02DWWHR0Y7Z1XQHH57C', 'msg', 'thr_legacy2', ?, ?)",
+                    (b.key, line, int(time.time() * 1000)))
+        con.execute("INSERT INTO outbox (peer, id, t, th, line, created) VALUES"
+                    " (?, '01M8RGR02DWWHR0Y7Z1XQHH57D', 'msg', 'thr_legacy2', ?, ?)",
+                    (b.key, line.replace("57C", "57D").replace("NaN", '"NaN"'),
+                     int(time.time() * 1000)))
+    a.start()
+    sent = a.send(b.key, "after the upgrade")
+    wait_for(lambda: {m["id"] for m in b.inbound()} >= {sent["id"], "01M8RGR02DWWHR0Y7Z1XQHH57D"},
+             20, "the readable lines delivered")
+    with sqlite3.connect(os.path.join(a.home, "awp.db"), timeout=10) as con:
+        assert con.execute("SELECT count(*) FROM outbox WHERE id = '01M8RGR02DWWHR0Y7Z1XQHH57C'"
+                           ).fetchone()[0] == 0
+    with open(b.log_path) as f:
+        assert "bad_frame" not in f.read()
+    with open(a.log_path) as f:
+        assert "dropped line 01M8RGR02DWWHR0Y7Z1XQHH57C" in f.read()
