@@ -168,7 +168,13 @@ def _post_batches(f: TextIO, source: str) -> Iterator[list[dict]]:
     a file of any length costs one batch of memory, and a line without end an error."""
     batch: list[dict] = []
     n = 0
-    while line := f.readline(MAX_LINE_CHARS + 1):
+    while True:
+        try:
+            line = f.readline(MAX_LINE_CHARS + 1)
+        except (OSError, UnicodeDecodeError) as e:
+            raise CliError(f"cannot read {source}: {e}") from None
+        if not line:
+            break
         n += 1
         if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
             raise CliError(f"{source}: line {n} is over 64 KiB, more than a post holds")
@@ -188,13 +194,14 @@ def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> N
     posted: list[dict] = []
     res: dict = {}
     try:
-        with (open(source, encoding="utf-8") if source != "-"
-              else contextlib.nullcontext(sys.stdin)) as f:
-            for batch in _post_batches(f, source):
-                res = send_post(client, {"topic": topic, "posts": batch, "timeout": POST_WAIT})
-                posted.extend(res["posts"])
-    except (OSError, UnicodeDecodeError) as e:
+        f = open(source, encoding="utf-8") if source != "-" else sys.stdin  # noqa: SIM115
+    except OSError as e:
         raise CliError(f"cannot read {source}: {e}") from None
+    # only the file's own errors say "cannot read": the daemon's keep their words
+    with f if source != "-" else contextlib.nullcontext(f):
+        for batch in _post_batches(f, source):
+            res = send_post(client, {"topic": topic, "posts": batch, "timeout": POST_WAIT})
+            posted.extend(res["posts"])
     if not posted:
         raise CliError(f"{source} has no non-empty line to post")
     if as_json:
