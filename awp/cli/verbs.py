@@ -15,6 +15,7 @@ import sys
 import time
 
 from ..localapi.client import LocalClient
+from ..wire.framing import MAX_LINE
 from .base import (
     CliError,
     CliExit,
@@ -55,6 +56,12 @@ def _quote(text: str) -> str:
 def check_thread(thread: str | None) -> None:
     if thread is not None and not thread.strip():
         raise CliError("the thread id is empty")
+
+
+# A part travels inside one line, and a line is at most 1 MiB: a bigger file
+# goes as a blob (--file).  Reading stops there, so /dev/zero or a huge log
+# costs a clear error, not all the memory there is.
+MAX_INLINE_BYTES = MAX_LINE
 
 
 def _read_stdin() -> str:
@@ -100,12 +107,6 @@ def build_parts(text: str, code: list[str], lang: str | None, data: list[str],
 
 def _read_data_file(path: str) -> str:
     return _read_text(os.path.expanduser(path), f"--data @{path}")
-
-
-# A part travels inside one line, and a line is at most 1 MiB: a bigger file
-# goes as a blob (--file).  Reading stops there, so /dev/zero or a huge log
-# costs a clear error, not all the memory there is.
-MAX_INLINE_BYTES = 1024 * 1024
 
 
 def _read_text(path: str, flag: str) -> str:

@@ -24,6 +24,7 @@ from ..store import queries
 from ..store.queries import LookupFailed
 from ..wire import board as wb
 from ..wire.grants import grant_hash
+from ..wire.numbers import INT64_MAX
 from ..wire.timefmt import format_ts, now_ms
 from .api import json_body
 from .app import DaemonState
@@ -47,7 +48,7 @@ def _str(body: dict, key: str, default: str = "") -> str:
     return v
 
 
-def _int(body: dict, key: str, default: int, lo: int = 0, hi: int = 2 ** 63 - 1) -> int:
+def _int(body: dict, key: str, default: int, lo: int = 0, hi: int = INT64_MAX) -> int:
     """An integer field; SQLite holds none past ``2**63 - 1``, so none is taken."""
     v = body.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:

@@ -39,6 +39,7 @@ from ..store import queries
 from ..wire.address import AddressError, parse_address
 from ..wire.keys import KEY_PREFIX
 from ..wire.names import clean_name
+from ..wire.numbers import is_count
 from ..wire.timefmt import now_ms
 from .app import DaemonState
 
@@ -193,7 +194,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
             v = int(raw)
         except ValueError:
             raise ApiError(400, f"{name} must be a whole number", "bad_request") from None
-        if not 0 <= v < 2 ** 63:
+        if not is_count(v):
             raise ApiError(400, f"{name} must be from 0 to 2**63 - 1", "bad_request")
         return v
 

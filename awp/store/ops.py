@@ -12,8 +12,9 @@ import sqlite3
 from collections.abc import Callable, Iterable
 
 from ..wire.canonical import compact_json
+from ..wire.errors import ProtocolError
 from ..wire.ids import IdGenerator
-from ..wire.messages import default_subject
+from ..wire.messages import default_subject, parse_line
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 
@@ -384,9 +385,6 @@ def drop_unreadable(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     each reconnect: left queued, it would cut the link for good.  Only lines
     with one of those tokens are parsed, so this costs one scan at start.
     """
-    from ..wire.errors import ProtocolError
-    from ..wire.messages import parse_line
-
     out = []
     for seq, peer, ident, line in conn.execute(
             "SELECT seq, peer, id, line FROM outbox WHERE line LIKE '%NaN%'"

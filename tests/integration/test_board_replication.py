@@ -43,6 +43,15 @@ def _open_topic(owner, name: str = "ops", **policy) -> str:
     return f"{owner.key}/{name}"
 
 
+def _subscribed_pair(make_node, **policy):
+    """a and b connected; a's open topic, which b subscribes to: ``(a, b, topic)``."""
+    a, b = make_node("a").start(), make_node("b").start()
+    a.connect(b)
+    topic = _open_topic(a, **policy)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    return a, b, topic
+
+
 def test_a_post_crosses_a_relay_that_subscribes_exactly_once(make_node):
     a, b, c = (make_node(x).start() for x in "abc")
     a.connect(b)
@@ -76,10 +85,7 @@ def test_a_host_that_does_not_subscribe_does_not_relay(make_node):
 
 
 def test_partition_and_heal_loses_nothing_and_duplicates_nothing(make_node):
-    a, b = make_node("a").start(), make_node("b").start()
-    a.connect(b)
-    topic = _open_topic(a)
-    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    a, b, topic = _subscribed_pair(make_node)
     _post(a, topic, "before")
     wait_for(lambda: _texts(b, topic) == ["before"], 10, "b has the first post")
     b.stop()  # the partition: each side goes on posting
@@ -98,10 +104,7 @@ def test_partition_and_heal_loses_nothing_and_duplicates_nothing(make_node):
 
 
 def test_an_offline_host_catches_up_by_digest_moving_little_more_than_the_posts(make_node):
-    a, b = make_node("a").start(), make_node("b").start()
-    a.connect(b)
-    topic = _open_topic(a, keep=100_000)
-    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    a, b, topic = _subscribed_pair(make_node, keep=100_000)
     for i in range(50):
         _post(a, topic, f"early {i}")
     wait_for(lambda: len(_rows(b, topic)) == 50, 10, "b has the early posts")
@@ -245,10 +248,7 @@ def test_asking_for_records_again_and_again_is_served_within_a_budget(make_node)
 
 
 def test_retention_keeps_the_same_records_on_every_host(make_node):
-    a, b = make_node("a").start(), make_node("b").start()
-    a.connect(b)
-    topic = _open_topic(a, keep=5)
-    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    a, b, topic = _subscribed_pair(make_node, keep=5)
     for i in range(8):
         _post(a, topic, f"p{i}")
     newest = [f"p{i}" for i in range(3, 8)]

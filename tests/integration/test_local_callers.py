@@ -24,7 +24,7 @@ from test_cli_support import ROOT, cli_root_fixture, daemon_pids, homes_fixture 
 
 from awp import selfcmd
 from awp.daemon.settings import Flags, resolve
-from awp.localapi.client import ApiFailure
+from awp.localapi.client import ApiFailure, LocalClient
 
 
 def _evil_project(where) -> tuple[str, str]:
@@ -254,16 +254,10 @@ def test_numbers_no_peer_can_read_are_refused_and_the_link_stays_up(homes):
         r = a.run("send", "worker", "--data", data, "poison")
         assert r.returncode == 1 and "--data is not valid JSON" in r.stderr, r.stderr
     # the local API itself refuses them, whatever client sent them
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(os.path.join(a.path, "awp.sock"))
-        body = b'{"peer":"worker","parts":[{"k":"data","data":{"a":1e999}}]}'
-        s.sendall(b"POST /v1/send HTTP/1.1\r\nHost: awp\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-        answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
-    assert answer.startswith(b"HTTP/1.1 400") and b"bad_json" in answer, answer
-    assert b"out of range" in answer
+    with pytest.raises(ApiFailure) as e, LocalClient(os.path.join(a.path, "awp.sock")) as c:
+        c.request("POST", "/v1/send",
+                  b'{"peer":"worker","parts":[{"k":"data","data":{"a":1e999}}]}')
+    assert (e.value.status, e.value.code) == (400, "bad_json") and "out of range" in str(e.value)
     r = a.ok("send", "worker", "--data", '{"a": 1.5e308}', "fine")
     assert "delivered" in r.stdout, r.stdout
     assert "connected (out)" in a.ok("peers").stdout
