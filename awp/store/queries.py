@@ -248,6 +248,28 @@ def unread(c: sqlite3.Connection, *, peer: str | None = None, th: str | None = N
     return [record(c, r, labels) for r in rows]
 
 
+def unread_newest(c: sqlite3.Connection, limit: int, max_bytes: int) -> tuple[list[dict], int]:
+    """The newest unread records (inbound and notices) that fit, oldest first; and all unread.
+
+    For the hooks, which show the newest first and leave the rest unread: at
+    most ``limit`` records, and no more once their lines pass ``max_bytes``
+    (the newest one always comes, whatever its size), so an answer stays
+    small enough for the hook's time budget however much is waiting.
+    """
+    total = c.execute("SELECT count(*) FROM log WHERE read = 0 AND dir IN ('in', 'notice')"
+                      ).fetchone()[0]
+    rows = []
+    size = 0
+    for row in c.execute("SELECT * FROM log WHERE read = 0 AND dir IN ('in', 'notice')"
+                         " ORDER BY seq DESC LIMIT ?", (max(1, limit),)):
+        size += len(row["line"] or "")
+        if rows and size > max_bytes:
+            break
+        rows.append(row)
+    labels = Labels(c)
+    return [record(c, r, labels) for r in reversed(rows)], total
+
+
 def since(c: sqlite3.Connection, after: int, *, peer: str | None = None, th: str | None = None,
           all_dirs: bool = False, limit: int = 1000) -> list[dict]:
     """Records after ``after`` (for following streams)."""

@@ -193,12 +193,13 @@ def activity(*records: dict) -> tuple[int, dict]:
     return 200, {"active": NOW, "records": list(records)}
 
 
-def test_hook_takes_posts_marking_them_read_and_prints_them_after_messages(fake) -> None:
+def test_hook_takes_posts_and_prints_them_after_messages(fake) -> None:
     d, home = fake({"/v1/activity": activity(msg(1)),
                     "/v1/board/unread": (200, {"posts": [post(1, body="deploy is green")],
                                                "more": 0})})
-    out = run.run("inbox", "text", home, {})
-    assert ("/v1/board/unread", {"mark": True, "limit": run.BOARD_LIMIT}) in d.asked
+    out = run.run("inbox", "text", home, {}).text
+    # Nothing is marked read by asking: the hook confirms what it printed (/v1/seen).
+    assert ("/v1/board/unread", {"mark": False, "limit": run.BOARD_LIMIT}) in d.asked
     assert out.index("message 1") < out.index("New awp board post") < out.index("deploy is green")
     assert out.startswith("New awp messages (1).")
 
@@ -206,7 +207,7 @@ def test_hook_takes_posts_marking_them_read_and_prints_them_after_messages(fake)
 def test_posts_alone_are_printed(fake) -> None:
     d, home = fake({"/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [post(1)], "more": 0})})
-    out = run.run("inbox", "claude", home, {"hook_event_name": "PostToolUse"})
+    out = run.run("inbox", "claude", home, {"hook_event_name": "PostToolUse"}).text
     ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert ctx.startswith("New awp board post on topics you subscribe to (1).")
 
@@ -214,23 +215,23 @@ def test_posts_alone_are_printed(fake) -> None:
 def test_nothing_new_prints_nothing(fake) -> None:
     d, home = fake({"/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [], "more": 0})})
-    assert run.run("inbox", "claude", home, {"hook_event_name": "PostToolUse"}) == ""
+    assert run.run("inbox", "claude", home, {"hook_event_name": "PostToolUse"}).text == ""
     assert [p for p, _ in d.asked] == ["/v1/activity", "/v1/board/unread"]
 
 
 def test_a_daemon_without_board_routes_still_gets_its_messages_shown(fake) -> None:
     d, home = fake({"/v1/activity": activity(msg(1))})  # /v1/board/unread: 404
-    out = run.run("inbox", "text", home, {})
+    out = run.run("inbox", "text", home, {}).text
     assert "message 1" in out and "board" not in out
     assert [p for p, _ in d.asked] == ["/v1/activity", "/v1/board/unread"]
     d2, home2 = fake({"/v1/activity": activity()})
-    assert run.run("inbox", "text", home2, {}) == ""
+    assert run.run("inbox", "text", home2, {}).text == ""
 
 
 def test_a_board_answer_that_never_comes_costs_only_the_budget(fake) -> None:
     d, home = fake({"/v1/activity": activity(msg(1)), "/v1/board/unread": None})
     start = time.monotonic()
-    out = run.run("inbox", "text", home, {})
+    out = run.run("inbox", "text", home, {}).text
     assert time.monotonic() - start < run.DAEMON_BUDGET + 0.2
     assert "message 1" in out and "board" not in out
 
@@ -238,15 +239,15 @@ def test_a_board_answer_that_never_comes_costs_only_the_budget(fake) -> None:
 def test_stop_asks_for_posts_only_when_it_stops_for_messages(fake) -> None:
     d, home = fake({"/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [post(1)], "more": 0})})
-    assert run.run("stop", "claude", home, {"hook_event_name": "Stop"}) == ""
+    assert run.run("stop", "claude", home, {"hook_event_name": "Stop"}).text == ""
     assert [p for p, _ in d.asked] == ["/v1/activity"]  # the posts stay unread
     d2, home2 = fake({"/v1/activity": activity(msg(1)),
                       "/v1/board/unread": (200, {"posts": [post(1)], "more": 0})})
-    reason = json.loads(run.run("stop", "claude", home2, {"hook_event_name": "Stop"}))["reason"]
+    reason = json.loads(run.run("stop", "claude", home2, {"hook_event_name": "Stop"}).text)["reason"]
     assert "message 1" in reason and "Before you finish" in reason and "post 1" in reason
     # A silenced stop asks for nothing unread at all.
     d3, home3 = fake({"/v1/activity": activity()})
-    assert run.run("stop", "claude", home3, {"stop_hook_active": True}) == ""
+    assert run.run("stop", "claude", home3, {"stop_hook_active": True}).text == ""
     assert [p for p, _ in d3.asked] == ["/v1/activity"]
 
 
@@ -254,7 +255,7 @@ def test_session_start_shows_posts_after_who_we_are(fake) -> None:
     status = {"name": "alice", "key": "ed25519:AbCdEfGhIjKl", "address": "", "peers": []}
     d, home = fake({"/v1/status": (200, status), "/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [post(1)], "more": 2})})
-    out = run.run("session-start", "text", home, {})
+    out = run.run("session-start", "text", home, {}).text
     assert out.startswith("awp: you are alice")
     assert "New awp board posts on topics you subscribe to (3)." in out
     assert "2 more new posts are still unread" in out

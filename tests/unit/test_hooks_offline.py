@@ -177,8 +177,20 @@ def test_format_nothing_and_no_event_name() -> None:
     for fmt in run.FORMATS:
         for event in run.EVENTS:
             assert format_output(fmt, event, "X", "") == ""
-        # inbox without an event name: plain text in any format
-        assert format_output(fmt, "inbox", "", "plain") == "plain"
+        # inbox without an event name: plain text, except for Gemini (JSON only)
+        if fmt != "gemini":
+            assert format_output(fmt, "inbox", "", "plain") == "plain"
+
+
+def test_gemini_without_an_event_name_still_prints_json() -> None:
+    # Gemini CLI parses a hook's stdout as JSON and nothing else.
+    for event in run.EVENTS:
+        obj = json.loads(format_output("gemini", event, "", "hello"))
+        ctx = (obj["reason"] if event == "stop"
+               else obj["hookSpecificOutput"]["additionalContext"])
+        assert ctx == "hello"
+    obj = json.loads(format_output("gemini", "inbox", "", "hello"))
+    assert obj["hookSpecificOutput"]["hookEventName"] == "AfterTool"
 
 
 def test_output_is_ascii_json() -> None:
