@@ -17,6 +17,8 @@ from __future__ import annotations
 import base64
 import os
 
+from ..base.echo import echo
+
 #: A record's fixed bound (SPEC.md section 14), and each topic's default ``max_post``.
 MAX_RECORD = 64 * 1024
 #: The smallest ``max_post`` a topic may set: posts under it never need the topic's figure.
@@ -186,5 +188,5 @@ def parse_since(text: str, now_ms: int) -> int:
     try:
         return parse_ts(text.strip())
     except ValueError:
-        raise ValueError(f"{text!r} is neither a duration (30m, 2h, 7d) nor an RFC 3339 time"
+        raise ValueError(f"{echo(text)} is neither a duration (30m, 2h, 7d) nor an RFC 3339 time"
                          " (2026-09-21T14:00:00Z)") from None

@@ -17,6 +17,7 @@ from typing import TextIO
 
 import typer
 
+from ..base.echo import echo
 from ..localapi.client import ApiFailure, LocalClient
 from . import board_files, render_board, verbs
 from .common import (
@@ -264,7 +265,7 @@ def policy_body(title: str | None, open_: bool, read: str | None, post: str | No
     body: dict = {}
     for flag, value in (("--read", read), ("--post", post)):
         if value is not None and value not in ("open", "grant"):
-            raise CliError(f"{flag} must be open or grant, not {value!r}", 2)
+            raise CliError(f"{flag} must be open or grant, not {echo(value)}", 2)
     if open_:
         if "grant" in (read, post):
             raise CliError("--open means --read open --post open: leave out the other", 2)

@@ -14,6 +14,7 @@ from typing import Any
 import trio
 
 from .. import PROTOCOL_VERSION, __version__
+from ..base.echo import echo
 from ..durations import MAX_SECONDS
 from ..localapi.server import ApiError, Request, Router, Stream
 from ..node.engine import BlobTooLarge, DialError, Engine
@@ -34,7 +35,8 @@ def _lookup(fn):
     try:
         return fn()
     except LookupFailed as e:
-        status = 409 if e.code.startswith("ambiguous") else 404
+        status = (409 if e.code.startswith("ambiguous") else 400 if e.code.startswith("bad")
+                  else 404)
         raise ApiError(status, str(e), e.code) from None
 
 
@@ -340,7 +342,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "caps must be a list of capability names", "bad_request")
         bad = [c for c in caps if c not in CAPABILITIES]
         if bad:
-            raise ApiError(400, f"unknown capability {bad[0]!r}: choose from "
+            raise ApiError(400, f"unknown capability {echo(bad[0])}: choose from "
                            + ", ".join(CAPABILITIES), "bad_request")
         return list(dict.fromkeys(caps))
 

@@ -27,6 +27,7 @@ import os
 import sqlite3
 from typing import Any
 
+from ..base.echo import echo
 from ..harness.identity import HARNESSES, detect, normalize
 from ..localapi.server import ApiError, Request, Router
 from ..node.engine import Engine
@@ -126,7 +127,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
             return
         found = normalize(raw)
         if found is None:
-            raise ApiError(400, f"unknown harness {raw!r}: choose from {', '.join(HARNESSES)}",
+            raise ApiError(400, f"unknown harness {echo(raw)}: choose from {', '.join(HARNESSES)}",
                            "bad_request")
         if explicit:
             if found != settings.harness or act.get("harness_source") != "set":

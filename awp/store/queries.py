@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from ..base.echo import echo
 from ..wire.address import address_hint
 from ..wire.keys import KEY_PREFIX, KeyError_, normalize_key, short_key
 from ..wire.names import clean_name, name_fold
 
 FINAL = ("done", "failed", "closed")
+
+#: Longest text taken as a peer reference (a name is at most NAME_MAX characters,
+#: a key about 52): longer cannot name a peer, and is refused before it reaches
+#: a LIKE pattern (SQLite refuses patterns over 50,000 bytes).
+REF_MAX = 512
 
 
 class LookupFailed(Exception):
@@ -95,11 +101,14 @@ def resolve_peer(c: sqlite3.Connection, text: str) -> str:
     ref = text.strip()
     if not ref:
         raise LookupFailed("empty peer name")
+    if len(ref) > REF_MAX:
+        raise LookupFailed(f"a peer is named by a name, alias or key of at most {REF_MAX}"
+                           f" characters, not {echo(ref)}", "bad_peer")
     if ref.startswith(KEY_PREFIX):
         try:
             return normalize_key(ref)
         except KeyError_ as e:
-            raise LookupFailed(f"bad key {ref!r}: {e}") from None
+            raise LookupFailed(f"bad key {echo(ref)}: {e}") from None
     row = c.execute("SELECT key FROM aliases WHERE alias = ?", (ref,)).fetchone()
     if row:
         return row[0]
@@ -115,11 +124,11 @@ def resolve_peer(c: sqlite3.Connection, text: str) -> str:
     if len(hits) == 1:
         return hits[0]
     if hits:
-        what = (f"{len(hits)} peers are called {ref!r} or a look-alike of it" if not prefixed
-                else f"{ref!r} names or is a key prefix of {len(hits)} peers")
+        what = (f"{len(hits)} peers are called {echo(ref)} or a look-alike of it" if not prefixed
+                else f"{echo(ref)} names or is a key prefix of {len(hits)} peers")
         raise LookupFailed(f"{what}: {_candidates(c, hits)}; use a longer key prefix or an"
                            " alias (awp alias KEYPREFIX NICKNAME)", "ambiguous_peer")
-    raise LookupFailed(f"unknown peer {ref!r}: not a name, alias or key prefix of a known peer"
+    raise LookupFailed(f"unknown peer {echo(ref)}: not a name, alias or key prefix of a known peer"
                        f" (see awp peers){address_hint(ref)}")
 
 
@@ -161,7 +170,7 @@ def thread_peer(c: sqlite3.Connection, th: str, peer: str | None = None,
 def unknown_thread(th: str, starts: bool = False) -> LookupFailed:
     """The one error for a thread id nobody used with us."""
     hint = "; name the peer to start it" if starts else ""
-    return LookupFailed(f"unknown thread {th!r} (see awp threads){hint}", "unknown_thread")
+    return LookupFailed(f"unknown thread {echo(th)} (see awp threads){hint}", "unknown_thread")
 
 
 def scope_thread(c: sqlite3.Connection, th: str, peer: str | None, how: str = "") -> str | None:
@@ -177,7 +186,7 @@ def scope_thread(c: sqlite3.Connection, th: str, peer: str | None, how: str = ""
         return keys[0] if keys else None
     example = (how or "name the peer too, e.g. with --peer {peer}").format(
         peer=short_key(keys[0]), th=th)
-    raise LookupFailed(f"thread {th!r} is used by {len(keys)} peers here, each its own"
+    raise LookupFailed(f"thread {echo(th)} is used by {len(keys)} peers here, each its own"
                        f" conversation: {_candidates(c, keys)}; pick one: {example}",
                        "ambiguous_thread")
 
