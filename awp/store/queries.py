@@ -91,12 +91,20 @@ def _candidates(c: sqlite3.Connection, keys: list[str]) -> str:
     return ", ".join(shown) + more
 
 
-def resolve_peer(c: sqlite3.Connection, text: str) -> str:
+def resolve_peer(c: sqlite3.Connection, text: str, *, introduced: bool = False) -> str:
     """A peer's key from a key, alias, announced name, or key prefix (>= 4 chars).
 
-    Names match by their fold, so "builder" also finds "Builder " and
-    "builder\u200b"; when a name (or look-alike) belongs to several keys, or
-    the text is both a name and another peer's key prefix, nothing is picked.
+    Names match by their fold (UTS #39 skeletons, case, accents), so
+    "builder" also finds "Builder " and "builder\u200b"; when a name (or
+    look-alike) belongs to several keys, or the text is both a name and
+    another peer's key prefix, nothing is picked. A name that only looks like
+    the one given (``buiIder`` for ``builder``) is never taken for it unless
+    the user has named that key before (an alias, a line sent to it, a
+    connect to its address): the error shows its key instead.
+
+    Names from introductions (another peer saying who a key is) never count
+    here, so they cannot shadow or crowd a name; with ``introduced`` (for
+    ``connect`` only) an exact introduced name is the last resort.
     """
     ref = text.strip()
     if not ref:
@@ -122,14 +130,67 @@ def resolve_peer(c: sqlite3.Connection, text: str) -> str:
             "SELECT key FROM peers WHERE key LIKE ? ESCAPE '\\'", (like,))]
     hits = list(dict.fromkeys(named + prefixed))
     if len(hits) == 1:
-        return hits[0]
+        key = hits[0]
+        if key in prefixed or _exact_name(c, key, ref) or user_named(c, key):
+            return key
+        short = short_key(key)
+        raise LookupFailed(
+            f"no peer is called {echo(ref)}: {_candidates(c, [key])} only looks like it."
+            f" If it is the one you mean, name it by its key ({short}) or give it an alias"
+            f" (awp alias {short} NICKNAME)", "lookalike_peer")
     if hits:
         what = (f"{len(hits)} peers are called {echo(ref)} or a look-alike of it" if not prefixed
                 else f"{echo(ref)} names or is a key prefix of {len(hits)} peers")
         raise LookupFailed(f"{what}: {_candidates(c, hits)}; use a longer key prefix or an"
                            " alias (awp alias KEYPREFIX NICKNAME)", "ambiguous_peer")
+    intro = introduced_keys(c, ref)
+    if introduced and len(intro) == 1:
+        return intro[0]
+    hint = ""
+    if intro:
+        keys = ", ".join(short_key(k) for k in intro[:4])
+        hint = (f"; an introduction named {'a key' if len(intro) == 1 else 'keys'} {keys}"
+                f" so: connect by key prefix (awp connect {short_key(intro[0])})")
     raise LookupFailed(f"unknown peer {echo(ref)}: not a name, alias or key prefix of a known peer"
-                       f" (see awp peers){address_hint(ref)}")
+                       f" (see awp peers){hint or address_hint(ref)}")
+
+
+def _exact_name(c: sqlite3.Connection, key: str, ref: str) -> bool:
+    """Whether ``key`` calls itself ``ref`` (cleaned, case aside): not a mere look-alike."""
+    row = c.execute("SELECT name FROM peers WHERE key = ?", (key,)).fetchone()
+    want = clean_name(ref).casefold()
+    return bool(row and want and clean_name(row[0]).casefold() == want)
+
+
+def user_named(c: sqlite3.Connection, key: str) -> bool:
+    """Whether the user has named ``key`` before: an alias, a line sent, a connect to it."""
+    return bool(
+        c.execute("SELECT 1 FROM aliases WHERE key = ? LIMIT 1", (key,)).fetchone()
+        or c.execute("SELECT 1 FROM log WHERE peer = ? AND dir = 'out' LIMIT 1",
+                     (key,)).fetchone()
+        or c.execute("SELECT 1 FROM addresses WHERE peer = ? AND source = 'connect' LIMIT 1",
+                     (key,)).fetchone())
+
+
+#: Introductions looked through for a name (the newest first).
+INTRODUCED_SCAN = 500
+
+
+def introduced_keys(c: sqlite3.Connection, ref: str) -> list[str]:
+    """Keys that introductions named exactly ``ref`` (cleaned, case aside), newest first."""
+    want = clean_name(ref).casefold()
+    if not want:
+        return []
+    keys: list[str] = []
+    for (line,) in c.execute("SELECT line FROM log WHERE t = 'introduce' AND dir = 'in'"
+                             " ORDER BY seq DESC LIMIT ?", (INTRODUCED_SCAN,)):
+        try:
+            peer = json.loads(line).get("peer")
+            if clean_name(peer.get("name")).casefold() == want:
+                keys.append(normalize_key(peer.get("key")))
+        except (ValueError, AttributeError, TypeError, KeyError_):
+            continue
+    return list(dict.fromkeys(keys))
 
 
 def thread_peers(c: sqlite3.Connection, th: str) -> list[str]:
