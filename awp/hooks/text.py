@@ -178,9 +178,10 @@ def _post_id(post: dict) -> str:
 
 def _file_line(part: dict, label: str, pid: str) -> str:
     """A file carried inside a post (base64 in the record): its name and how to save it."""
+    from ..base.filename import safe_name
     from ..cli.render import INDENT, size
 
-    name = str(part.get("name") or "file")
+    name = safe_name(part.get("name"))  # shown as it would be saved: no bidi tricks
     what = [size(part["size"])] if isinstance(part.get("size"), int) else []
     if isinstance(part.get("mime"), str) and part["mime"]:
         what.append(part["mime"])
