@@ -619,7 +619,7 @@ class Engine:
         """Held grants for our auth (a quick read on the event loop thread)."""
         try:
             return self.read_sync(lambda c: grantstore.to_present(
-                c, peer, now_ms(), self.config.limits))
+                c, peer, now_ms(), self.config.limits, self.config.trust))
         except sqlite3.Error as e:
             log.error("cannot read grants to present: %s", e)
             return []
