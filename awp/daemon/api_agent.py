@@ -23,12 +23,10 @@ and is never remembered.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 from typing import Any
 
 from ..base.echo import echo
-from ..harness.identity import HARNESSES, detect, normalize
 from ..localapi.server import ApiError, Request, Router
 from ..node.engine import Engine
 from ..store import board as board_store
@@ -89,7 +87,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
     if settings.harness:
         act["harness_source"] = "set"  # explicit or remembered
     else:
-        found = detect(dict(os.environ))
+        found = settings.harnesses.detected  # the caller that ran us detected it
         settings.harness = found
         act["harness_source"] = "detected" if found else ""
 
@@ -125,9 +123,10 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
     async def set_harness(raw: object, explicit: bool) -> None:
         if raw is None or raw == "":
             return
-        found = normalize(raw)
+        found = settings.harnesses.id_of(raw)
         if found is None:
-            raise ApiError(400, f"unknown harness {echo(raw)}: choose from {', '.join(HARNESSES)}",
+            raise ApiError(400, f"unknown harness {echo(raw)}: choose from"
+                                f" {', '.join(settings.harnesses.known)}",
                            "bad_request")
         if explicit:
             if found != settings.harness or act.get("harness_source") != "set":

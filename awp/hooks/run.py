@@ -36,10 +36,10 @@ import os
 import sys
 import time
 
+from awp.base.sockpath import find_socket
 from awp.harness.identity import detect, normalize
 from awp.localapi import cjson
 from awp.localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
-from awp.localapi.sockpath import find_socket
 
 EVENTS = ("session-start", "inbox", "stop")
 FORMATS = ("claude", "codex", "gemini", "cursor", "text")
@@ -461,7 +461,7 @@ def run(event: str, fmt: str, home: str, data: dict) -> Outcome:
         total = total if isinstance(total, int) and not isinstance(total, bool) else 0
         if event != "stop" or records:
             posts, more = _board(client)
-    from . import text as texts
+    from ..present import text as texts
 
     room = texts.HOOK_LIMITS[fmt]
     parts: list[str] = []

@@ -28,7 +28,7 @@ import h11
 import trio
 
 from ..base.echo import cut_message
-from ..node.limits import Limits
+from ..base.limits import Limits
 from ..wire.canonical import compact_json
 from ..wire.strictjson import loads as strict_loads
 from ..wire.strictjson import without_lone_surrogates

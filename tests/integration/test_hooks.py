@@ -165,7 +165,7 @@ def test_only_the_latest_20_are_rendered_and_the_rest_stay_unread(pair) -> None:
 @pytest.mark.parametrize("fmt", ["claude", "codex", "gemini", "cursor", "text"])
 def test_output_fits_what_the_harness_shows(pair, fmt) -> None:
     """One 120 KB message and many small ones: each format stays within its bound."""
-    from awp.hooks.text import HOOK_LIMITS
+    from awp.present.text import HOOK_LIMITS
 
     a, b = pair
     hook(a.home, None, "text")

@@ -6,7 +6,7 @@ uses this form, so the CLI and the daemon parse it the same way.
 
 from __future__ import annotations
 
-from .base.echo import echo
+from .echo import echo
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
           "d": 86400.0}

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import time
 
+from ..base.durations import format_duration
 from ..base.filename import safe_name
-from ..durations import format_duration
 
 INDENT = "  "
 
