@@ -58,8 +58,13 @@ def header(n: int) -> str:
     return f"New awp messages ({n}). {FRAMING}"
 
 
-def _pointer(rest: list[dict]) -> str:
-    """``12 earlier ones are not shown: awp read thr_a (7), awp read thr_b (5)``."""
+def _read_forms(rest: list[dict], most: int | None = None) -> tuple[list[str], int, int]:
+    """``awp read THREAD (n)`` for each (peer, thread) of ``rest``, the busiest first.
+
+    A thread id two peers used gets ``-p KEYPREFIX``. Returns the forms (at
+    most ``most``), how many threads were left out, and how many records
+    have no thread.
+    """
     per: dict[tuple[str, str], int] = {}
     loose = 0
     for r in rest:
@@ -70,8 +75,16 @@ def _pointer(rest: list[dict]) -> str:
         else:
             loose += 1
     ths = [th for _, th in per]
-    where = [f"awp read {th}{f' -p {_short(peer)}' if ths.count(th) > 1 else ''} ({n})"
-             for (peer, th), n in sorted(per.items(), key=lambda kv: -kv[1])]
+    ranked = sorted(per.items(), key=lambda kv: -kv[1])
+    kept = ranked if most is None else ranked[:most]
+    forms = [f"awp read {th}{f' -p {_short(peer)}' if ths.count(th) > 1 else ''} ({n})"
+             for (peer, th), n in kept]
+    return forms, len(ranked) - len(kept), loose
+
+
+def _pointer(rest: list[dict]) -> str:
+    """``12 earlier ones are not shown: awp read thr_a (7), awp read thr_b (5)``."""
+    where, _, loose = _read_forms(rest)
     if loose:
         where.append(f"awp read -n {max(50, len(rest))} ({loose} without a thread)")
     n = len(rest)
@@ -91,25 +104,6 @@ def batch(records: list[dict], now: int | None = None, cap: int = CAP) -> str:
     if rest:
         lines += ["", _pointer(rest)]
     return "\n".join(lines)
-
-
-def inbox_text(records: list[dict], now: int | None = None) -> str:
-    text = batch(records, now)
-    return f"{text}\n\n{reply_hint(records[-CAP:])}" if text else ""
-
-
-def stop_text(records: list[dict], now: int | None = None) -> str:
-    """Why the agent should not stop yet (``""`` when nothing is waiting)."""
-    text = batch(records, now)
-    if not text:
-        return ""
-    pairs = _pairs(records[-CAP:])
-    th = next(iter(pairs))[1] if len(pairs) == 1 else "THREAD"
-    return (
-        f"{text}\n\nBefore you finish: these awp messages arrived and are not handled yet."
-        f' Handle them first: reply with awp send --thread {th} "...", or tell your user'
-        " about them."
-    )
 
 
 def _short(key: str) -> str:
@@ -141,12 +135,6 @@ def identity_text(status: dict) -> str:
     if others > 0:
         lines[-1] += f" ({others} more known: awp peers)"
     return "\n".join(lines)
-
-
-def session_text(status: dict, records: list[dict], now: int | None = None) -> str:
-    text = identity_text(status)
-    msgs = inbox_text(records, now)
-    return f"{text}\n\n{msgs}" if msgs else text
 
 
 # -- the board -------------------------------------------------------------------------------
@@ -262,34 +250,6 @@ def board_hint(posts: list[dict]) -> str:
             f" the topic with: awp get {label}; post a new one with: awp post {label} \"...\"")
 
 
-def board_text(posts: list[dict], more: int = 0, now: int | None = None) -> str:
-    """The framed text for new board posts (oldest first), ``""`` when there are none.
-
-    ``more`` is how many further new posts the daemon still holds unread
-    (``/v1/board/unread`` marks only what it returns).
-    """
-    posts = [p for p in posts if isinstance(p, dict)]
-    if not posts:
-        return ""
-    more = more if isinstance(more, int) and not isinstance(more, bool) and more > 0 else 0
-    shown = posts[-CAP:]
-    cut = len(posts) - len(shown)
-    lines = [board_header(len(posts) + more), ""]
-    lines += [render_post(p, now) for p in shown]
-    if cut or more:
-        lines.append("")
-    if cut:
-        noun = "one is" if cut == 1 else "ones are"
-        lines.append(f"{cut} earlier {noun} not shown here (all are marked read): awp get"
-                     " TOPIC reads a topic")
-    if more:
-        noun = "post is" if more == 1 else "posts are"
-        lines.append(f"{more} more new {noun} still unread: they come next time, or read them"
-                     " now with awp get TOPIC (awp topics shows where)")
-    lines += ["", board_hint(shown)]
-    return "\n".join(lines)
-
-
 def join_texts(*texts: str) -> str:
     """Non-empty texts, a blank line apart."""
     return "\n\n".join(t for t in texts if t)
@@ -328,22 +288,10 @@ def cut_to(text: str, room: int) -> str:
 
 
 def _waiting(left: list[dict], unknown: int) -> str:
-    """``7 older ones are not shown and stay unread: awp read thr_a (5), ...``."""
+    """``7 older ones are not shown here and stay unread ...: awp read thr_a (5), ...``."""
     n = len(left) + unknown
-    per: dict[tuple[str, str], int] = {}
-    loose = 0
-    for r in left:
-        th = _thread(r)
-        if th:
-            pair = (str(r.get("peer") or ""), th)
-            per[pair] = per.get(pair, 0) + 1
-        else:
-            loose += 1
-    ths = [th for _, th in per]
-    ranked = sorted(per.items(), key=lambda kv: -kv[1])
-    where = [f"awp read {th}{f' -p {_short(peer)}' if ths.count(th) > 1 else ''} ({k})"
-             for (peer, th), k in ranked[:POINTER_THREADS]]
-    if len(ranked) > POINTER_THREADS or loose or unknown:
+    where, more, loose = _read_forms(left, POINTER_THREADS)
+    if more or loose or unknown:
         where.append("awp tail --once (every unread one, marked read as it prints)")
     noun = "older one is" if n == 1 else "older ones are"
     return (f"{n} {noun} not shown here and stay unread (they come with the next hook): "

@@ -46,8 +46,12 @@ def msg(i: int) -> dict:
 
 # -- the text --------------------------------------------------------------------------------
 
+def _board(posts: list[dict]) -> str:
+    return text.fit_board(posts, 0, 1 << 30, now=NOW)[0]
+
+
 def test_one_post_is_framed_with_topic_id_author_and_how_to_answer() -> None:
-    out = text.board_text([post(1, body="deploy is green")], now=NOW)
+    out = _board([post(1, body="deploy is green")])
     lines = out.splitlines()
     assert lines[0] == f"New awp board post on topics you subscribe to (1). {FRAMING}"
     assert lines[2] == "[2m ago] alice/ops · 0101010101 · builder"
@@ -55,12 +59,12 @@ def test_one_post_is_framed_with_topic_id_author_and_how_to_answer() -> None:
     assert lines[-1] == ('Answer a post with: awp reply 0101010101 "..." (everyone on the topic'
                          ' reads it); read the topic with: awp get alice/ops; post a new one'
                          ' with: awp post alice/ops "..."')
-    assert text.board_text([]) == ""
+    assert _board([]) == ""
 
 
 def test_reply_edit_and_reply_count_markers() -> None:
-    out = text.board_text([post(2, parent="ab" * 16, edited=NOW - 1000, replies=1),
-                           post(3, topic="carol/jobs", replies=3, mine=True)], now=NOW)
+    out = _board([post(2, parent="ab" * 16, edited=NOW - 1000, replies=1),
+                  post(3, topic="carol/jobs", replies=3, mine=True)])
     assert "alice/ops · 0202020202 · builder · reply to ababababab · 1 reply · edited" in out
     assert "carol/jobs · 0303030303 · builder (you) · 3 replies" in out
     # Two posts on two topics: the hint names neither.
@@ -89,15 +93,25 @@ def test_a_long_post_is_clipped_with_a_pointer() -> None:
     assert "not shown" not in short
 
 
-def test_cap_and_more_are_counted() -> None:
+def test_cap_and_more_are_counted_and_wait_unread() -> None:
     posts = [post(i) for i in range(25)]
-    out = text.board_text(posts, more=5, now=NOW)
+    out, upto = text.fit_board(posts, 5, 1 << 30, now=NOW)
     assert out.startswith("New awp board posts on topics you subscribe to (30).")
     shown = [ln for ln in out.splitlines() if ln.startswith("  post ")]
     assert len(shown) == text.CAP
-    assert "  post 24" in out and "  post 4" not in out.splitlines()
-    assert "5 earlier ones are not shown here (all are marked read)" in out
-    assert "5 more new posts are still unread: they come next time" in out
+    assert "  post 0" in out and "  post 19" in out and "  post 20" not in out.splitlines()
+    assert "10 more new posts are still unread: they come next time" in out
+    assert upto == {posts[0]["topic"]: posts[19]["seq"]}  # the mark moves to what was shown
+
+
+def test_posts_beyond_the_bound_stay_unread() -> None:
+    posts = [post(i, body="z" * 1500) for i in range(10)]
+    out, upto = text.fit_board(posts, 0, 5000, now=NOW)
+    n = len([ln for ln in out.splitlines() if ln.startswith("[")])
+    assert text.measure(out) <= 5000 and 0 < n < 10
+    assert f"{10 - n} more new posts are still unread" in out
+    assert upto == {posts[0]["topic"]: posts[n - 1]["seq"]}
+    assert text.fit_board(posts, 0, 100) == ("", {})
 
 
 def test_hostile_text_stays_inside_the_framed_body() -> None:
