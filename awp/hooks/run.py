@@ -10,18 +10,24 @@ Each run, when a daemon answers:
 
 1. reads the hook's JSON input on stdin (malformed, huge or missing input
    is tolerated: the few fields used are then looked for by pattern);
-2. in one request (``POST /v1/activity`` with ``"inbox": true``) records
-   activity, with the model (the input's ``model``, or for Claude Code the
-   newest assistant entry's ``message.model`` in the transcript at
-   ``transcript_path``) and the harness detected from the environment, and
-   takes the unread records, marking them read;
+2. in one request (``POST /v1/activity`` with ``"inbox": true, "mark":
+   false``) records activity, with the model (the input's ``model``, or for
+   Claude Code the newest assistant entry's ``message.model`` in the
+   transcript at ``transcript_path``) and the harness detected from the
+   environment, and takes the newest unread records, without marking them;
 3. takes the new posts of subscribed board topics (``POST /v1/board/unread``,
-   marking them read): at session start and after tool calls always, before
-   stopping only when there are messages to stop for (a broadcast is not a
-   reason to keep an agent from finishing; its posts wait for the next hook);
-4. prints them framed as untrusted input in the harness's format (``stop``:
-   a one-time block, and nothing at all when the input says a stop hook is
-   already active).
+   not marking them either): at session start and after tool calls always,
+   before stopping only when there are messages to stop for (a broadcast is
+   not a reason to keep an agent from finishing; its posts wait for the
+   next hook);
+4. prints the newest of them that fit what the harness shows
+   (``present.text.HOOK_LIMITS``), framed as untrusted input in the
+   harness's format, saying how many more wait (``stop``: a one-time block,
+   and nothing at all when the input says a stop hook is already active);
+5. only then marks read exactly what it printed (``POST /v1/seen``). A hook
+   that gave up on a slow daemon printed nothing and marks nothing; a
+   confirm lost after printing shows the same records again next time: a
+   duplicate, never a loss.
 
 A daemon without board routes (404), or one whose board answer fails or comes
 too late, costs the hook its posts only: the messages it already took are
