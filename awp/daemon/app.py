@@ -30,6 +30,7 @@ from ..store.db import StoreError, open_store
 from ..transport import streams
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import Identity
+from .facade import Parts
 from .keyfile import load_identity_seed
 from .settings import REMEMBERED, Flags, Settings, resolve
 
@@ -46,6 +47,7 @@ class DaemonState:
     listen_errors: dict[str, str] = field(default_factory=dict)
     started_ms: int = 0
     stop: trio.Event = field(default_factory=trio.Event)
+    parts: Parts = field(default_factory=Parts)  # the extensions, for the routes
 
 
 def setup_logging(trace: bool) -> None:
@@ -150,7 +152,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
     engine.board = Board(engine)
     engine.board.queue = BoardQueue(engine.board)
     engine.extensions.append(engine.board)
-    state = DaemonState(home=home, settings=settings, started_ms=engine.started_at)
+    state = DaemonState(home=home, settings=settings, started_ms=engine.started_at,
+                        parts=Parts(presence=engine.presence, board=engine.board,
+                                    queue=engine.board.queue, mirror=engine.mirror))
     log.info("awp %s starting as %s (%s) in %s", __version__, settings.name, identity.key, home)
     async with trio.open_nursery() as nursery:
         await nursery.start(engine.run)
