@@ -18,6 +18,7 @@ from ..base import home as homes
 from ..base.files import write_private
 from ..base.sockpath import remove_socket_pointer, socket_path_for_home, write_socket_pointer
 from ..localapi.server import serve_unix
+from ..node import intake
 from ..node.board import Board
 from ..node.board_queue import BoardQueue
 from ..node.config import NodeConfig
@@ -111,6 +112,7 @@ def run(home: str, flags: Flags) -> int:
         db_path = homes.path(home, "awp.db")
         seed = load_identity_seed(home)
         warning = check.verify(db_path, hint=hint)
+        intake.check(home)  # a journal that lost acked lines: awp repair names them first
         settings = resolve(home, flags, remembered_values(db_path))
         setup_logging(settings.trace)
         if warning:
