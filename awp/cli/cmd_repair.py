@@ -73,4 +73,7 @@ def repair(
     if result.wal is not None and result.wal.damaged:
         out(f"  the write-ahead log held {result.wal.lost_commits} committed transaction(s)"
             " after its damaged frame: they are in the kept -wal file, not in the new store")
+    if result.wal is not None and result.wal.cut >= 0:
+        out(f"  the write-ahead log was cut short inside frame {result.wal.cut + 1}: what was"
+            " committed before the cut is kept; what came after it is gone")
     out("start the daemon again with awp up")
