@@ -182,10 +182,11 @@ def read_rows(conn: sqlite3.Connection) -> str:
     for table in tables:
         after = None
         try:
-            for row in conn.execute(f'SELECT rowid, * FROM "{table}" ORDER BY rowid'):
-                after = row[0]
+            cur = conn.execute(f'SELECT rowid, * FROM "{table}" ORDER BY rowid')
+            while rows := cur.fetchmany(512):
+                after = rows[-1][0]
         except sqlite3.DatabaseError as e:
-            where = f"the row after rowid {after}" if after is not None else "its first row"
+            where = f"a row after rowid {after}" if after is not None else "a row"
             return f"table {table}: {where} cannot be read: {describe(e)}"
     return ""
 
