@@ -180,13 +180,19 @@ def read_rows(conn: sqlite3.Connection) -> str:
     tables = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
     for table in tables:
-        after = None
+        select = f'SELECT rowid, * FROM "{table}" WHERE rowid > ? ORDER BY rowid'
+        after = -(1 << 63)
         try:
-            cur = conn.execute(f'SELECT rowid, * FROM "{table}" ORDER BY rowid')
+            cur = conn.execute(select, (after,))
             while rows := cur.fetchmany(512):
                 after = rows[-1][0]
         except sqlite3.DatabaseError as e:
-            where = f"a row after rowid {after}" if after is not None else "a row"
+            try:  # again one row at a time from the last good batch, to say where
+                for row in conn.execute(select, (after,)):
+                    after = row[0]
+            except sqlite3.DatabaseError:
+                pass
+            where = "its first row" if after == -(1 << 63) else f"the row after rowid {after}"
             return f"table {table}: {where} cannot be read: {describe(e)}"
     return ""
 

@@ -285,7 +285,7 @@ def test_eight_bytes_changed_in_a_row_are_found_at_start_and_repair_keeps_the_re
     assert con.execute("PRAGMA quick_check").fetchall() == [("ok",)]  # SQLite sees nothing
     con.close()
     line = _start_fails(b)
-    assert line.startswith("awp daemon: awp.db is damaged (table log: a row after"), line
+    assert line.startswith("awp daemon: awp.db is damaged (table log: the row after"), line
     assert "awp repair" in line and len(line) < 400, line
 
     r = _repair(b)

@@ -186,7 +186,7 @@ def test_eight_bytes_changed_inside_a_row_are_found_though_quick_check_passes(tm
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     assert check.quick_check(c) == ""  # SQLite's structural check sees nothing
     c.close()
-    with pytest.raises(check.StoreDamaged, match=r"table x: a row after rowid \d+ cannot be"
+    with pytest.raises(check.StoreDamaged, match=r"table x: the row after rowid \d+ cannot be"
                        r" read: text that is not UTF-8 in column 'v'\)") as e:
         check.verify(db)
     assert "\\xff" not in str(e.value) and len(str(e.value)) < 200  # the value is not quoted
