@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -77,7 +77,9 @@ class Connection:
         self.failure = ""  # why the handshake failed, for `connect` to report
         self.rtt_ms: float | None = None
         self._cancel = trio.CancelScope()
-        self._send_lock = trio.Lock()
+        # A semaphore, not a Lock: the rest of a line written before its commit
+        # is finished by another task, which then releases it (send_first).
+        self._send_lock = trio.Semaphore(1, max_value=1)
         self._wake_sender = trio.Event()
         self._last_sent_seq = 0
         self._rescan = True
@@ -383,7 +385,7 @@ class Connection:
         ordinary way.
         """
         eng, intake = self.engine, self.engine.intake
-        if (intake is None or self._post_inflight or self._held or self._send_lock.locked()
+        if (intake is None or self._post_inflight or self._held or self._send_busy()
                 or not intake.eligible(line, len(raw), mirrored=bool(eng.shares))
                 or not eng.writer.healthy() or not eng.writer.hold()):
             return False
@@ -669,37 +671,44 @@ class Connection:
     async def send_first(self, text: str) -> bool:
         """Write a line before it is stored (the caller holds the store, see Engine).
 
-        Usually the socket takes it at once, with no trip through the event
-        loop.  Returns False when the connection broke or the write stalled
-        for a second; the connection is then closed (part of the line may be
-        out), and the line is replayed on the next resume.
+        Only what the socket takes at once is written here, with no trip
+        through the event loop and no wait: the caller holds the store.
+        False, with nothing written, when another write is under way or the
+        socket takes none of it; the line then goes the ordinary way after
+        its commit.  When the socket takes part of it, the rest is finished
+        by a task of its own under the send lock, within ``write_timeout``
+        like every write (a stall closes the connection and the line is
+        replayed on the next resume), and this returns True.
         """
+        if self._send_busy() or self.closed.is_set():
+            return False
         data = text.encode("utf-8") + b"\n"
+        self._send_lock.acquire_nowait()
+        rest = self._write_now(data)
+        if len(rest) == len(data):
+            self._send_lock.release()
+            return False
         self._gaps.sent(line_id(text))
+        if not rest:
+            self._send_lock.release()
+            _give_way()
+            return True
         self._sending = True
+        self.engine.spawn(lambda: self._finish_first(rest))
+        return True
+
+    async def _finish_first(self, rest: bytes) -> None:
+        """The rest of a line :meth:`send_first` began; releases the send lock."""
         try:
-            if self._send_lock.locked():
-                return await self._send_within_a_second(data, self._send_raw)
-            self._send_lock.acquire_nowait()
-            try:
-                rest = self._write_now(data)
-                _give_way()
-                return not rest or await self._send_within_a_second(rest, self.stream.send_all)
-            finally:
-                self._send_lock.release()
+            await self._write_all(rest)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.close("a write failed")
         finally:
             self._sending = False
+            self._send_lock.release()
 
-    async def _send_within_a_second(self, data: bytes,
-                                    send: Callable[[bytes], Awaitable[None]]) -> bool:
-        with trio.move_on_after(1):
-            try:
-                await send(data)
-                return True
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return False
-        self.close("a write stalled")
-        return False
+    def _send_busy(self) -> bool:
+        return self._send_lock.value == 0
 
     def sent_first(self, seq: int) -> None:
         """The line written by :meth:`send_first` got outbox position ``seq``."""
@@ -880,7 +889,7 @@ class Connection:
         self._trace_out(data)
         # An uncontended lock is taken without a trip through the scheduler
         # (``async with`` yields before it returns), so the bytes leave now.
-        if self._send_lock.locked():
+        if self._send_busy():
             await self._send_lock.acquire()
         else:
             self._send_lock.acquire_nowait()

@@ -274,3 +274,39 @@ def test_three_lost_lines_are_sent_again_together_and_a_lost_resend_waits(make_n
         assert proxy.accepted == 1, "the connection was replaced"
         log = a.tail_log(200)
         assert "Traceback" not in log and "failed" not in log, log
+
+
+@pytest.fixture
+def shm_home():
+    """A home in memory (tmpfs), where commits take well under the 1.5 ms that
+    lets a quiet daemon write its own line before the commit (the early write
+    path); on a disk under load they may never be that fast."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="awpt", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_big_message_on_a_slow_link_gets_the_whole_write_timeout(make_node, shm_home):
+    """900 KB on a 200 KB/s link takes about 4.5 s to leave: well within the
+    documented write_timeout (15 s), so it must not cost the connection (the
+    early write before the commit gave it 1 s)."""
+    from nodes import Node
+
+    a = Node(os.path.join(shm_home, "a"), name="a").start()
+    b = make_node("b").start()
+    with LineProxy(a.port, rate_down=200_000) as proxy:
+        assert b.api("POST", "/v1/connect", {"target": proxy.address, "timeout": 20})
+        wait_for(lambda: a.peer_state(b.key).startswith("connected"), DELIVERY, "b connected")
+        th = a.send(b.key, "small first", wait_ack=DELIVERY)
+        assert th["acked"], th
+        # Back to back: the second finds the link's buffers full of the first.
+        bigs = [a.send(b.key, f"{i} " + "y" * BIG, th=th["th"], wait_ack=0) for i in range(3)]
+        for big in bigs:
+            assert a.api("POST", "/v1/wait_ack", {"id": big["id"], "timeout": 40})["acked"], (
+                big["id"], a.tail_log(20))
+        assert proxy.accepted == 1, a.tail_log(30)
+        assert "stalled" not in a.tail_log(200)
+    a.kill()
