@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..store import ops
+from ..store import ops, usage
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
@@ -348,7 +348,8 @@ class Connection:
             batch, now = list(contents), now_ms()
             contents.clear()
             if (len(batch) > 1 or self.quota_refused
-                    or self.engine.budgets.over_stored(self.peer_key, len(batch[0][1]))
+                    or self.engine.budgets.over_stored(  # the most it can cost
+                        self.peer_key, usage.line_cost(len(batch[0][1]), new_thread=True))
                     or not await self._take_in_journaled(*batch[0], now)):
                 await self._store_run(batch, now)
         if acks:
