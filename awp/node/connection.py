@@ -43,6 +43,13 @@ trace_log = logging.getLogger("awp.trace")
 _SEND_BATCH = 256
 _SEND_BATCH_BYTES = 1 << 20  # and at most this much per write, so others get the lock
 _WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
+# A run of content lines stored as one job holds at most this many, and each
+# line weighs this much besides its bytes when the writer sizes a batch: a
+# row costs the writer about as much time as 2 KiB of line, and without it a
+# flood of tiny lines made transactions of thousands of rows that every
+# other peer's line waited behind (docs/threat-model.md, "Budgets").
+_RUN_LINES = 64
+_LINE_WEIGHT = 2048
 
 
 class ConnectionClosed(Exception):
@@ -319,8 +326,8 @@ class Connection:
             raw = storable(raw, line)
             t = line["t"]
             if t in ACKED_TYPES:
-                if acks:
-                    await self._flush_runs([], acks)
+                if acks or len(contents) >= _RUN_LINES:
+                    await self._flush_runs(contents, acks)
                 contents.append((line, raw))
                 self._seen_line(t)
             elif t == "ack":
@@ -364,6 +371,7 @@ class Connection:
         self._inflight += len(batch)
         texts = [(line, raw.decode("utf-8")) for line, raw in batch]
         nbytes = sum(len(raw) for _line, raw in batch)
+        weight = nbytes + _LINE_WEIGHT * len(batch)
         # Copies for dashboard hosts are handed over in commit order, like
         # our own sends, so a host's lines leave in outbox order.  With
         # nothing of ours waiting for the store, the job may go ahead of
@@ -371,7 +379,7 @@ class Connection:
         pending = self.engine.writer.submit(
             lambda c: self.engine.store_inbound_run(c, self, texts, now),
             self._hand_over_copies if self.engine.shares else None,
-            weight=nbytes, urgent=not self._post_inflight)
+            weight=weight, urgent=not self._post_inflight)
         await self._post(pending, self._after_store_batch, batch, nbytes)
 
     async def _take_in_journaled(self, line: dict, raw: bytes, now: int) -> bool:

@@ -239,9 +239,10 @@ def wal_message(path: str, report: WalReport) -> str:
             " by SQLite without a word")
 
 
-# Up to this size quick_check runs at every start (about 4 ms per MiB from a
-# warm cache on a busy 2-vCPU machine: half a second here); a larger store is
-# checked in full only after a run that did not stop cleanly.
+# Up to this size quick_check and read_rows run at every start (together
+# about 6 ms per MiB from a warm cache on a quiet 2-vCPU machine, so under a
+# second here, 3-4 times that under load); a larger store is checked in full
+# only after a run that did not stop cleanly.
 QUICK_CHECK_ALWAYS = 128 << 20
 
 
