@@ -36,7 +36,8 @@ def repair(
     except RepairError as e:
         raise CliError(str(e)) from None
     if found.damage is None:
-        out("awp.db is sound (quick_check ok, write-ahead log intact): nothing to do")
+        out("awp.db is sound (quick_check ok, every row reads, write-ahead log intact):"
+            " nothing to do")
         return
     if found.salvage is None:
         raise CliError(found.damage)
@@ -53,7 +54,7 @@ def repair(
         out("  nothing could be read from the damaged file")
     elif result.lost_tables:
         out(f"  unreadable: {', '.join(result.lost_tables)}")
-    if result.wal is not None and result.wal.damaged:
+    if result.wal is not None and result.wal.lost_commits:
         out(f"  the write-ahead log held {result.wal.lost_commits} committed transaction(s)"
             " after its damaged frame: they are in the kept -wal file, not in the new store")
     if result.wal is not None and result.wal.cut >= 0:
