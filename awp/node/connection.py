@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..store import ops, usage
+from ..store.writer import lines_weight
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
@@ -43,13 +44,10 @@ trace_log = logging.getLogger("awp.trace")
 _SEND_BATCH = 256
 _SEND_BATCH_BYTES = 1 << 20  # and at most this much per write, so others get the lock
 _WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
-# A run of content lines stored as one job holds at most this many, and each
-# line weighs this much besides its bytes when the writer sizes a batch: a
-# row costs the writer about as much time as 2 KiB of line, and without it a
-# flood of tiny lines made transactions of thousands of rows that every
-# other peer's line waited behind (docs/threat-model.md, "Budgets").
+# A run of content lines stored as one job holds at most this many (with the
+# writer's weight per line, see awp.store.writer.lines_weight): a read of
+# tiny lines was one job of hundreds of rows (docs/threat-model.md, "Budgets").
 _RUN_LINES = 64
-_LINE_WEIGHT = 2048
 
 
 class ConnectionClosed(Exception):
@@ -371,7 +369,7 @@ class Connection:
         self._inflight += len(batch)
         texts = [(line, raw.decode("utf-8")) for line, raw in batch]
         nbytes = sum(len(raw) for _line, raw in batch)
-        weight = nbytes + _LINE_WEIGHT * len(batch)
+        weight = lines_weight(nbytes, len(batch))
         # Copies for dashboard hosts are handed over in commit order, like
         # our own sends, so a host's lines leave in outbox order.  With
         # nothing of ours waiting for the store, the job may go ahead of
