@@ -36,7 +36,8 @@ def repair(
     except RepairError as e:
         raise CliError(str(e)) from None
     if found.damage is None:
-        out("awp.db is sound (quick_check ok, write-ahead log intact): nothing to do")
+        out("awp.db is sound (quick_check ok, every row reads, write-ahead log intact):"
+            " nothing to do")
         return
     if found.salvage is None and found.journal is None:
         raise CliError(found.damage)  # --check, or nothing repair can do
@@ -61,7 +62,10 @@ def repair(
         out("  nothing could be read from the damaged file")
     elif result.lost_tables:
         out(f"  unreadable: {', '.join(result.lost_tables)}")
-    if result.wal is not None and result.wal.damaged:
+    if result.wal is not None and result.wal.lost_commits:
         out(f"  the write-ahead log held {result.wal.lost_commits} committed transaction(s)"
             " after its damaged frame: they are in the kept -wal file, not in the new store")
+    if result.wal is not None and result.wal.cut >= 0:
+        out(f"  the write-ahead log was cut short inside frame {result.wal.cut + 1}: what was"
+            " committed before the cut is kept; what came after it is gone")
     out("start the daemon again with awp up")

@@ -131,7 +131,7 @@ def run(home: str, flags: Flags) -> int:
         found = check.damage_in(e)
         if found is None:
             raise
-        why = found if isinstance(found, StoreError) else f"awp.db is damaged ({found}){hint}"
+        why = found if isinstance(found, StoreError) else f"awp.db is damaged ({check.describe(found)}){hint}"
         print(f"awp daemon: {why}", file=sys.stderr)
         return 1
     finally:

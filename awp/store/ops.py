@@ -290,7 +290,7 @@ def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> lis
         rows += conn.execute(
             f"SELECT seq, id, line FROM outbox WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
             (peer, *part)).fetchall()
-    return [(r[1], r[2]) for r in sorted(rows)]
+    return [(r[1], r[2]) for r in sorted(rows, key=lambda r: r[0])]
 
 
 def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
