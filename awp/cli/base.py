@@ -72,13 +72,17 @@ def compact(obj: object) -> str:
     return cjson.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+USAGE = 2  # the exit status of a usage error: a bad option value, as click's own
+
+
 def parse_seconds(text: str, flag: str) -> float:
+    """A duration flag's seconds; a malformed one is a usage error (exit 2)."""
     from ..durations import parse_duration
 
     try:
         return parse_duration(text)
     except ValueError as e:
-        raise CliError(f"{flag}: {e}") from None
+        raise CliError(f"{flag}: {e}", USAGE) from None
 
 
 def daemon(home: str, *, timeout: float | None = 30.0) -> LocalClient:

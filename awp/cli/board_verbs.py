@@ -134,10 +134,12 @@ def send_post(client: LocalClient, body: dict) -> dict:
 MAX_LINE_CHARS = 64 * 1024  # a post is one record, and a record is at most 64 KiB
 
 
-def _post_batches(f: TextIOBase, source: str) -> Iterator[list[dict]]:
-    """The non-empty lines of ``f`` as posts, 1,000 a batch, read as they are sent:
-    a file of any length costs one batch of memory, and a line without end an error."""
+def _post_batches(f: TextIOBase, source: str) -> Iterator[tuple[list[dict], list[int]]]:
+    """The non-empty lines of ``f`` as posts, 1,000 a batch with their line numbers,
+    read as they are sent: a file of any length costs one batch of memory, and a
+    line without end an error."""
     batch: list[dict] = []
+    numbers: list[int] = []
     n = 0
     while True:
         try:
@@ -151,18 +153,37 @@ def _post_batches(f: TextIOBase, source: str) -> Iterator[list[dict]]:
             raise CliError(f"{source}: line {n} is over 64 KiB, more than a post holds")
         if line.strip():
             batch.append({"parts": [{"k": "text", "text": line.rstrip("\r\n")}]})
+            numbers.append(n)
         if len(batch) == 1000:
-            yield batch
-            batch = []
+            yield batch, numbers
+            batch, numbers = [], []
     if batch:
-        yield batch
+        yield batch, numbers
+
+
+def line_ranges(numbers: list[int]) -> str:
+    """``3, 7-9, 12``: line numbers, runs joined."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> None:
-    """Each non-empty line of ``source`` as a post, sent in batches of 1,000."""
+    """Each non-empty line of ``source`` as a post, sent in batches of 1,000.
+
+    Posting stops at the first batch the topic did not take whole (its rate,
+    most often): the lines not posted are named, with why, and the exit
+    status is 1, so a script can post them again later.
+    """
     import sys
 
     posted: list[dict] = []
+    left: list[int] = []  # line numbers not posted
+    why = ""
     res: dict = {}
     try:
         f = open(source, encoding="utf-8") if source != "-" else sys.stdin  # noqa: SIM115
@@ -170,20 +191,37 @@ def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> N
         raise CliError(f"cannot read {source}: {e}") from None
     # only the file's own errors say "cannot read": the daemon's keep their words
     try:
-        for batch in _post_batches(f, source):
-            res = send_post(client, {"topic": topic, "posts": batch, "timeout": POST_WAIT})
+        for batch, numbers in _post_batches(f, source):
+            if left:
+                left += numbers  # after a refusal, nothing more is sent
+                continue
+            try:
+                res = send_post(client, {"topic": topic, "posts": batch, "timeout": POST_WAIT})
+            except ApiFailure as e:
+                if not posted or e.code not in ("rate", "too_large", "forbidden"):
+                    raise
+                left, why = list(numbers), e.message
+                continue
             posted.extend(res["posts"])
+            refused = [n for n, p in zip(numbers, res["posts"], strict=False)
+                       if not p.get("kept")]
+            if refused:
+                left, why = refused, "; ".join(res.get("refused") or []) or "refused"
     finally:
         if f is not sys.stdin:
             f.close()
     if not posted:
         raise CliError(f"{source} has no non-empty line to post")
-    if as_json:
-        out_json({"posts": posted, "sent_to": res.get("sent_to", [])})
-        return
     kept = sum(1 for p in posted if p.get("kept"))
-    out(f"posted {kept} of {len(posted)} on {topic}"
-        + (f"; sent to {len(res.get('sent_to', []))} peer(s)" if res.get("sent_to") else ""))
+    if as_json:
+        out_json({"posts": posted, "sent_to": res.get("sent_to", []),
+                  **({"not_posted": left, "why": why} if left else {})})
+    else:
+        out(f"posted {kept} of {kept + len(left)} on {topic}"
+            + (f"; sent to {len(res.get('sent_to', []))} peer(s)" if res.get("sent_to") else ""))
+    if left:
+        raise CliError(f"lines not posted: {line_ranges(left)} of {source} ({why});"
+                       " post them again later")
 
 
 def print_posts(posts: list[dict], as_json: bool) -> None:
