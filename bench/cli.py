@@ -194,7 +194,7 @@ def timed_lease(h: Home, topic: str, op: str, runs: int) -> list[float]:
 def board_benches(bench, a: Home, b: Home, runs: int) -> None:
     """The board's everyday commands, each against a connected peer's topic too."""
     a.cmd("topic", "create", "ops", "--open")
-    a.cmd("topic", "create", "jobs", "--queue", "--open", "--attempts", "1000")
+    a.cmd("topic", "create", "jobs", "--queue", "--open", "--attempts", "100")
     items = "\n".join(f"job {i}" for i in range(8 * (runs + 2))) + "\n"
     check(subprocess.run(a.argv("post", "jobs", "--lines", "-"), env=a.env, input=items,
                          capture_output=True, text=True, timeout=120))

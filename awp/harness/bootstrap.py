@@ -26,7 +26,8 @@ user's comments, layout and key order stay; the first change to an existing conf
 ``<file>.awp-backup``; every write is atomic (temp file, fsync, rename); a
 config that does not parse is left alone and reported; ``X mcp add`` runs
 only when ``X`` is on PATH. Running it again changes nothing, and
-``--uninstall`` removes only what it added: a directory only if awp created
+``--uninstall`` removes only what it added (and a backup once the file it
+copied is back byte for byte): a directory only if awp created
 it (recorded in the harness directory's ``.awp-dirs.json``) or it is awp's
 own ``awp`` directory. Every path is under ``$HOME``.
 """
@@ -447,12 +448,53 @@ class Files:
                 except ValueError:
                     jf.why = f"cannot change it and keep its comments ({e})"
                     return "error", ""
+        if jf.exists:
+            text = self.as_backup(jf.path, text, data)
         backup = self.backup(jf.path) if jf.exists else ""
         if not self.dry_run:
             if not jf.exists:
                 self._note_new_dirs(jf.path)
             atomic_write(jf.path, text)
+            if not backup:
+                self.drop_exact_backup(jf.path, text)
         return ("create" if not jf.exists else "update"), backup
+
+    @staticmethod
+    def as_backup(path: str, text: str, data: dict) -> str:
+        """The backup's own text when ``text`` says the same as it, spaces aside.
+
+        Taking our entries out cannot always tell the line breaks the user had
+        around them (``{}`` and ``{\\n}`` both become an object with ours); the
+        backup can.  Only whitespace may differ, so a comment the user changed
+        since is never undone.
+        """
+        try:
+            with open(path + BACKUP_SUFFIX, encoding="utf-8", newline="") as f:
+                before = f.read()
+        except (OSError, UnicodeDecodeError):
+            return text
+        if before == text or "".join(before.split()) != "".join(text.split()):
+            return text
+        try:
+            same = jsonc.loads(before) == data
+        except jsonc.EditError:
+            return text
+        return before if same else text
+
+    def drop_exact_backup(self, path: str, text: str) -> None:
+        """Remove our backup of ``path`` once the file is byte for byte what it holds:
+        the user's own file is back, so the copy says nothing more."""
+        backup = path + BACKUP_SUFFIX
+        try:
+            with open(backup, "rb") as f:
+                same = f.read() == text.encode("utf-8")
+        except OSError:
+            return
+        if same:
+            try:
+                os.unlink(backup)
+            except OSError:
+                pass
 
 
 # -- the harnesses --------------------------------------------------------------------------
