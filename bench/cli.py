@@ -2,8 +2,9 @@
 
 Every figure is the median of N runs (default 20; 5 for daemon starts) of a
 fresh ``awp`` process, fork and exec included, printed beside the floor, the
-median of ``python -c pass`` with the interpreter awp runs on, so they read as
-multiples of what any Python command costs on this machine:
+median of ``python -c pass`` with the interpreter awp runs on, timed right
+before each run (so a machine whose load drifts still gives fair ratios), so
+they read as multiples of what any Python command costs on this machine:
 
 - ``awp status`` with the daemon running;
 - ``awp send PEER --wait-ack 5s x`` to a connected peer, ack included (two
@@ -112,11 +113,24 @@ def check(r: subprocess.CompletedProcess, ok_codes=(0,)) -> subprocess.Completed
     return r
 
 
+# The floor, timed right before each timed run: a ratio to a floor taken
+# minutes earlier on a shared machine says more about its load than about awp.
+FLOOR_ARGV: list[str] = []
+FLOORS: list[float] = []
+
+
+def floor_once(env: dict) -> None:
+    if FLOOR_ARGV:
+        FLOORS.append(run(FLOOR_ARGV, env)[0] * 1000)
+
+
 def timed(argv: list[str], env: dict, runs: int, *, warmup: int = 1,
           expect: str | None = None, ok_codes=(0,)) -> list[float]:
     """Wall-clock ms of ``runs`` runs (after ``warmup`` untimed ones)."""
     out = []
     for i in range(warmup + runs):
+        if i >= warmup:
+            floor_once(env)
         dt, r = run(argv, env)
         check(r, ok_codes)
         if expect is not None and expect not in r.stdout:
@@ -171,6 +185,7 @@ def timed_wait(waiter: Home, sender: Home, runs: int) -> list[float]:
     out = []
     for _ in range(runs + 1):
         sender.cmd("send", waiter.env["AWP_NAME"], "--wait-ack", "5s", "ping")
+        floor_once(waiter.env)
         dt, r = run(waiter.argv("wait", "--timeout", "10s"), waiter.env)
         check(r)
         out.append(dt * 1000)
@@ -183,6 +198,7 @@ def timed_lease(h: Home, topic: str, op: str, runs: int) -> list[float]:
     for _ in range(runs + 1):
         r = h.cmd("claim", topic, "--json")
         lease = json.loads(r.stdout)["lease"]
+        floor_once(h.env)
         dt, r = run(h.argv(op, topic, lease), h.env)
         check(r)
         out.append(dt * 1000)
@@ -307,6 +323,7 @@ def fill_store(db: str, peer: str, rows: int, threads: int) -> float:
 
 
 def line(label: str, ms: list[float], floor: float, target: str | None) -> str:
+    """One bench's figures; ``floor`` is the median of the floors taken beside its runs."""
     med = statistics.median(ms)
     verdict = ""
     if target in TARGETS_X:
@@ -328,10 +345,11 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temp homes")
     ap.add_argument("--regular", action="store_true",
                     help="bench a regular install built in a temporary venv")
+    ap.add_argument("--awp", help="bench this awp executable (a regular install made earlier)")
     args = ap.parse_args()
 
     root = tempfile.mkdtemp(prefix="awpcli", dir="/tmp")
-    awp, interp, extra = awp_argv(regular_install(root) if args.regular else None)
+    awp, interp, extra = awp_argv(regular_install(root) if args.regular else args.awp)
     env = base_env(extra)
     homes: list[Home] = []
     failures: list[str] = []
@@ -344,13 +362,15 @@ def main() -> int:
     env["COLUMNS"] = "80"  # the width the fast path's help is rendered for (a pipe's)
 
     def bench(label: str, target: str | None, fn):
+        FLOORS.clear()
         try:
             ms = fn()
         except (BenchError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
             failures.append(f"{label}: {e}")
             print(f"{label:<44} FAILED: {e}", flush=True)
             return None
-        print(line(label, ms, floor, target), flush=True)
+        here = statistics.median(FLOORS) if len(FLOORS) >= len(ms) // 2 else floor
+        print(line(label, ms, here, target) + f"  [floor {here:.1f} ms]", flush=True)
         return ms
 
     try:
@@ -359,6 +379,7 @@ def main() -> int:
               " wall clock per process", flush=True)
         floor_ms = timed([interp, "-c", "pass"], env, args.runs, warmup=2)
         floor = statistics.median(floor_ms)
+        FLOOR_ARGV[:] = [interp, "-c", "pass"]
         print(line("floor: python -c pass", floor_ms, floor, None), flush=True)
 
         # On-demand start: `awp peers` starts the daemon and waits for it.

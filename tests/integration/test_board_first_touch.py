@@ -108,3 +108,18 @@ def test_usage_errors_exit_2_on_both_paths(homes):
             r = a.run(*args)
             assert r.returncode == 2, (args, fast, r.stderr)
     a.env.pop("AWP_FASTPATH")
+
+
+def test_up_that_cannot_listen_stops_the_daemon_it_started(homes):
+    import socket
+
+    a = homes("a")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = a.run("up", "--listen", f"tcp:127.0.0.1:{port}", "--no-tailcat")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "nothing listens" in r.stderr and "the daemon this started is stopped again" in \
+        r.stderr, r.stderr
+    assert a.run("status").returncode == 3  # nothing left running
