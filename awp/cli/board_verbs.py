@@ -17,7 +17,6 @@ in the hooks and in MCP.  The work queue's are in :mod:`awp.cli.queue_verbs`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from io import TextIOBase
 
 from ..localapi.client import ApiFailure, LocalClient
@@ -34,6 +33,12 @@ from .base import (
     parse_seconds,
 )
 from .render import now_ms
+
+# Typing names without importing them at run time: collections.abc brings
+# collections, a few ms of every command.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
 POST_WAIT = 10.0  # how long the daemon waits for a topic document it does not hold yet
