@@ -20,7 +20,9 @@ from __future__ import annotations
 from io import TextIOBase
 
 from ..localapi.client import ApiFailure, LocalClient
-from . import board_files, render_board, verbs
+from ..present import render_board
+from ..present.render import now_ms
+from . import board_files, verbs
 from .base import (
     CliError,
     CliExit,
@@ -32,7 +34,6 @@ from .base import (
     out_json,
     parse_seconds,
 )
-from .render import now_ms
 
 # Typing names without importing them at run time: collections.abc brings
 # collections, a few ms of every command.
@@ -246,7 +247,7 @@ def policy_body(title: str | None, open_: bool, read: str | None, post: str | No
     Only what was given is sent: the daemon keeps the rest (a new topic gets
     the defaults).  ``--open`` is ``--read open --post open``.
     """
-    from ..node.limits import parse_size
+    from ..base.limits import parse_size
 
     body: dict = {}
     for flag, value in (("--read", read), ("--post", post)):

@@ -13,10 +13,10 @@ and the lease id that ``claim`` printed: ``awp complete TOPIC LEASE``.
 from __future__ import annotations
 
 from ..localapi.client import ApiFailure
-from . import render_board
+from ..present import render_board
+from ..present.render import INDENT, now_ms
 from .base import CliError, CliExit, note, out, out_json, parse_seconds
 from .board_verbs import HTTP_SLACK, client_for, peer_names
-from .render import INDENT, now_ms
 
 # op -> the past tense shown
 OPS = {"renew": "renewed", "release": "released", "complete": "completed", "fail": "failed"}

@@ -18,8 +18,8 @@ import _socket as socket
 import errno
 import time
 
+from awp.base.sockpath import find_socket
 from awp.localapi import cjson
-from awp.localapi.sockpath import find_socket
 
 # Typing names without importing ``typing`` at run time (import-time budget).
 TYPE_CHECKING = False

@@ -164,7 +164,7 @@ def until_text(until: int | None, now: int | None = None) -> str:
         return "-"
     import time
 
-    from ..durations import format_duration
+    from ..base.durations import format_duration
 
     now = now_ms() if now is None else now
     left = (int(until) - now) / 1000
