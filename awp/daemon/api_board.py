@@ -32,7 +32,9 @@ from .facade import Door
 
 MIN_PREFIX = 6
 MAX_BATCH = 1000  # posts in one request to /v1/board/post
-MAX_WAIT_S = 3600.0
+MAX_WAIT_S = 3600.0  # a server-side wait (post, claim, wait) is cut to this
+DEFAULT_GRANT_TTL_S = 30 * 86400.0
+MAX_GRANT_TTL_S = 10 * 366 * 86400.0  # a board grant lasts at most ten years
 POLICY_FIELDS = {  # request field -> what it must be
     "title": str, "read": str, "post": str, "keep": int, "keep_days": int, "keep_bytes": int,
     "rate": int, "max_post": int, "queue": bool, "lease_s": int, "attempts": int}
@@ -58,10 +60,25 @@ def _int(body: dict, key: str, default: int, lo: int = 0, hi: int = INT64_MAX) -
 
 
 def _secs(body: dict, key: str, default: float) -> float:
+    """A wait in seconds, cut to ``MAX_WAIT_S`` (a longer one is a caller's loop)."""
+    return min(_seconds(body, key, default), MAX_WAIT_S)
+
+
+def _seconds(body: dict, key: str, default: float) -> float:
     v = body.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0:
         raise _bad(f"{key} must be a non-negative number of seconds")
-    return min(float(v), MAX_WAIT_S)
+    return float(v)
+
+
+def _ttl(body: dict) -> float:
+    """A grant's lifetime: what was asked, never cut short; past ten years an error."""
+    ttl = _seconds(body, "ttl", DEFAULT_GRANT_TTL_S)
+    if ttl <= 0:
+        raise _bad("ttl must be positive")
+    if ttl > MAX_GRANT_TTL_S:
+        raise _bad(f"ttl is at most {int(MAX_GRANT_TTL_S // 86400)} days")
+    return ttl
 
 
 def _parts(body: dict) -> list[dict]:
@@ -95,7 +112,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     # -- references ----------------------------------------------------------------
 
     def _peer(c: sqlite3.Connection, ref: str) -> str:
-        if ref in ("me", "self", me):
+        # Our own name is what every label of our topics shows (alice/ops on alice).
+        if ref in ("me", "self", me) or ref == owner_name_me():
             return me
         try:
             return queries.resolve_peer(c, ref)
@@ -283,13 +301,34 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         except TooMany as e:
             raise ApiError(409, str(e), "too_many") from None
 
+    def matching(c: sqlite3.Connection, name: str) -> list[str]:
+        """Labels of the topics held here named ``name`` (for "did you mean")."""
+        return sorted(label(c, t) for t in sb.known_topics(c) if t.split("/", 1)[1] == name)
+
     async def ready_topic(topic: str, timeout: float) -> wb.Policy | None:
-        """Subscribed, with the owner's document (waiting for it up to ``timeout``)."""
-        await subscribe_to(topic)
-        if topic.split("/", 1)[0] != me and not await await_doc(topic, timeout):
+        """Subscribed, with the owner's document (waiting for it up to ``timeout``).
+
+        One of our own topics must exist: posting never creates it.  A topic
+        of a peer's whose document does not come in time is an error, and the
+        subscription this call made is taken back, so a failed post leaves
+        nothing behind.
+        """
+        owner, name = topic.split("/", 1)
+        if owner == me:
+            if await board.policy(topic) is None:
+                others = await engine.read(lambda c: matching(c, name))
+                hint = f" (topics of that name here: {', '.join(others)})" if others else ""
+                raise ApiError(404, f"you have no topic {name}: create it with"
+                               f" `awp topic create {name}`{hint}", "unknown_topic")
+            return await board.policy(topic)
+        added = await subscribe_to(topic)
+        if not await await_doc(topic, timeout):
+            if added:
+                await board.unsubscribe(topic)
             lab = await engine.read(lambda c: label(c, topic))
             raise ApiError(404, f"no topic document for {lab} yet: its owner (or a peer that"
-                           " subscribes to it) must be connected", "unknown_topic")
+                           " subscribes to it) must be connected and have that topic",
+                           "unknown_topic")
         return await board.policy(topic)
 
     async def sign(doc: dict) -> tuple[wb.Record, sb.Taken]:
@@ -512,11 +551,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         key = await engine.read(lambda c: _peer(c, _str(body, "peer")))
         if key == me:
             raise _bad("the owner needs no grant")
-        ttl = _secs(body, "ttl", 30 * 86400.0) if "ttl" in body else 30 * 86400.0
-        if ttl <= 0:
-            raise _bad("ttl must be positive")
         cap = f"board:{what}:{scope}"
-        res = await engine.grant(key, [cap], ttl)
+        res = await engine.grant(key, [cap], _ttl(body))
         return {**res, "peer": key, "cap": cap}
 
     async def own_topic(body: dict, what: str) -> str:

@@ -14,7 +14,8 @@ shows comes from these routes on the daemon's socket.
 - ``GET /v1/web/blob?peer=KEY&dir=in|out&ref=REF``: where a recorded file is.
 - ``GET /v1/web/board``: every topic this host knows, as ``/v1/board/topics``.
 - ``GET /v1/web/topic?topic=KEY/NAME&n=N``: one topic and its newest posts, as
-  ``/v1/board/get`` gives them (``n`` up to 2000).
+  ``/v1/board/get`` gives them (``n`` up to 2000); for a work queue also
+  ``queue``, its items as ``/v1/board/queue`` gives them.
 - ``GET /v1/web/changes``: an NDJSON stream of the engine's change hints,
   with a ``tick`` every 15 s so a reader notices a dead daemon.
 
@@ -29,6 +30,7 @@ import os
 import socket
 import sqlite3
 from typing import Any
+from urllib.parse import urlencode
 
 import trio
 
@@ -265,12 +267,14 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
     # asks them, through the router, rather than shaping them a second time. Both
     # are reads: neither marks anything read, and neither is an acting route.
 
-    async def _board(method: str, path: str, body: dict | None = None) -> Any:
+    async def _board(method: str, path: str, body: dict | None = None,
+                     query: dict[str, str] | None = None) -> Any:
         try:
             handler, params = router.resolve(method, path)
         except ApiError:
             raise ApiError(404, "this daemon has no board", "not_found") from None
-        inner = Request(method, path, {}, json.dumps(body).encode() if body else b"")
+        target = f"{path}?{urlencode(query)}" if query else path
+        inner = Request(method, target, {}, json.dumps(body).encode() if body else b"")
         inner.params = params
         # the route itself, not the wrapper that counts an agent's acts
         return await getattr(handler, "_awp_inner", handler)(inner)
@@ -291,8 +295,16 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
         t = found.get("topic") or {}
         if not (t.get("known") or t.get("subscribed") or t.get("records")):
             raise ApiError(404, "no such topic here", "not_found")
-        return {"topic": t, "posts": _without_file_data(found.get("posts") or []),
-                "self": engine.identity.key}
+        answer = {"topic": t, "posts": _without_file_data(found.get("posts") or []),
+                  "self": engine.identity.key}
+        if (t.get("policy") or {}).get("queue"):
+            # a work queue: each item's state, holder and lease too (the queue view)
+            q = await _board("GET", "/v1/board/queue", None, {"topic": topic})
+            items = q.get("items") or []
+            for e in items:
+                e["item"] = _without_file_data([e.get("item") or {}])[0]
+            answer["queue"] = {"items": items, "arbiter": q.get("arbiter") is True}
+        return answer
 
     @router.route("GET", "/v1/web/changes")
     async def web_changes(req: Request) -> Stream:
