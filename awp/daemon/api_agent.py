@@ -23,18 +23,17 @@ and is never remembered.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import Any
 
 from ..base.echo import echo
 from ..localapi.server import ApiError, Request, Router
 from ..node.engine import Engine
-from ..store import board as board_store
-from ..store import ops, queries
+from ..store import queries
 from ..wire.numbers import is_count
 from ..wire.timefmt import now_ms
 from .api import json_body as _body
 from .app import DaemonState
+from .facade import Door
 
 log = logging.getLogger("awp.daemon")
 
@@ -81,8 +80,8 @@ def _clean(value: object, what: str, limit: int) -> str:
 
 def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None:
     """Register the agent routes and make the acting routes record activity."""
-    act: dict[str, Any] = getattr(engine, "activity", None) or {"at": 0, "source": ""}
-    engine.activity = act
+    act: dict[str, Any] = engine.activity
+    door = Door(engine, state.parts)
     settings = state.settings
     if settings.harness:
         act["harness_source"] = "set"  # explicit or remembered
@@ -104,7 +103,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
         }
 
     async def remember(key: str, value: str) -> None:
-        await engine.writer.run(lambda c: ops.set_meta(c, "remember." + key, value))
+        await door.remember(key, value)
 
     def changed(what: str) -> None:
         """Tell listeners (presence publishes soon after a change) that we changed."""
@@ -158,7 +157,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
             # only when the hook confirms it printed them (POST /v1/seen).
             newest = _count(body, "newest", 50, MAX_NEWEST)
             size = _count(body, "bytes", 256 * 1024, MAX_NEWEST_BYTES)
-            out["records"], out["unread_total"] = await engine.read(
+            out["records"], out["unread_total"] = await door.read(
                 lambda c: queries.unread_newest(c, newest, size))
         elif body.get("inbox"):
             # What /v1/inbox {"mark": true} answers, too (hooks before /v1/seen).
@@ -185,23 +184,14 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
                 or not all(isinstance(t, str) and is_count(n) for t, n in upto.items())):
             raise ApiError(400, "board must map topics to post numbers", "bad_request")
 
-        def mark(c: sqlite3.Connection) -> int:
-            before = c.total_changes
-            if seqs:
-                c.executemany("UPDATE log SET read = 1 WHERE seq = ? AND read = 0"
-                              " AND dir IN ('in', 'notice')", [(s,) for s in seqs])
-            if upto:
-                board_store.mark_read(c, upto)
-            return c.total_changes - before
-
-        marked = await engine.writer.run(mark) if seqs or upto else 0
+        marked = await door.mark_seen(seqs, upto) if seqs or upto else 0
         return {"marked": marked}
 
     async def take_unread() -> list[dict]:
         records = await engine.read(lambda c: queries.unread(c))
         seqs = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
         if seqs:
-            await engine.writer.run(lambda c: ops.mark_read(c, seqs))
+            await door.mark_read(seqs)
             for x in records:
                 x["read"] = True
         return records

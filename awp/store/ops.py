@@ -63,6 +63,12 @@ def last_issued_id(conn: sqlite3.Connection) -> str | None:
 # --- peers and addresses ------------------------------------------------------------
 
 
+def set_alias(conn: sqlite3.Connection, alias: str, key: str) -> None:
+    """Point ``alias`` at ``key`` (a new alias, or one moved to another peer)."""
+    conn.execute("INSERT INTO aliases (alias, key) VALUES (?, ?) ON CONFLICT (alias)"
+                 " DO UPDATE SET key = excluded.key", (alias, key))
+
+
 def ensure_peer(conn: sqlite3.Connection, key: str, now: int) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO peers (key, first_seen, last_seen) VALUES (?, ?, 0)", (key, now)
@@ -289,7 +295,7 @@ def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> lis
         rows += conn.execute(
             f"SELECT seq, id, line FROM outbox WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
             (peer, *part)).fetchall()
-    return [(r[1], r[2]) for r in sorted(rows)]
+    return [(r[1], r[2]) for r in sorted(rows, key=lambda r: r[0])]
 
 
 def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
@@ -513,6 +519,12 @@ def add_notice(
         (peer, ident, th, now, now, compact_json(body)),
     )
     return cur.lastrowid
+
+
+def mark_seen(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
+    """Mark inbound records and notices read by seq (what a hook printed); others stay."""
+    conn.executemany("UPDATE log SET read = 1 WHERE seq = ? AND read = 0"
+                     " AND dir IN ('in', 'notice')", [(s,) for s in seqs])
 
 
 def mark_read(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
