@@ -28,7 +28,7 @@ def repair(
       awp repair --check
       awp repair
     """
-    from ..daemon.repair import RepairError, repair_home
+    from ..daemon.repair import RepairError, intake_lines, repair_home
 
     h = home_of(home)
     try:
@@ -39,10 +39,18 @@ def repair(
         out("awp.db is sound (quick_check ok, every row reads, write-ahead log intact):"
             " nothing to do")
         return
-    if found.salvage is None:
-        raise CliError(found.damage)
+    if found.salvage is None and found.journal is None:
+        raise CliError(found.damage)  # --check, or nothing repair can do
     out(f"damaged: {found.damage}")
+    if found.journal is not None:
+        j = found.journal
+        out(f"intake.journal: {j.read} line(s) read, {j.stored} stored; kept aside: {j.kept}")
+        for line in intake_lines(j.lost):
+            out(f"  acked line lost: {line}")
     result = found.salvage
+    if result is None:
+        out("start the daemon again with awp up")
+        return
     for path in result.moved:
         out(f"kept aside: {path}")
     total = sum(result.kept.values())

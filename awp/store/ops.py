@@ -61,6 +61,12 @@ def last_issued_id(conn: sqlite3.Connection) -> str | None:
 # --- peers and addresses ------------------------------------------------------------
 
 
+def set_alias(conn: sqlite3.Connection, alias: str, key: str) -> None:
+    """Point ``alias`` at ``key`` (a new alias, or one moved to another peer)."""
+    conn.execute("INSERT INTO aliases (alias, key) VALUES (?, ?) ON CONFLICT (alias)"
+                 " DO UPDATE SET key = excluded.key", (alias, key))
+
+
 def ensure_peer(conn: sqlite3.Connection, key: str, now: int) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO peers (key, first_seen, last_seen) VALUES (?, ?, 0)", (key, now)
