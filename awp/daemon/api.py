@@ -562,6 +562,9 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         body = _body(req)
         key, th = await _scope(body)
         timeout = _num(body, "timeout", 300.0)
+        # "mark": false leaves marking to the caller (the MCP server marks with
+        # POST /v1/seen what it has written to its client)
+        mark = body.get("mark", True) is not False
         states = body.get("states") or []
         if not isinstance(states, list) or not all(isinstance(s, str) for s in states):
             raise ApiError(400, "states must be a list of words", "bad_request")
@@ -591,7 +594,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                     matched = bool(states) and theirs in states
                     content = [x for x in records if x["dir"] == "in"]
                     if matched or content:
-                        await _mark(records)
+                        if mark:
+                            await _mark(records)
                         return {"records": records, "matched": matched, "state": theirs,
                                 "timed_out": False, **({"peer": key} if th else {})}
                     await events.receive()
@@ -599,7 +603,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             engine.waiting -= 1
         key, records = await engine.read(pending)
         notices = [x for x in records if x["dir"] == "notice"]
-        await _mark(notices)
+        if mark:
+            await _mark(notices)
         theirs = await engine.read(their_state) if states else None
         return {"records": notices, "matched": False, "state": theirs, "timed_out": True,
                 **({"peer": key} if th else {})}

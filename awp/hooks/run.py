@@ -482,7 +482,7 @@ def run(event: str, fmt: str, home: str, data: dict) -> Outcome:
     board, upto = texts.fit_board(posts, more, room)
     if board:
         parts.append(board)
-    seqs = [r["seq"] for r in shown if isinstance(r.get("seq"), int) and not r.get("read")]
+    seqs = texts.unread_seqs(shown)
     text = format_output(fmt, event, hook_event, texts.join_texts(*parts))
     return Outcome(text, seqs, upto, sock) if text else Outcome()
 

@@ -18,6 +18,22 @@ MAX_WAIT = 600.0
 WAIT_SLICE = 10.0
 
 
+class Reply(str):
+    """A tool's text, with the seqs of the records it shows.
+
+    The server marks those records read (``POST /v1/seen``) only after it
+    has written the result to its client: a tool never marks what the model
+    may not get.
+    """
+
+    seen: tuple[int, ...]
+
+    def __new__(cls, text: str, seen: list[int] | tuple[int, ...] = ()) -> Reply:
+        obj = super().__new__(cls, text)
+        obj.seen = tuple(seen)
+        return obj
+
+
 class ToolError(Exception):
     """A tool call that cannot be carried out; the message is for the model."""
 

@@ -8,9 +8,15 @@ to stdout. Nothing but protocol messages is ever written to stdout: Python's
 
 Channel push (``--channel`` / ``AWP_CHANNEL=1``): once the client has sent
 ``notifications/initialized``, a pusher follows the daemon's event stream
-(unread first, marking what it streams as read) and sends each burst of
-inbound records as one ``notifications/claude/channel`` notification,
-``{"content": <framed text>, "meta": {...}}``.
+(unread first) and sends each burst of inbound records as one
+``notifications/claude/channel`` notification, ``{"content": <framed text>,
+"meta": {...}}``.
+
+Nothing is marked read before it is written: the stream and ``awp_read``
+take records unmarked, and the server confirms what it wrote (flushed) to
+stdout with ``POST /v1/seen`` (:mod:`awp.mcp.seen`). A server stopped or
+killed before writing loses nothing; one killed between writing and
+confirming shows those records again later (a duplicate, never a loss).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient, Protoco
 from ..wire.strictjson import loads as strict_loads
 from ..wire.strictjson import without_lone_surrogates
 from . import tools
+from .seen import SeenBatcher, unread_seqs
 
 #: Protocol versions we speak, newest first (the first is offered otherwise).
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -55,11 +62,21 @@ INSTRUCTIONS = (
     " of polling; keep your address private."
 )
 
-#: How many records one channel push renders, and how long a burst may gather.
+#: How many records one channel push renders, in how many UTF-8 bytes (what a
+#: hook may print: the push lands in the model's context the same way), and
+#: how long a burst may gather.
 PUSH_CAP = 20
+PUSH_BYTES = 9_500
 PUSH_GATHER = 0.05
 #: Delay between attempts to reach the daemon for the channel stream.
 PUSH_RETRY = 2.0
+#: Time for one /v1/seen request (what was written is confirmed again later if
+#: it fails).
+CONFIRM_TIMEOUT = 5.0
+#: What a push says of the records of a burst it leaves unread.
+PUSH_LATER = "read them with awp_read"
+#: Key of the seqs a message shows, taken out before the message is written.
+SEEN_KEY = "_awp_seen"
 
 
 class Server:
@@ -75,12 +92,22 @@ class Server:
         self._calls_lock = threading.Lock()
         self._told_harness = False
         self._pusher: threading.Thread | None = None
+        self.seen = SeenBatcher()
         self.initialized = False
         self.closed = threading.Event()
 
     # -- output -------------------------------------------------------------------------
 
-    def send(self, msg: dict | list) -> None:
+    def send(self, msg: dict | list) -> bool:
+        """Write one message (or batch) and flush it; ``True`` once it is out.
+
+        Records the message shows (``SEEN_KEY``, never written) are marked
+        read only after the flush succeeded.
+        """
+        seqs: list[int] = []
+        for m in msg if isinstance(msg, list) else [msg]:
+            if isinstance(m, dict):
+                seqs += m.pop(SEEN_KEY, None) or []
         # "replace": whatever a tool's answer holds, the line goes out as UTF-8
         data = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode(
             "utf-8", "replace") + b"\n"
@@ -90,6 +117,38 @@ class Server:
                 self._out.flush()
             except (BrokenPipeError, OSError, ValueError):
                 self.closed.set()
+                return False
+            if seqs:
+                # under the write lock: a call the client makes after reading this
+                # finds these seqs pending (settle) and never reads them as unread
+                self.seen.add(seqs)
+        if seqs:
+            self.confirm()
+        return True
+
+    def settle(self) -> None:
+        """Before a tool reads the daemon: what was already written is confirmed first.
+
+        The client may answer a result before the thread that wrote it has
+        confirmed it; without this, an ``awp_read`` right after would get the
+        same records again.
+        """
+        with self._write_lock:
+            pass  # a send that has written has also queued its seqs by now
+        if self.seen.pending():
+            self.confirm()
+
+    def confirm(self) -> bool:
+        """Tell the daemon what was written (``POST /v1/seen``); ``False`` if some still waits.
+
+        Never starts a daemon: what a daemon that went away did not take is
+        tried again with the next confirm.
+        """
+        def post(chunk: list[int]) -> None:
+            with LocalClient.for_home(self.home, CONFIRM_TIMEOUT) as client:
+                client.post("/v1/seen", {"seqs": chunk})
+
+        return self.seen.flush(post)
 
     @staticmethod
     def result(ident: Any, result: dict) -> dict:
@@ -266,6 +325,8 @@ class Server:
     def _run_tool(self, ident: Any, name: str, args: dict,
                   cancelled: threading.Event) -> dict | None:
         ctx = tools.Context(client=self.client, cancelled=cancelled.is_set)
+        text: str = ""
+        self.settle()
         try:
             text = tools.call(name, args, ctx)
             res = _tool_result(text, False)
@@ -280,7 +341,11 @@ class Server:
                 self._calls.pop(ident, None)
         if cancelled.is_set():
             return None  # the client gave up on it: no response (MCP cancellation)
-        return self.result(ident, res)
+        answer = self.result(ident, res)
+        seen = getattr(text, "seen", ()) if not res["isError"] else ()
+        if seen:
+            answer[SEEN_KEY] = list(seen)  # marked read by send(), once written
+        return answer
 
     # -- channel push -------------------------------------------------------------------
 
@@ -295,14 +360,13 @@ class Server:
                          daemon=True).start()
 
     def _follow(self, records: queue.Queue) -> None:
-        """Stream the daemon's inbound records (unread first, marked read) into the queue."""
+        """Stream the daemon's inbound records (unread first, not marked) into the queue."""
         first = True
         while not self.closed.is_set():
             try:
                 client = self.client(30.0) if first else LocalClient.for_home(self.home, 30.0)
                 first = False
-                stream = client.stream("GET", "/v1/events",
-                                       query={"from": "unread", "mark": "1"})
+                stream = client.stream("GET", "/v1/events", query={"from": "unread"})
                 with stream:
                     for rec in stream:
                         if self.closed.is_set():
@@ -322,6 +386,8 @@ class Server:
             try:
                 burst = [records.get(timeout=1.0)]
             except queue.Empty:
+                if self.seen.pending():
+                    self.confirm()  # what a daemon that was away did not take
                 continue
             deadline = time.monotonic() + PUSH_GATHER
             while len(burst) < 1000:
@@ -331,15 +397,25 @@ class Server:
                                  else records.get_nowait())
                 except queue.Empty:
                     break
-            self.send(channel_notification(burst))
+            note = channel_notification(burst)
+            if note is not None:
+                self.send(note)
 
 
-def channel_notification(records: list[dict]) -> dict:
-    """One ``notifications/claude/channel`` message for a burst of records."""
-    from ..present.text import batch, reply_hint
+def channel_notification(records: list[dict]) -> dict | None:
+    """One ``notifications/claude/channel`` message for a burst of records.
 
-    content = batch(records, cap=PUSH_CAP)
-    content = f"{content}\n\n{reply_hint(records[-PUSH_CAP:])}"
+    The newest records that fit :data:`PUSH_BYTES` are shown; the rest are
+    counted and stay unread. The seqs shown ride along under ``SEEN_KEY``
+    (taken out by :meth:`Server.send`, which marks them once written).
+    ``None`` when nothing fits.
+    """
+    from ..present.text import fit_messages
+
+    content, shown = fit_messages(records, len(records), PUSH_BYTES, cap=PUSH_CAP,
+                                  later=PUSH_LATER)
+    if not content:
+        return None
     last = records[-1]
     peers = list(dict.fromkeys(str(r.get("peer_name") or r.get("peer") or "?")
                                for r in records))
@@ -353,7 +429,7 @@ def channel_notification(records: list[dict]) -> dict:
         meta["id"] = str(last.get("id") or "")
         meta["kind"] = str(last.get("t") or "")
     return {"jsonrpc": "2.0", "method": "notifications/claude/channel",
-            "params": {"content": content, "meta": meta}}
+            "params": {"content": content, "meta": meta}, SEEN_KEY: unread_seqs(shown)}
 
 
 def _tool_result(text: str, is_error: bool) -> dict:

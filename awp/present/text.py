@@ -287,15 +287,18 @@ def cut_to(text: str, room: int) -> str:
     return data[:max(0, room)].decode("utf-8", "ignore")
 
 
-def _waiting(left: list[dict], unknown: int) -> str:
+#: When the records a hook leaves unread come (the MCP server says its own).
+NEXT_HOOK = "they come with the next hook"
+
+
+def _waiting(left: list[dict], unknown: int, later: str = NEXT_HOOK) -> str:
     """``7 older ones are not shown here and stay unread ...: awp read thr_a (5), ...``."""
     n = len(left) + unknown
     where, more, loose = _read_forms(left, POINTER_THREADS)
     if more or loose or unknown:
         where.append("awp tail --once (every unread one, marked read as it prints)")
     noun = "older one is" if n == 1 else "older ones are"
-    return (f"{n} {noun} not shown here and stay unread (they come with the next hook): "
-            + ", ".join(where))
+    return (f"{n} {noun} not shown here and stay unread ({later}): " + ", ".join(where))
 
 
 def _cut_record(block: str, room: int, rec: dict) -> str:
@@ -306,14 +309,30 @@ def _cut_record(block: str, room: int, rec: dict) -> str:
     return cut_to("\n".join(lines), room)
 
 
+def unread_seqs(records: list[dict]) -> list[int]:
+    """The seqs a reader marks read once it has shown ``records``: inbound ones and notices
+    not read yet (never our own outbound lines)."""
+    out: list[int] = []
+    for r in records:
+        if not isinstance(r, dict) or r.get("read") or r.get("dir") == "out":
+            continue
+        seq = r.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
+            out.append(seq)
+    return out
+
+
 def fit_messages(records: list[dict], total: int, room: int, stop: bool = False,
-                 now: int | None = None) -> tuple[str, list[dict]]:
+                 now: int | None = None, cap: int = CAP,
+                 later: str = NEXT_HOOK) -> tuple[str, list[dict]]:
     """The framed text of the newest ``records`` that fit ``room`` bytes, and those records.
 
     ``records`` are oldest first (the newest unread ones the daemon gave),
     ``total`` is how many are unread in all. At most :data:`CAP` are shown;
-    the text says how many more wait and where to read them. ``stop`` adds
-    the stop hook's "handle these first". ``("", [])`` when nothing fits.
+    the text says how many more wait (``later``: when they come) and where
+    to read them. ``stop`` adds the stop hook's "handle these first".
+    ``("", [])`` when nothing fits. At most ``cap`` are shown (the hook's
+    :data:`CAP` unless given).
     """
     records = [r for r in records if isinstance(r, dict)]
     if not records or room <= 0:
@@ -322,15 +341,15 @@ def fit_messages(records: list[dict], total: int, room: int, stop: bool = False,
 
     now = now_ms() if now is None else now
     total = max(total, len(records))
-    blocks = [render_record(r, now) for r in records[-CAP:]]
-    recs = records[-CAP:]
+    blocks = [render_record(r, now) for r in records[-cap:]]
+    recs = records[-cap:]
     count = len(recs)
     while count > 0:
         shown, shown_blocks = recs[-count:], blocks[-count:]
         left = records[: len(records) - count]
         tail = []
         if len(left) + (total - len(records)):
-            tail.append(_waiting(left, total - len(records)))
+            tail.append(_waiting(left, total - len(records), later))
         tail.append(_stop_hint(shown) if stop else reply_hint(shown))
         head = header(total)
         fixed = measure(head) + sum(measure(t) + 2 for t in tail) + 2

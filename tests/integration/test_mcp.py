@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -293,7 +294,8 @@ def test_every_tool(pair, mcp) -> None:
     wait_for(lambda: unread(a), 10, "a gets the question")
     out = c.text("awp_read")
     assert out.startswith(f"New awp messages (1). {FRAMING}") and "which database?" in out
-    assert unread(a) == []
+    # marked read once the server has written the result (just after we got it)
+    wait_for(lambda: unread(a) == [], 10, "what awp_read showed is marked read")
     assert c.text("awp_read") == "no unread messages"
 
     out = c.text("awp_state", {"thread": th, "state": "waiting", "note": "asked"})
@@ -305,6 +307,7 @@ def test_every_tool(pair, mcp) -> None:
     t0 = time.monotonic()
     out = c.text("awp_read", {"thread": th, "wait_seconds": 30})
     assert "use staging" in out and time.monotonic() - t0 < 20
+    wait_for(lambda: unread(a) == [], 10, "what the wait showed is marked read")
 
     # a wait until the peer's state
     threading.Timer(0.5, lambda: b.api("POST", "/v1/state",
@@ -380,6 +383,68 @@ def test_channel_push_when_a_peer_sends(pair, mcp, how: str) -> None:
     assert all(isinstance(v, str) for v in meta.values())
     assert "source" not in meta  # the harness sets source itself
     wait_for(lambda: unread(a) == [], 10, "pushed messages count as read")
+
+
+def queued_to(pid: int) -> int:
+    """Bytes waiting unread in the Unix sockets of process ``pid`` (``ss``'s Recv-Q)."""
+    out = subprocess.run(["ss", "-xpn"], capture_output=True, text=True, check=True).stdout
+    return sum(int(line.split()[2]) for line in out.splitlines() if f"pid={pid}," in line)
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss to see the socket's queue")
+def test_a_channel_server_killed_before_writing_loses_nothing(pair, mcp) -> None:
+    """The daemon streamed a record to a stopped server that never wrote it: still unread."""
+    a, b = pair
+    a.api("POST", "/v1/inbox", {"mark": True})
+    c = mcp("--channel")
+    c.initialize()
+    c.text("awp_connect", {"address": b.address})
+    b.send(a.key, "warm-up", subject="Warm")  # the follower is streaming once this is pushed
+    assert "warm-up" in c.notes.get(timeout=15)["params"]["content"]
+    wait_for(lambda: unread(a) == [], 10, "the pushed warm-up is marked read once written")
+
+    os.kill(c.proc.pid, signal.SIGSTOP)
+    try:
+        res = b.send(a.key, "sent while the server was stopped", subject="Stopped")
+        # the daemon has written the record into the stopped server's socket
+        wait_for(lambda: queued_to(c.proc.pid) > 0, 15, "the daemon streams to the server")
+    finally:
+        c.proc.kill()  # SIGKILL: it never runs again
+        c.proc.wait(10)
+    assert [r["id"] for r in unread(a)] == [res["id"]]
+
+    # the next session pushes it, and marks it read only once written
+    c2 = mcp("--channel")
+    c2.initialize()
+    note = c2.notes.get(timeout=15)
+    assert "sent while the server was stopped" in note["params"]["content"]
+    wait_for(lambda: unread(a) == [], 10, "the second push is marked read")
+
+
+def test_awp_read_is_bounded_and_leaves_the_rest_unread(pair, mcp) -> None:
+    from awp.mcp.tools import READ_BYTES
+
+    a, b = pair
+    a.api("POST", "/v1/inbox", {"mark": True})
+    c = mcp()
+    c.initialize()
+    c.text("awp_connect", {"address": b.address})
+    th = b.send(a.key, "first " + "x" * 5000, subject="Big ones")["th"]
+    for i in range(11):
+        b.send(None, f"number {i} " + "y" * 5000, th=th)
+    wait_for(lambda: len(unread(a)) == 12, 15, "twelve delivered")
+    out = c.text("awp_read")
+    assert len(out.encode()) <= READ_BYTES
+    assert "number 10 " in out and "first " not in out  # the newest first
+    shown = out.count("y" * 5000)
+    assert 0 < shown < 12
+    left = 12 - shown
+    noun = "older one is" if left == 1 else "older ones are"
+    assert f"{left} {noun} not shown here and stay unread (call awp_read again" in out
+    wait_for(lambda: len(unread(a)) == left, 10, "only what was shown is marked read")
+    out2 = c.text("awp_read")
+    assert "first " in out2
+    wait_for(lambda: unread(a) == [], 10, "the rest, once read")
 
 
 def test_no_push_without_channel(pair, mcp) -> None:
