@@ -206,10 +206,7 @@ def listen(
     else:
         out(compact({"event": "listening", "key": st.get("key"), "name": st.get("name"),
                      "address": st.get("address") or ""}))
-    query: dict[str, object] = {"from": "now"}
-    if mark:
-        query["mark"] = "1"
-    verbs.follow(client, query, text)
+    verbs.follow(client, {"from": "now"}, text, mark=mark)
 
 
 

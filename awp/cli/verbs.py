@@ -27,6 +27,7 @@ from ..present.render import (
     since,
     table,
 )
+from ..present.text import unread_seqs
 from ..wire.framing import MAX_LINE
 from .base import (
     CliError,
@@ -187,8 +188,31 @@ def _is_thread(client, ref: str) -> bool:
     return any(r.get("th") == ref for r in rows) if isinstance(rows, list) else False
 
 
-def follow(client: LocalClient, query: dict, text: bool) -> None:
-    """Copy the daemon's event stream to stdout until interrupted."""
+def printed(client: LocalClient, records: object) -> None:
+    """Mark read what was just printed (``POST /v1/seen``), never before it is out.
+
+    The daemon answers records unmarked; a command killed before printing
+    leaves them unread. A confirm that fails leaves them unread too (shown
+    again later: a duplicate, never a loss).
+    """
+    from ..localapi.client import ApiFailure
+
+    seqs = unread_seqs(records if isinstance(records, list) else [])
+    if not seqs:
+        return
+    try:
+        client.post("/v1/seen", {"seqs": seqs})
+    except (ApiFailure, ConnectionError, TimeoutError, OSError):
+        pass
+
+
+def follow(client: LocalClient, query: dict, text: bool, mark: bool = False) -> None:
+    """Copy the daemon's event stream to stdout until interrupted.
+
+    With ``mark``, each record is marked read once it is printed (through its
+    own connection: the stream holds the first).
+    """
+    confirm = LocalClient(client.sock_path, client.timeout) if mark else None
     try:
         with client.stream("GET", "/v1/events", query=query) as events:
             for rec in events:
@@ -196,8 +220,13 @@ def follow(client: LocalClient, query: dict, text: bool) -> None:
                     out(render_record(rec))
                 else:
                     out(compact(rec))
+                if confirm is not None:
+                    printed(confirm, [rec])
     except KeyboardInterrupt:
         raise CliExit(0) from None
+    finally:
+        if confirm is not None:
+            confirm.close()
     raise CliError("the awp daemon ended the stream (did it stop?)")
 
 
@@ -295,7 +324,7 @@ def tail(once: bool, all_: bool, mark: bool, peer: str | None, thread: str | Non
     check_thread(thread)
     client = daemon(home_of(home))
     if once:
-        body: dict = {"mark": True}
+        body: dict = {"mark": False}  # marked once printed
         if peer:
             body["peer"] = peer
         if thread:
@@ -311,17 +340,16 @@ def tail(once: bool, all_: bool, mark: bool, peer: str | None, thread: str | Non
             out(render_records(records))
         else:
             sys.stderr.write("no unread messages\n")
+        printed(client, records)
         return
     query: dict[str, object] = {"from": "now"}
     if all_:
         query["all"] = "1"
-    if mark:
-        query["mark"] = "1"
     if peer:
         query["peer"] = peer
     if thread:
         query["th"] = thread
-    follow(client, query, text=not as_json)
+    follow(client, query, text=not as_json, mark=mark)
 
 
 def wait(thread: str | None, peer: str | None, states: str | None, timeout: str,
@@ -334,7 +362,7 @@ def wait(thread: str | None, peer: str | None, states: str | None, timeout: str,
         raise CliError("--state needs at least one state word, e.g. done,failed")
     if wanted and not thread:
         raise CliError("--state needs --thread")
-    body: dict = {"timeout": secs}
+    body: dict = {"timeout": secs, "mark": False}  # marked once printed
     if thread:
         body["th"] = thread
     if peer:
@@ -348,12 +376,14 @@ def wait(thread: str | None, peer: str | None, states: str | None, timeout: str,
         from . import shapes
 
         out_json(shapes.with_events(res))
+        printed(client, res.get("records"))
         if res.get("timed_out"):
             raise CliExit(2)
         return
     records = res.get("records") or []
     if records:
         out(render_records(records))
+        printed(client, records)
     if wanted:
         row = _thread_row(client, thread or "", res.get("peer") or peer)
         name = (row or {}).get("peer_name") or peer or "the peer"
@@ -390,23 +420,26 @@ def read(target: str | None, last: int, peer: str | None, no_mark: bool, home: s
             th = target
         else:
             peer = target
-    body: dict = {"n": last, "mark": not no_mark}
+    body: dict = {"n": last, "mark": False}  # marked once printed, unless --no-mark
     if peer:
         body["peer"] = peer
     if th:
         body["th"] = th
     res = client.post("/v1/read", body)
     assert isinstance(res, dict)
+    records = res.get("records") or []
+    if not no_mark:
+        res["marked"] = len(unread_seqs(records))  # what printing it marks
     if as_json:
         from . import shapes
 
         out_json(shapes.with_events(res))
-        return
-    records = res.get("records") or []
-    if records:
+    elif records:
         out(render_records(records))
     else:
         sys.stderr.write("nothing to show\n")
+    if not no_mark:
+        printed(client, records)
 
 
 def threads(open_only: bool, wide: bool, peer: str | None, home: str | None,

@@ -628,10 +628,11 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
 
     @r.route("GET", "/v1/events")
     async def events(req: Request) -> Stream:
+        """Records as they come. Streaming marks nothing: a reader marks what it has
+        printed (POST /v1/seen), so a reader stopped or killed loses nothing."""
         q = req.query
         key = await resolve(q["peer"]) if q.get("peer") else None
         th = q.get("th") or None
-        mark = q.get("mark") in ("1", "true")
         all_dirs = q.get("all") in ("1", "true")
         start = q.get("from", "now")
         if th:
@@ -649,8 +650,6 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                     first = await engine.read(lambda c: queries.unread(
                         c, peer=bound, th=th) if bound or not th else [])
                     after = await engine.read(queries.max_seq)
-                    if mark:
-                        await _mark(first)
                     for x in first:
                         yield x
                 else:
@@ -661,8 +660,6 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                     if not batch:
                         continue
                     after = batch[-1]["seq"]
-                    if mark:
-                        await _mark(batch)
                     for x in batch:
                         yield x
 
