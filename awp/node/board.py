@@ -9,8 +9,10 @@ module moves records between hosts (SPEC.md section 14):
   side with the smaller key opens a digest exchange (``board-digest``,
   ``board-want``, ``board-posts``) that moves only what one side lacks;
 * a record stored for the first time is forwarded at once to every other
-  subscribed peer allowed to read it, up to 8 hops; one already held ends
-  there.
+  subscribed peer allowed to read it, however far it has come; one already
+  held ends there (records are named by hash, so dedup is what stops the
+  flood, and no hop bound is needed: a live record reaches every subscriber
+  of a connected network in one pass).
 
 Every link has its own sender task and a byte-bounded queue, so a slow peer
 never holds up reading from anyone.  When a link's queue is full, records are
@@ -48,6 +50,7 @@ from ..wire.board import (
     parse_topic,
     sign_record,
 )
+from ..wire.numbers import is_count
 from ..wire.presence import raw_elements, raw_member
 from ..wire.timefmt import format_ts, now_ms
 
@@ -57,7 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awp.board")
 
-MAX_HOPS = 8
+HOPS_CAP = 1 << 20  # ``hops`` is a count for people reading the store; it stops growing here
 MAX_LINE = 512 * 1024  # a board-posts line stays under this
 MAX_SUBS = 256  # topics in one board-sub
 MAX_WANT = 4096  # hashes in one board-want
@@ -368,14 +371,14 @@ class Board:
     async def _on_topic(self, link: _Link, line: dict, raw: bytes) -> None:
         hops = line.get("hops")
         doc = raw_member(raw.decode("utf-8"), "doc")
-        if doc is None or not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
+        if doc is None or not is_count(hops):
             return
+        hops = min(hops, HOPS_CAP)
         taken = await self.engine.writer.run(
             lambda c: sb.take(c, [doc], now_ms(), via=link.conn.peer_key, hops=hops))
         for rec in taken.new:
             self._topic_changed(rec)
-            if hops + 1 < MAX_HOPS:
-                await self._forward_topic(rec, hops + 1, except_key=link.conn.peer_key)
+            await self._forward_topic(rec, next_hops(hops), except_key=link.conn.peer_key)
             # the document may be what we lacked to take anything: compare now
             if rec.topic in link.subs:
                 link.resync.add(rec.topic)
@@ -406,13 +409,13 @@ class Board:
         topic, hops = line.get("topic"), line.get("hops")
         if not isinstance(topic, str) or topic not in self.subs:
             return
-        if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops < MAX_HOPS:
+        if not is_count(hops):
             return
         recs_text = raw_member(raw.decode("utf-8"), "recs")
         recs = raw_elements(recs_text, MAX_RECS) if recs_text is not None else None
         if not recs:
             return
-        await self.take(recs, via=link.conn.peer_key, hops=hops)
+        await self.take(recs, via=link.conn.peer_key, hops=min(hops, HOPS_CAP))
 
     async def take(self, raws: list[str] | list[Record], *, via: str = "",
                    hops: int = 0) -> sb.Taken:
@@ -439,16 +442,15 @@ class Board:
         for rec in taken.new:
             if rec.kind == "topic":
                 self._topic_changed(rec)
-                await self._forward_topic(rec, hops + 1, except_key=via)
+                await self._forward_topic(rec, next_hops(hops), except_key=via)
                 continue
             by_topic.setdefault(rec.topic, []).append(rec)
             self.engine.changes.publish({
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me})
-        if hops + 1 < MAX_HOPS or not via:
-            for topic, recs in by_topic.items():
-                await self._forward(topic, [r.raw for r in recs], hops + 1 if via else 0,
-                                    except_key=via)
+        for topic, recs in by_topic.items():
+            await self._forward(topic, [r.raw for r in recs], next_hops(hops) if via else 0,
+                                except_key=via)
         if self.queue is not None and taken.new:
             self.queue.after_stored(taken)
         return taken
@@ -658,6 +660,11 @@ class Board:
         return {**self.stats, "subscribed": len(self.subs), "links": len(self.links)}
 
 
+def next_hops(hops: int) -> int:
+    """The ``hops`` a forwarded record carries: one more, saturating at :data:`HOPS_CAP`."""
+    return min(hops + 1, HOPS_CAP)
+
+
 def _groups(raws: Iterable[str]) -> list[tuple[list[str], int]]:
     """Records in groups that each fit one ``board-posts`` line, with their sizes."""
     out: list[tuple[list[str], int]] = []
@@ -680,4 +687,4 @@ def _topic_of(raw: str) -> str:
     return str(json.loads(raw).get("topic", ""))
 
 
-__all__ = ["Board", "MAX_HOPS", "speaks_board"]
+__all__ = ["Board", "HOPS_CAP", "speaks_board"]
