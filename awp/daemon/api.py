@@ -144,6 +144,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "store": {"commits": engine.writer.commits,
                       "sent_before_commit": engine.writer.early_batches,
                       "inline": engine.writer.inline_batches,
+                      "relaxed": engine.writer.relaxed_batches,
                       "intake": engine.intake.status() if engine.intake else None},
             "budgets": engine.budgets.status(),
             **counts, "peers": peer_list,

@@ -30,7 +30,7 @@ import json
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awp.board")
 
+RELAXED_RECORDS = 32  # relayed records stored inline without an fsync, at most, per line
 HOPS_CAP = 1 << 20  # ``hops`` is a count for people reading the store; it stops growing here
 MAX_LINE = 512 * 1024  # a board-posts line stays under this
 MAX_SUBS = 256  # topics in one board-sub
@@ -427,7 +428,7 @@ class Board:
             return taken
 
         try:
-            taken = await self.engine.writer.run(job)
+            taken = await self._store(job, len(raws) if via else 0)
         except Exception:
             if self.queue is not None:
                 self.queue.forget()
@@ -454,6 +455,20 @@ class Board:
         if self.queue is not None and taken.new:
             self.queue.after_stored(taken)
         return taken
+
+    async def _store(self, job: Callable[[sqlite3.Connection], sb.Taken],
+                     relayed: int) -> sb.Taken:
+        """Run a store job: ``relayed`` records from a peer go in a relaxed commit.
+
+        A record a peer relayed is held by every subscriber, so no one needs
+        it on disk before it goes on: a small batch of them is stored inline
+        without the fsync (:meth:`Writer.run_relaxed`), which is most of what
+        a relay spends per record.  Our own records, and large batches (a
+        catch-up; they would hold up the event loop), take the durable path.
+        """
+        if 0 < relayed <= RELAXED_RECORDS:
+            return await self.engine.writer.run_relaxed(job)
+        return await self.engine.writer.run(job)
 
     async def _forward(self, topic: str, raws: list[str], hops: int,
                        except_key: str = "", only: _Link | None = None) -> None:
