@@ -48,3 +48,21 @@ def test_a_post_crosses_a_line_of_ten_live_and_once(make_node):
     wait_for(lambda: _hops_at(owner, topic, back["hash"]) is not None, 30, "the reply at the owner")
     for n in nodes:  # each host holds each record once: dedup ended the flood
         assert _held(n, topic) == 2, n.name
+
+
+def test_a_relayed_post_costs_a_subscriber_one_commit_and_no_fsync(make_node):
+    """Each stored record used to wake the queue loop for an empty second commit,
+    and every relayed record paid an fsync; now one relaxed commit each."""
+    a, b = make_node("a").start(), make_node("b").start()
+    b.connect(a)
+    a.api("POST", "/v1/board/topic", {"name": "cost", "read": "open", "post": "open"})
+    topic = f"{a.key}/cost"
+    assert b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 30})["topic"]["known"]
+    before = b.api("GET", "/v1/status")["store"]
+    for i in range(20):
+        post = a.api("POST", "/v1/board/post",
+                     {"topic": topic, "parts": [{"k": "text", "text": f"p{i}"}]})["post"]
+        wait_for(lambda h=post["hash"]: _hops_at(b, topic, h) is not None, 30, f"post {i} at b")
+    after = b.api("GET", "/v1/status")["store"]
+    assert after["commits"] - before["commits"] <= 22, (before, after)  # a ping's worth of slack
+    assert after["relaxed"] - before["relaxed"] >= 18, (before, after)
