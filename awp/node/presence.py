@@ -12,10 +12,10 @@ When documents leave is decided per link by :mod:`awp.node.presence_sched`
 gets all of a link's due documents in one line, an older peer one line each.
 
 What the agent is doing (``active``, ``waiting``) moves with nearly every
-local API call, so it is not news to rush through the network: a document
-whose only change is activity is signed at most once per
-:data:`ACTIVITY_S` and travels like a heartbeat, in each link's next line
-(:func:`publish_reason`).  Board records are not presence either: storing
+local API call, so it is not news to rush through the network: a change of
+activity alone signs no document of its own; the next heartbeat (at most
+:data:`ACTIVITY_S` later) carries it, and relays pass it on as a heartbeat,
+in each link's next line (:func:`publish_reason`).  Board records are not presence either: storing
 one does not wake the publisher.
 """
 
@@ -52,7 +52,7 @@ MAX_ORIGINS = 1000
 MAX_PEERS = 64
 MAX_THREADS = 64
 ACTIVITY_GRAIN_MS = 30_000
-ACTIVITY_S = 30.0  # a change of activity alone is signed at most this often
+ACTIVITY_S = 60.0  # a change of activity alone is signed at most this often: with the heartbeat
 ACTIVITY_FIELDS = ("active", "waiting")
 QUIET_KINDS = ("presence", "ack", "board")  # engine events that never change our document
 BATCH_CAP = "presence-batch"
@@ -356,16 +356,14 @@ def publish_reason(changed: bool, activity_changed: bool, since_last_s: float) -
 
     ``changed``: what the document says changed (it is rushed through the
     network).  ``activity_changed``: only ``active``/``waiting`` moved; that
-    is signed once :data:`ACTIVITY_S` have passed since the last document,
-    and travels like a heartbeat.  Otherwise a heartbeat every
-    :data:`HEARTBEAT` seconds.
+    waits until :data:`ACTIVITY_S` have passed since the last document (the
+    heartbeat's period), and travels like a heartbeat.  Otherwise a
+    heartbeat every :data:`HEARTBEAT` seconds.
     """
     if changed:
         return "changed"
-    if activity_changed and since_last_s >= ACTIVITY_S:
-        return "activity"
-    if since_last_s >= HEARTBEAT - 1:
-        return "heartbeat"
+    if since_last_s >= min(ACTIVITY_S, HEARTBEAT) - 1:
+        return "activity" if activity_changed else "heartbeat"
     return ""
 
 

@@ -214,5 +214,5 @@ def test_an_agent_busy_on_the_board_costs_no_presence_line_per_call(make_node):
         else:
             time.sleep(3)
     sent = _lines_to(a, b.key) - start
-    # At most one activity document (every 30 s) and one heartbeat (every 60 s).
+    # Activity rides the heartbeat (every 60 s): at most one, and the link's slack.
     assert sent <= 2, sent

@@ -30,11 +30,12 @@ def test_a_real_change_goes_at_once_whatever_was_sent_lately():
 
 def test_activity_is_signed_at_most_once_per_interval():
     assert publish_reason(False, True, 0.5) == ""
-    assert publish_reason(False, True, ACTIVITY_S - 0.1) == ""
+    assert publish_reason(False, True, ACTIVITY_S - 1.5) == ""
     assert publish_reason(False, True, ACTIVITY_S) == "activity"
-
-
-def test_nothing_new_waits_for_the_heartbeat():
-    assert publish_reason(False, False, ACTIVITY_S) == ""
-    assert publish_reason(False, False, HEARTBEAT) == "heartbeat"
     assert publish_reason(False, True, float("inf")) == "activity"
+
+
+def test_activity_costs_no_document_beyond_the_heartbeats():
+    assert ACTIVITY_S >= HEARTBEAT
+    assert publish_reason(False, False, HEARTBEAT - 1.5) == ""
+    assert publish_reason(False, False, HEARTBEAT) == "heartbeat"
