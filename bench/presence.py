@@ -39,6 +39,7 @@ from topo import (  # noqa: E402
     distances,
     open_topic,
     presence_lines,
+    presence_signed,
     spent,
     start_all,
     subscribe_all,
@@ -70,7 +71,7 @@ def watch_ages(nodes: list[Node], adj: dict[int, set[int]], rest: float) -> floa
 
 
 def at_work(nodes: list[Node], adj: dict[int, set[int]], seconds: float, rate: float,
-            rest_lines_per_s: float) -> bool:
+            rest_lines_per_s: float, rest_signed_per_s: float) -> bool:
     """Every client long-polling a topic while hosts post; presence lines against rest."""
     n = len(nodes)
     topic = open_topic(nodes[0], "work")
@@ -79,7 +80,7 @@ def at_work(nodes: list[Node], adj: dict[int, set[int]], seconds: float, rate: f
     try:
         for w in waiters:
             w.start()
-        lines0, t0 = presence_lines(nodes), time.monotonic()
+        lines0, signed0, t0 = presence_lines(nodes), presence_signed(nodes), time.monotonic()
         t_next, k = t0, 0
         while time.monotonic() - t0 < seconds:
             t_next += 1 / rate
@@ -90,6 +91,7 @@ def at_work(nodes: list[Node], adj: dict[int, set[int]], seconds: float, rate: f
             k += 1
         took = time.monotonic() - t0
         lines = presence_lines(nodes) - lines0
+        signed = presence_signed(nodes) - signed0
     finally:
         for w in waiters:
             w.stop.set()
@@ -101,6 +103,8 @@ def at_work(nodes: list[Node], adj: dict[int, set[int]], seconds: float, rate: f
           f" {rate:g}/s): presence lines sent by all daemons in {took:.0f} s: {lines}, against"
           f" {at_rest:.0f} at rest = {ratio:.2f}x  (target <= {ACTIVE_TARGET}x) "
           + ("ok" if ok else "MISS"))
+    print(f"      documents signed by their origins meanwhile: {signed / took * 60 / n:.2f} a daemon"
+          f" a minute, against {rest_signed_per_s * 60 / n:.2f} at rest")
     if errors:
         print(f"      {len(errors)} waiters failed (first: {errors[0]})")
     return ok
@@ -129,9 +133,11 @@ def run(kind: str, n: int, rest: float, active: float, rate: float) -> bool:
         converge = time.monotonic() - t0
         time.sleep(5)
         before_rest = {x.key: x.api("GET", "/v1/status")["presence"] for x in nodes}
+        signed_rest = presence_signed(nodes)
         cpu0, t_rest = cpu_all(nodes), time.monotonic()
         oldest = watch_ages(nodes, adj, rest)
         cpu_rest = spent(cpu0, cpu_all(nodes))
+        signed_rest = presence_signed(nodes) - signed_rest
         rest_s = time.monotonic() - t_rest
         per_node, per_link, per_origin = [], [], []
         for x in nodes:
@@ -154,7 +160,7 @@ def run(kind: str, n: int, rest: float, active: float, rate: float) -> bool:
         print(f"      CPU per daemon at rest: {avg_max([c / rest_s * 60 for c in cpu_rest], '.3f')}"
               " CPU-s a minute")
         if active > 0:
-            ok &= at_work(nodes, adj, active, rate, sum(per_node) / 60)
+            ok &= at_work(nodes, adj, active, rate, sum(per_node) / 60, signed_rest / rest_s)
         return ok
     finally:
         for node in nodes:

@@ -86,6 +86,11 @@ def presence_lines(nodes: list[Node]) -> int:
     return sum(n.api("GET", "/v1/status")["presence"]["lines_sent"] for n in nodes)
 
 
+def presence_signed(nodes: list[Node]) -> int:
+    """Documents of their own all daemons have signed so far (``status.presence.signed``)."""
+    return sum(n.api("GET", "/v1/status")["presence"].get("signed", 0) for n in nodes)
+
+
 def subscribe_all(nodes: list[Node], adj: dict[int, set[int]], topic: str,
                   timeout: float = 60) -> float:
     """Every host but 0 (the owner) subscribes, nearest first; seconds it took.

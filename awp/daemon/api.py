@@ -136,6 +136,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
             "presence": {"publishing": s.presence,
                          "lines_sent": getattr(getattr(engine, "presence", None), "sent_lines", 0),
+                         "signed": getattr(getattr(engine, "presence", None), "signed", 0),
                          "lines_by_peer": dict(getattr(getattr(engine, "presence", None),
                                                        "lines_to", {})),
                          "origins": await engine.read(

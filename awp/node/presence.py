@@ -77,6 +77,7 @@ class Presence:
         self.describe = describe or (lambda: {})
         self.own_raw: str | None = None
         self.sent_lines = 0  # presence lines written, for the bench
+        self.signed = 0  # documents of our own signed, for the bench
         self.lines_to: dict[str, int] = {}  # per peer key
         self._changed = trio.Event()
         self._schedule = PresenceSchedule()
@@ -174,6 +175,7 @@ class Presence:
         doc = dict(doc, seq=seq, ts=format_ts(now_ms()))
         raw = sign_doc(self.engine.identity, doc)
         self.own_raw = raw
+        self.signed += 1
         self._queue(self.engine.identity.key, raw, 0, 0.0, changed)
 
     def _next_seq(self, c: sqlite3.Connection) -> int:
