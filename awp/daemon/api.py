@@ -174,6 +174,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         else:
             key = await resolve(target)
             already = engine.peers.active(key) is not None
+            await engine.business.unpark(key)  # connecting ends a bye
             if not already:
                 addrs = await engine.dial_addresses(key)
                 if not addrs:
@@ -190,6 +191,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                         except DialError as e:
                             errors.append(f"{addr}: {e}")
                 if not ok:
+                    engine.peers.ensure_loop(key)  # keep trying if there is business
                     raise ApiError(502, f"cannot reach {target}: " + ("; ".join(errors)
                                    or "timed out"), "unreachable")
         name = await engine.read(lambda c: queries.peer_label(c, key))
