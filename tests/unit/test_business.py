@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from awp.base.limits import Limits
 from awp.node import board_links
 from awp.node.business import Business
-from awp.node.limits import Limits
 from awp.store import links, ops
 from awp.store.db import migrate
 from awp.wire.board import make_lease
