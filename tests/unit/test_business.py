@@ -152,3 +152,15 @@ def test_carriers_are_forgotten_once_long_gone_or_unsubscribed(c):
     assert links.prune(c, NOW - 7 * DAY) == 2
     assert links.carriers(c) == {OTHER}
     assert c.execute("SELECT count(*) FROM peer_topics").fetchone()[0] == 1
+
+
+def test_carrier_rows_are_capped_newest_kept(c, monkeypatch):
+    """Each (neighbour, topic) row is one a peer made us write by subscribing."""
+    monkeypatch.setattr(links, "MAX_ROWS", 4)
+    c.execute("INSERT INTO board_subs (topic, since) VALUES (?, ?)", (TOPIC, NOW))
+    keys = [f"ed25519:sub{i}" for i in range(10)]
+    for i, key in enumerate(keys):
+        peer(c, key, last_seen=NOW)
+        links.heard(c, key, [TOPIC], [], NOW + i)
+    assert links.prune(c, NOW - DAY) == 6
+    assert links.carriers(c) == set(keys[-4:])
