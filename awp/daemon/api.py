@@ -211,6 +211,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             slot = engine.peers.slots.get(p["key"])
             if slot and slot.last_error and not conn:
                 p["last_error"] = slot.last_error
+            if slot and slot.loop_running and slot.reason:
+                p["kept_for"] = slot.reason  # the business it is redialled for
             p["budget"] = engine.budgets.peer(p["key"], conn)
         now = now_ms()
         granted = await engine.read(lambda c: {p["key"]: sorted(grantstore.honored_caps(

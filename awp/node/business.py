@@ -114,12 +114,17 @@ class Business:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         cfg = engine.config
-        self.sources: list[Source] = [Queued(), OpenThreads(cfg.outbox_ttl),
-                                      Warm(cfg.limits.warm_for)]
+        self.sources: list[Source] = [Queued(), OpenThreads(cfg.outbox_ttl)]
+        self.warm = Warm(cfg.limits.warm_for)  # asked last: the weakest reason
 
     def add(self, source: Source) -> None:
         """Declare another kind of business (the board does, at start)."""
         self.sources.append(source)
+
+    def _ordered(self) -> list[Source]:
+        """Our own business first, then what links make, warmth last (the kind named)."""
+        return [s for s in self.sources if not s.kept] + \
+            [s for s in self.sources if s.kept] + [self.warm]
 
     def _kept_peers(self, c: sqlite3.Connection, now: int) -> set[str]:
         """The peers whose links may be kept for their own sake (limits.kept_peers)."""
@@ -132,7 +137,7 @@ class Business:
         if row is None or row[0]:
             return ""
         kept: set[str] | None = None
-        for s in self.sources:
+        for s in self._ordered():
             if s.kept:
                 if kept is None:
                     kept = self._kept_peers(c, now)
@@ -147,7 +152,7 @@ class Business:
         known = {r[0]: r[1] for r in c.execute("SELECT key, parked FROM peers")}
         kept = self._kept_peers(c, now)
         out: dict[str, str] = {}
-        for s in self.sources:
+        for s in self._ordered():
             for key in s.peers(c, now):
                 if key in out or known.get(key, 1) or (s.kept and key not in kept):
                     continue

@@ -130,6 +130,8 @@ def test_bye_parks_until_connect_and_then_the_link_is_kept_again(line):
     b.kill()
     wait_for(lambda: state(c, k["bob"]) == "reconnecting", 20, "carol redialing bob",
              interval=0.3)
+    bob = next(p for p in json.loads(c.ok("peers", "--json").stdout) if p["key"] == k["bob"])
+    assert bob.get("kept_for") == "relay", bob  # the link carries alice's topic
     b.ok("up")
     wait_for(lambda: state(c, k["bob"]).startswith("connected"), 30, "carol and bob linked",
              interval=0.3)
