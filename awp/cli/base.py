@@ -72,13 +72,43 @@ def compact(obj: object) -> str:
     return cjson.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+USAGE = 2  # the exit status of a usage error: a bad option value, as click's own
+
+
 def parse_seconds(text: str, flag: str) -> float:
+    """A duration flag's seconds; a malformed one is a usage error (exit 2)."""
     from ..base.durations import parse_duration
 
     try:
         return parse_duration(text)
     except ValueError as e:
-        raise CliError(f"{flag}: {e}") from None
+        raise CliError(f"{flag}: {e}", USAGE) from None
+
+
+def invoked_as() -> str:
+    """``awp`` as the user ran it, for hints: ``awp`` when that finds this same
+    program on PATH, else the path they typed (``.venv/bin/awp``), or
+    ``python -m awp``."""
+    import os
+    import shutil
+
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "awp"
+    if os.path.basename(argv0) == "__main__.py":
+        exe = os.path.basename(sys.executable)
+        found = shutil.which(exe)
+        py = exe if found and os.path.realpath(found) == os.path.realpath(sys.executable) \
+            else sys.executable
+        return f"{py} -m awp"
+    base = os.path.basename(argv0)
+    found = shutil.which(base)
+    if found and os.path.realpath(found) == os.path.realpath(argv0):
+        return base
+    if os.path.isabs(argv0):
+        cwd = os.getcwd()
+        rel = os.path.relpath(argv0, cwd)
+        if not rel.startswith(".."):
+            return os.path.join(".", rel) if os.sep not in rel else rel
+    return argv0
 
 
 def daemon(home: str, *, timeout: float | None = 30.0) -> LocalClient:

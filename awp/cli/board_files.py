@@ -14,7 +14,6 @@ replaced.  Pure functions and small file operations, unit-tested.
 
 from __future__ import annotations
 
-import base64
 import os
 
 #: A record's fixed bound (SPEC.md section 14), and each topic's default ``max_post``.
@@ -56,7 +55,7 @@ def file_part(path: str, mime: str | None = None) -> dict:
         return {"k": "file", "name": name, "mime": mime, "size": max(size, len(body)),
                 "data": None}
     return {"k": "file", "name": name, "mime": mime, "size": len(body),
-            "data": base64.b64encode(body).decode("ascii")}
+            "data": _b64().b64encode(body).decode("ascii")}
 
 
 def encoded_size(parts: list[dict]) -> int:
@@ -165,7 +164,7 @@ def save_files(posts: list[dict], directory: str) -> list[dict]:
                 continue
             entry = {"post": p.get("hash") or p.get("id") or "", "name": str(part.get("name") or "")}
             try:
-                data = base64.b64decode(str(part.get("data") or ""), validate=True)
+                data = _b64().b64decode(str(part.get("data") or ""), validate=True)
             except ValueError:
                 saved.append({**entry, "error": "its data is not valid base64"})
                 continue
@@ -188,3 +187,11 @@ def parse_since(text: str, now_ms: int) -> int:
     except ValueError:
         raise ValueError(f"{text!r} is neither a duration (30m, 2h, 7d) nor an RFC 3339 time"
                          " (2026-09-21T14:00:00Z)") from None
+
+
+def _b64():
+    """The base64 module, imported only for posts with files: it imports ``re``,
+    which costs a bare ``awp get`` more than its request does."""
+    import base64
+
+    return base64

@@ -266,6 +266,28 @@ def send(args: list[str] | None, subject: str | None, thread: str | None, to: st
         delivery_line(res, f"sent {res.get('id')}")
 
 
+def state(args: list[str], note_text: str | None, wait_ack: str | None, home: str | None,
+          as_json: bool) -> None:
+    """``awp state``: see its typer command for the options."""
+    if len(args) == 2:
+        peer, th, word = None, args[0], args[1]
+    elif len(args) == 3:
+        peer, th, word = args
+    else:
+        raise CliError("give THREAD STATE, or PEER THREAD STATE", 2)
+    check_thread(th)
+    if not word.strip():
+        raise CliError("the state word is empty")
+    body: dict = {"th": th, "state": word}
+    if peer:
+        body["peer"] = peer
+    if note_text:
+        body["note"] = note_text
+    res = post_delivery(home, "/v1/state", body, wait_ack, as_json)
+    if res is not None:
+        delivery_line(res, f"state {res.get('state') or word} sent")
+
+
 def tail(once: bool, all_: bool, mark: bool, peer: str | None, thread: str | None,
          home: str | None, as_json: bool) -> None:
     """``awp tail``: see its typer command for the options."""

@@ -28,6 +28,7 @@ from ..wire.keys import KeyError_, normalize_key, short_key
 from ..wire.names import clean_name
 from ..wire.timefmt import now_ms
 from .app import DaemonState
+from .facade import Door
 
 
 def _lookup(fn):
@@ -83,6 +84,7 @@ def peer_state(engine: Engine, key: str, parked: bool) -> str:
 
 def build_router(engine: Engine, state: DaemonState) -> Router:
     r = Router()
+    door = Door(engine, state.parts)
 
     async def connect_address(text: str, timeout: float) -> tuple[bool, str]:
         """Connect to an address; returns (already connected, peer key)."""
@@ -113,6 +115,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
 
         counts, peers = await engine.read(q)
         s = state.settings
+        presence = state.parts.presence
         peer_list = []
         for p in peers:
             conn = engine.peers.active(p["key"])
@@ -135,13 +138,11 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "listen_errors": state.listen_errors, "tailcat_error": tailcat_error,
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
             "presence": {"publishing": s.presence,
-                         "lines_sent": getattr(getattr(engine, "presence", None), "sent_lines", 0),
-                         "lines_by_peer": dict(getattr(getattr(engine, "presence", None),
-                                                       "lines_to", {})),
-                         "origins": await engine.read(
-                             lambda c: c.execute("SELECT count(*) FROM presence").fetchone()[0])},
+                         "lines_sent": presence.sent_lines if presence else 0,
+                         "lines_by_peer": dict(presence.lines_to) if presence else {},
+                         "origins": await engine.read(queries.presence_origins)},
             "shares": list(engine.shares or []),
-            "board": board.status() if (board := getattr(engine, "board", None)) else None,
+            "board": board.status() if (board := state.parts.board) else None,
             "store": {"commits": engine.writer.commits,
                       "sent_before_commit": engine.writer.early_batches,
                       "inline": engine.writer.inline_batches,
@@ -230,9 +231,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "an alias is one word that is not a key or an address, without"
                            " control or invisible characters", "bad_request")
         key = await resolve(_str(body, "peer") or "")
-        await engine.writer.run(lambda c: c.execute(
-            "INSERT INTO aliases (alias, key) VALUES (?, ?) ON CONFLICT (alias)"
-            " DO UPDATE SET key = excluded.key", (name, key)))
+        await door.set_alias(name, key)
         return {"alias": name, "key": key}
 
     async def _target(body: dict, how: str, starts: bool = False) -> tuple[str, str | None]:
@@ -377,7 +376,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         if len(prefix) < 4 or any(ch not in "0123456789abcdef" for ch in prefix):
             raise ApiError(400, "give the grant's hash (at least 4 hex digits, see awp grants)",
                            "bad_request")
-        hits = await engine.writer.run(lambda c: grantstore.revoke(c, prefix))
+        hits = await door.revoke(prefix)
         if not hits:
             raise ApiError(404, f"no grant with hash {prefix} (see awp grants)", "unknown_grant")
         if len(hits) > 1:
@@ -519,7 +518,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     async def _mark(records: list[dict]) -> None:
         seqs = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
         if seqs:
-            await engine.writer.run(lambda c: ops.mark_read(c, seqs))
+            await door.mark_read(seqs)
             for x in records:
                 if x["seq"] in seqs:
                     x["read"] = True
@@ -577,9 +576,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             key = await engine.read(lambda c: _bind(c, bound_key, th, how))
 
         def their_state(c: sqlite3.Connection) -> str | None:
-            row = c.execute("SELECT theirs FROM threads WHERE peer = ? AND th = ?",
-                            (key, th)).fetchone()
-            return row[0] if row else None
+            return queries.their_state(c, key, th)
 
         def pending(c: sqlite3.Connection) -> tuple[str | None, list[dict]]:
             """Unread records in scope (a thread is bound to its peer by now)."""

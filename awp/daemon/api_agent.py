@@ -27,10 +27,11 @@ from typing import Any
 
 from ..localapi.server import ApiError, Request, Router
 from ..node.engine import Engine
-from ..store import ops, queries
+from ..store import queries
 from ..wire.timefmt import now_ms
 from .api import json_body as _body
 from .app import DaemonState
+from .facade import Door
 
 log = logging.getLogger("awp.daemon")
 
@@ -65,8 +66,8 @@ def _clean(value: object, what: str, limit: int) -> str:
 
 def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None:
     """Register the agent routes and make the acting routes record activity."""
-    act: dict[str, Any] = getattr(engine, "activity", None) or {"at": 0, "source": ""}
-    engine.activity = act
+    act: dict[str, Any] = engine.activity
+    door = Door(engine, state.parts)
     settings = state.settings
     if settings.harness:
         act["harness_source"] = "set"  # explicit or remembered
@@ -88,7 +89,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
         }
 
     async def remember(key: str, value: str) -> None:
-        await engine.writer.run(lambda c: ops.set_meta(c, "remember." + key, value))
+        await door.remember(key, value)
 
     def changed(what: str) -> None:
         """Tell listeners (presence publishes soon after a change) that we changed."""
@@ -146,7 +147,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
         records = await engine.read(lambda c: queries.unread(c))
         seqs = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
         if seqs:
-            await engine.writer.run(lambda c: ops.mark_read(c, seqs))
+            await door.mark_read(seqs)
             for x in records:
                 x["read"] = True
         return records

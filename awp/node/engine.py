@@ -105,6 +105,7 @@ class Engine:
         await trio.to_thread.run_sync(floor.load, conn)
         self.intake = await trio.to_thread.run_sync(
             Intake.start, os.path.dirname(os.path.abspath(self.db_path)), conn)
+        await trio.to_thread.run_sync(usage.settle, conn)
         self.budgets.load_stored(await trio.to_thread.run_sync(usage.load, conn))
         self.writer = Writer(conn, policy=floor)
         self.writer.start()
@@ -464,13 +465,14 @@ class Engine:
         replies: list = []
         if self.intake is not None:
             self.intake.store_unstored(c)
-        nbytes = len(text.encode("utf-8"))
+        th = line.get("th") or ""
+        nbytes = usage.line_cost(len(text.encode("utf-8")), bool(th) and c.execute(
+            "SELECT 1 FROM seen WHERE peer = ? AND th = ?", (conn.peer_key, th)).fetchone() is None)
         refusal = self._over_stored(c, conn, line, nbytes)
         if refusal is not None:
             return -1, [refusal]
         if line["t"] in ("mirror", "private"):
             # Extension lines: kept by their extension, never in the agent's inbox.
-            th = line.get("th") or ""
             seen = c.execute("SELECT last_id FROM seen WHERE peer = ? AND th = ?",
                              (conn.peer_key, th)).fetchone()
             if th:
@@ -636,7 +638,7 @@ class Engine:
             key = normalize_key(peer.get("key"))
         except (KeyError_, TypeError):
             return 0
-        nbytes = len(text.encode("utf-8"))
+        nbytes = usage.line_cost(len(text.encode("utf-8")), bool(th))
         if self._over_stored(c, conn, line, nbytes) is not None:
             return 0  # not seen: it comes again with the sender's next connection
         if th:
@@ -688,7 +690,7 @@ class Engine:
             def keep(c: sqlite3.Connection) -> int:
                 row = c.execute("SELECT th FROM log WHERE peer = ? AND dir = 'out' AND id = ?",
                                 (key, re)).fetchone()
-                nbytes = len(text.encode("utf-8"))
+                nbytes = usage.line_cost(len(text.encode("utf-8")))
                 if row is None or self.budgets.over_stored(key, nbytes):
                     return 0
                 n = c.execute(

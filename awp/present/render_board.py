@@ -162,13 +162,16 @@ def until_text(until: int | None, now: int | None = None) -> str:
     """``14:05:00Z (in 4m)`` for a lease's end."""
     if not until:
         return "-"
+    import time
+
     from ..base.durations import format_duration
-    from ..wire.timefmt import format_ts_seconds
 
     now = now_ms() if now is None else now
     left = (int(until) - now) / 1000
     rel = f"in {format_duration(left)}" if left > 0 else "ended"
-    return f"{format_ts_seconds(int(until))[11:]} ({rel})"
+    # the time of day in UTC (wire.timefmt would import re and datetime for it)
+    t = time.gmtime(int(until) // 1000)
+    return f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}Z ({rel})"
 
 
 def queue_table(items: list[dict], names: dict, me: str = "", now: int | None = None) -> str:

@@ -201,6 +201,12 @@ def listing(c: sqlite3.Connection, now: int) -> list[dict]:
     return out
 
 
+def issued_by(c: sqlite3.Connection, iss: str) -> list[tuple[dict, str]]:
+    """``(grant, hash)`` for every grant ``iss`` issued that we keep."""
+    return [(json.loads(raw), h) for raw, h in c.execute(
+        "SELECT grant, hash FROM grants WHERE kind = 'issued' AND iss = ?", (iss,))]
+
+
 def revoke(c: sqlite3.Connection, prefix: str) -> list[str]:
     rows = [r[0] for r in c.execute("SELECT DISTINCT hash FROM grants WHERE hash LIKE ?",
                                     (prefix.lower() + "%",))]

@@ -61,6 +61,12 @@ def last_issued_id(conn: sqlite3.Connection) -> str | None:
 # --- peers and addresses ------------------------------------------------------------
 
 
+def set_alias(conn: sqlite3.Connection, alias: str, key: str) -> None:
+    """Point ``alias`` at ``key`` (a new alias, or one moved to another peer)."""
+    conn.execute("INSERT INTO aliases (alias, key) VALUES (?, ?) ON CONFLICT (alias)"
+                 " DO UPDATE SET key = excluded.key", (alias, key))
+
+
 def ensure_peer(conn: sqlite3.Connection, key: str, now: int) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO peers (key, first_seen, last_seen) VALUES (?, ?, 0)", (key, now)
@@ -284,7 +290,7 @@ def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> lis
         rows += conn.execute(
             f"SELECT seq, id, line FROM outbox WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
             (peer, *part)).fetchall()
-    return [(r[1], r[2]) for r in sorted(rows)]
+    return [(r[1], r[2]) for r in sorted(rows, key=lambda r: r[0])]
 
 
 def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:

@@ -265,6 +265,17 @@ def max_seq(c: sqlite3.Connection) -> int:
     return c.execute("SELECT coalesce(max(seq), 0) FROM log").fetchone()[0]
 
 
+def presence_origins(c: sqlite3.Connection) -> int:
+    """How many origins' presence documents we hold."""
+    return c.execute("SELECT count(*) FROM presence").fetchone()[0]
+
+
+def their_state(c: sqlite3.Connection, peer: str, th: str) -> str | None:
+    """The state the peer last set on thread ``th`` (``None``: no such thread)."""
+    row = c.execute("SELECT theirs FROM threads WHERE peer = ? AND th = ?", (peer, th)).fetchone()
+    return row[0] if row else None
+
+
 def counts(c: sqlite3.Connection) -> dict:
     unread_n = c.execute("SELECT count(*) FROM log WHERE read = 0 AND dir = 'in'").fetchone()[0]
     notices = c.execute("SELECT count(*) FROM log WHERE read = 0 AND dir = 'notice'").fetchone()[0]

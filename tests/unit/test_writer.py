@@ -164,3 +164,20 @@ def test_a_failing_job_alone_fails_only_itself_threaded_and_inline(tmp_path, mon
 
     trio.run(main)
     assert sorted(r[0] for r in conn.execute("SELECT n FROM t")) == [0, 3600]
+
+
+def test_a_flood_of_tiny_lines_makes_modest_transactions(tmp_path):
+    """Jobs of 64 tiny lines (what a connection makes of a flooder's reads)
+    fill a batch with a few hundred rows, not thousands: an honest peer's
+    urgent line waits for one such transaction at most."""
+    w = Writer(_store(tmp_path))
+    for _ in range(100):  # 6,400 lines of 150 bytes queued
+        w.submit_nowait(_insert(0), weight=writer_mod.lines_weight(64 * 150, 64))
+    batch = w._next_batch()
+    assert 2 <= len(batch) * 64 <= 512, len(batch)
+    big = writer_mod.lines_weight(1_000_000, 1)  # a 1 MB line is a batch of its own
+    (tmp_path / "x").mkdir()
+    w2 = Writer(_store(tmp_path / "x"))
+    for _ in range(3):
+        w2.submit_nowait(_insert(0), weight=big)
+    assert len(w2._next_batch()) == 1
