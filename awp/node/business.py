@@ -149,14 +149,13 @@ class Business:
 
     def peers(self, c: sqlite3.Connection, now: int) -> dict[str, str]:
         """Every peer with open business (not parked), with its first kind."""
-        known = {r[0]: r[1] for r in c.execute("SELECT key, parked FROM peers")}
+        free = {r[0] for r in c.execute("SELECT key FROM peers WHERE parked = 0")}
         kept = self._kept_peers(c, now)
         out: dict[str, str] = {}
         for s in self._ordered():
             for key in s.peers(c, now):
-                if key in out or known.get(key, 1) or (s.kept and key not in kept):
-                    continue
-                out[key] = s.kind
+                if key in free and key not in out and (key in kept or not s.kept):
+                    out[key] = s.kind
         return out
 
     async def begun(self, peer: str) -> None:

@@ -354,10 +354,8 @@ class Engine:
                 return None, key
         conn = await self.dial_and_run(addr, timeout=timeout)
         now = now_ms()
-        await self.writer.run(lambda c: (
-            ops.add_address(c, conn.peer_key, addr, "connect", now),
-            ops.set_parked(c, conn.peer_key, False)))
-        return conn, conn.peer_key
+        await self.writer.run(lambda c: ops.add_address(c, conn.peer_key, addr, "connect", now))
+        return conn, conn.peer_key  # (the new connection ended any park)
 
     # -- connection callbacks ---------------------------------------------------------
 
