@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from io import TextIOBase
 
+from ..base.echo import echo
 from ..localapi.client import ApiFailure, LocalClient
 from ..present import render_board
 from ..present.render import now_ms
@@ -252,7 +253,7 @@ def policy_body(title: str | None, open_: bool, read: str | None, post: str | No
     body: dict = {}
     for flag, value in (("--read", read), ("--post", post)):
         if value is not None and value not in ("open", "grant"):
-            raise CliError(f"{flag} must be open or grant, not {value!r}", 2)
+            raise CliError(f"{flag} must be open or grant, not {echo(value)}", 2)
     if open_:
         if "grant" in (read, post):
             raise CliError("--open means --read open --post open: leave out the other", 2)

@@ -34,7 +34,6 @@ from ..wire.grants import make_grant
 from ..wire.ids import IdGenerator, new_thread_id
 from ..wire.keys import Identity, KeyError_, normalize_key
 from ..wire.messages import default_subject
-from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
 from .budgets import Budgets
 from .business import Business
@@ -601,7 +600,7 @@ class Engine:
         """Held grants for our auth (a quick read on the event loop thread)."""
         try:
             return self.read_sync(lambda c: grantstore.to_present(
-                c, peer, now_ms(), self.config.limits))
+                c, peer, now_ms(), self.config.limits, self.config.trust))
         except sqlite3.Error as e:
             log.error("cannot read grants to present: %s", e)
             return []
@@ -652,9 +651,9 @@ class Engine:
         grantstore.receive(c, line.get("grant"), self.identity.key, conn.peer_key, now,
                            self.config.limits)
         ops.ensure_peer(c, key, now)
-        name = clean_name(peer.get("name"))
-        if name:
-            c.execute("UPDATE peers SET name = ? WHERE key = ? AND name = ''", (name, key))
+        # The introduced name is not the peer's name: only the peer itself says
+        # that (hello). It stays in the logged line, where `connect NAME` finds
+        # it as a last resort, and never shadows or crowds a name.
         addr = peer.get("address")
         if isinstance(addr, str) and addr:
             try:
