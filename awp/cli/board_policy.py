@@ -7,6 +7,7 @@ both call :func:`topic_create` and :func:`topic_set`.
 
 from __future__ import annotations
 
+from ..base.echo import echo
 from .base import CliError, out, out_json, parse_seconds
 from .board_verbs import client_for
 
@@ -25,7 +26,7 @@ def policy_body(title: str | None, open_: bool, read: str | None, post: str | No
     body: dict = {}
     for flag, value in (("--read", read), ("--post", post)):
         if value is not None and value not in ("open", "grant"):
-            raise CliError(f"{flag} must be open or grant, not {value!r}", 2)
+            raise CliError(f"{flag} must be open or grant, not {echo(value)}", 2)
     if open_:
         if "grant" in (read, post):
             raise CliError("--open means --read open --post open: leave out the other", 2)

@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from ..base.echo import echo
 from ..board import view
 from ..localapi.server import ApiError, Request, Router
 from ..node.board import Board, TooMany
@@ -28,6 +29,7 @@ from ..wire.numbers import INT64_MAX
 from ..wire.timefmt import format_ts, now_ms
 from .api import json_body
 from .app import DaemonState
+from .facade import Door
 
 MIN_PREFIX = 6
 MAX_BATCH = 1000  # posts in one request to /v1/board/post
@@ -103,7 +105,9 @@ def text_of(parts: list) -> str:
 
 
 def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
-    board: Board = engine.board  # type: ignore[attr-defined]
+    assert state.parts.board is not None, "the board routes need the board extension"
+    board: Board = state.parts.board
+    door = Door(engine, state.parts)
     me = engine.identity.key
 
     # -- references ----------------------------------------------------------------
@@ -130,7 +134,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         try:
             return wb.topic_id(owner, name)
         except wb.BoardError as e:
-            raise _bad(f"topic {ref!r}: {e}", "bad_topic") from None
+            raise _bad(f"topic {echo(ref)}: {e}", "bad_topic") from None
 
     async def topic_of(ref: object) -> str:
         if isinstance(ref, str) and (ref.startswith(wb.KEY_PREFIX) or "/" not in ref):
@@ -154,9 +158,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         prefix = ref.strip().lower()
         found = {r.hash: r for r in sb.record(c, prefix) if r.hash.startswith(prefix)}
         if not found:
-            raise ApiError(404, f"no post {ref!r} here (see awp get TOPIC)", "unknown_post")
+            raise ApiError(404, f"no post {echo(ref)} here (see awp get TOPIC)", "unknown_post")
         if len(found) > 1:
-            raise ApiError(409, f"{ref!r} names {len(found)} records: give more of its id",
+            raise ApiError(409, f"{echo(ref)} names {len(found)} records: give more of its id",
                            "ambiguous_post")
         return next(iter(found.values()))
 
@@ -199,8 +203,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                    "max_post": p.max_post, "queue": p.queue, "lease_s": p.lease_s,
                    "attempts": p.attempts, "revoked": len(p.revoked),
                    "banned": sorted(p.banned)}
-        subscribed = c.execute("SELECT 1 FROM board_subs WHERE topic = ?",
-                               (topic,)).fetchone() is not None
+        subscribed = sb.is_subscribed(c, topic)
         return {"topic": topic, "label": label(c, topic), "owner": owner,
                 "owner_name": owner_name(c, owner), "name": name, "mine": owner == me,
                 "subscribed": subscribed, "known": pol is not None, **sb.topic_stats(c, topic),
@@ -241,7 +244,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         try:
             topic = wb.topic_id(me, name)
         except wb.BoardError as e:
-            raise _bad(f"topic name {name!r}: {e}", "bad_topic") from None
+            raise _bad(f"topic name {echo(name)}: {e}", "bad_topic") from None
         changes: dict[str, Any] = {}
         for f, kind in POLICY_FIELDS.items():
             if f in body and body[f] is not None:
@@ -487,7 +490,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         # is new; the mark (a write) is only for what this answer carries.
         answer, upto = await engine.read(q)
         if body.get("mark", True) and upto:
-            await engine.writer.run(lambda c: sb.mark_read(c, upto))
+            await door.mark_posts_read(upto)
         return answer
 
     # -- changing records ------------------------------------------------------------
@@ -572,9 +575,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         def find(c: sqlite3.Connection) -> list[dict]:
             out = []
-            for raw, h in c.execute("SELECT grant, hash FROM grants WHERE kind = 'issued'"
-                                    " AND iss = ?", (me,)):
-                g = json.loads(raw)
+            for g, h in grantstore.issued_by(c, me):
                 if prefix and not h.startswith(prefix):
                     continue
                 if peer and g.get("sub") != peer:
@@ -592,7 +593,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         revoked = [e for e in doc.get("revoked", []) if e.get("grant") not in hashes]
         revoked += [{"grant": h, "at": at} for h in hashes]
         await board.publish_topic(topic.split("/", 1)[1], {"revoked": revoked[-wb.MAX_LIST:]})
-        await engine.writer.run(lambda c: [grantstore.revoke(c, h) for h in hashes])
+        await door.revoke_all(hashes)
         return {"revoked": hashes, "topic": await topic_answer(topic)}
 
     @r.route("POST", "/v1/board/ban")
@@ -681,8 +682,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         from ..wire.timefmt import parse_ts
 
         best = 0
-        for (raw,) in c.execute("SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease'"
-                                " AND author = ? ORDER BY ts", (topic, topic.split("/")[0])):
+        for raw in sb.lease_raws(c, topic, topic.split("/")[0]):
             d = json.loads(raw)
             if d.get("lease") == lease_id:
                 best = parse_ts(d["until"])
@@ -693,7 +693,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         topic = await topic_of(req.query.get("topic"))
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
-        snap = await engine.writer.run(lambda c: board.queue.snapshot(c, topic)) if arbiter else None
+        snap = await door.queue_snapshot(topic) if arbiter else None
 
         def q(c: sqlite3.Connection) -> dict:
             names: dict[str, str] = {}
