@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from ..base.echo import cut_message
 from ..base.home import HomeError, resolve_home
 from ..localapi.client import (
     ApiFailure,
@@ -149,6 +150,7 @@ def failure_code(cmd: str, e: BaseException) -> int | None:
 
 def _fail(cmd: str, message: str, code: int = 1) -> int:
     first, _, rest = message.partition("\n")
+    first = cut_message(first)  # the backstop: no error repeats a huge argument
     sys.stderr.write(f"awp {cmd}: {first}\n")
     if rest:
         # Only the daemon's log tail continues past the first line.

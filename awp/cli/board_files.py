@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import os
 
+from ..base.echo import echo
+from ..base.filename import safe_name
+
 #: A record's fixed bound (SPEC.md section 14), and each topic's default ``max_post``.
 MAX_RECORD = 64 * 1024
 #: The smallest ``max_post`` a topic may set: posts under it never need the topic's figure.
@@ -24,7 +27,6 @@ MIN_MAX_POST = 1024
 #: the author's grant (about 600 bytes when the topic is not open to post).
 RECORD_OVERHEAD = 1024
 
-_NAME_MAX = 200  # bytes kept of a saved file's name (most file systems allow 255)
 
 
 def file_part(path: str, mime: str | None = None) -> dict:
@@ -94,30 +96,6 @@ def too_big(parts: list[dict], limit: int, where: str) -> str | None:
             " send big files with awp send --file instead")
 
 
-def safe_name(name: object) -> str:
-    """One plain file name from a name another host chose.
-
-    Only the last path component is kept (either slash), control characters
-    and a leading dot are replaced (no hidden files, no ``..``), and the
-    result is at most 200 bytes; an empty name becomes ``file``.
-    """
-    text = str(name or "").replace("\\", "/").rsplit("/", 1)[-1]
-    text = "".join("_" if ord(c) < 32 or ord(c) == 127 else c for c in text).strip()
-    while text.startswith("."):
-        text = "_" + text[1:]
-    if not text:
-        return "file"
-    raw = text.encode("utf-8")
-    if len(raw) > _NAME_MAX:
-        stem, dot, ext = text.rpartition(".")
-        if dot and 0 < len(ext.encode()) <= 16:
-            keep = _NAME_MAX - len(ext.encode()) - 1
-            text = stem.encode()[:keep].decode("utf-8", "ignore") + "." + ext
-        else:
-            text = raw[:_NAME_MAX].decode("utf-8", "ignore")
-    return text
-
-
 def _candidates(name: str):
     """``name``, then ``name-1.ext``, ``name-2.ext``, ...: never an existing file's name."""
     yield name
@@ -185,7 +163,7 @@ def parse_since(text: str, now_ms: int) -> int:
     try:
         return parse_ts(text.strip())
     except ValueError:
-        raise ValueError(f"{text!r} is neither a duration (30m, 2h, 7d) nor an RFC 3339 time"
+        raise ValueError(f"{echo(text)} is neither a duration (30m, 2h, 7d) nor an RFC 3339 time"
                          " (2026-09-21T14:00:00Z)") from None
 
 

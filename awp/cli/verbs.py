@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from ..base.echo import echo
 from ..localapi.client import LocalClient
 from ..present.render import (
     budget_line,
@@ -247,7 +248,7 @@ def send(args: list[str] | None, subject: str | None, thread: str | None, to: st
     if not parts and not paths:
         if peer and to is None and thread is None and args:
             # One positional word: it was taken as the peer, so there is no text.
-            raise CliError(f"only one argument ({peer!r}), taken as the peer: name the peer,"
+            raise CliError(f"only one argument ({echo(peer)}), taken as the peer: name the peer,"
                            f" then the text (awp send PEER {_quote(peer)})", code=2)
         raise CliError("nothing to send: give a text, --code FILE, --data JSON or --file FILE")
     body: dict = {"parts": parts}
@@ -377,13 +378,13 @@ def read(target: str | None, last: int, peer: str | None, no_mark: bool, home: s
             th = target
         elif peer:
             if not _is_thread(client, target):
-                raise CliError(f"{target!r} is not a known thread, and -p names the peer"
+                raise CliError(f"{echo(target)} is not a known thread, and -p names the peer"
                                " already")
             th = target
         elif _is_thread(client, target):
             # Thread ids are any string a peer picks: one spelled like a peer never shadows it.
             if _is_peer(client, target):
-                raise CliError(f"{target!r} is both a peer and a thread id here: awp read -p"
+                raise CliError(f"{echo(target)} is both a peer and a thread id here: awp read -p"
                                f" {target} for the peer, awp read {target} -p PEER for the"
                                " thread")
             th = target

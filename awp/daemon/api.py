@@ -15,6 +15,7 @@ import trio
 
 from .. import PROTOCOL_VERSION, __version__
 from ..base.durations import MAX_SECONDS
+from ..base.echo import echo
 from ..localapi.server import ApiError, Request, Router, Stream
 from ..node.engine import DialError, Engine
 from ..store import blobs as blobstore
@@ -36,7 +37,8 @@ def _lookup(fn):
     try:
         return fn()
     except LookupFailed as e:
-        status = 409 if e.code.startswith("ambiguous") else 404
+        status = (409 if e.code.startswith(("ambiguous", "lookalike"))
+                  else 400 if e.code.startswith("bad") else 404)
         raise ApiError(status, str(e), e.code) from None
 
 
@@ -101,12 +103,14 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(502, f"cannot connect to {addr}: {e}", "unreachable") from None
         return conn is None, key
 
-    async def resolve(ref: str, *, connect_timeout: float = 30.0) -> str:
+    async def resolve(ref: str, *, connect_timeout: float = 30.0,
+                      introduced: bool = False) -> str:
         """A peer reference to a key; an address is connected to first."""
         _check_address_form(ref)
         if looks_like_address(ref):
             return (await connect_address(ref, connect_timeout))[1]
-        return await engine.read(lambda c: _lookup(lambda: queries.resolve_peer(c, ref)))
+        return await engine.read(lambda c: _lookup(
+            lambda: queries.resolve_peer(c, ref, introduced=introduced)))
 
     @r.route("GET", "/v1/status")
     async def status(req: Request) -> dict:
@@ -176,8 +180,9 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         if looks_like_address(target):
             already, key = await connect_address(target, timeout)
         else:
-            key = await resolve(target)
+            key = await resolve(target, introduced=True)  # a name an introduction gave
             already = engine.peers.active(key) is not None
+            await engine.business.unpark(key)  # connecting ends a bye
             if not already:
                 addrs = await engine.dial_addresses(key)
                 if not addrs:
@@ -194,6 +199,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                         except DialError as e:
                             errors.append(f"{addr}: {e}")
                 if not ok:
+                    engine.peers.ensure_loop(key)  # keep trying if there is business
                     raise ApiError(502, f"cannot reach {target}: " + ("; ".join(errors)
                                    or "timed out"), "unreachable")
         name = await engine.read(lambda c: queries.peer_label(c, key))
@@ -212,6 +218,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             slot = engine.peers.slots.get(p["key"])
             if slot and slot.last_error and not conn:
                 p["last_error"] = slot.last_error
+            if slot and slot.loop_running and slot.reason:
+                p["kept_for"] = slot.reason  # the business it is redialled for
             p["budget"] = engine.budgets.peer(p["key"], conn)
         now = now_ms()
         granted = await engine.read(lambda c: {p["key"]: sorted(grantstore.honored_caps(
@@ -342,7 +350,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "caps must be a list of capability names", "bad_request")
         bad = [c for c in caps if c not in CAPABILITIES]
         if bad:
-            raise ApiError(400, f"unknown capability {bad[0]!r}: choose from "
+            raise ApiError(400, f"unknown capability {echo(bad[0])}: choose from "
                            + ", ".join(CAPABILITIES), "bad_request")
         return list(dict.fromkeys(caps))
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from ..base.echo import echo
 from ..board import view
 from ..localapi.server import ApiError, Request, Router
 from ..node.board import Board, TooMany
@@ -134,7 +135,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         try:
             return wb.topic_id(owner, name)
         except wb.BoardError as e:
-            raise _bad(f"topic {ref!r}: {e}", "bad_topic") from None
+            raise _bad(f"topic {echo(ref)}: {e}", "bad_topic") from None
 
     async def topic_of(ref: object) -> str:
         if isinstance(ref, str) and (ref.startswith(wb.KEY_PREFIX) or "/" not in ref):
@@ -158,9 +159,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         prefix = ref.strip().lower()
         found = {r.hash: r for r in sb.record(c, prefix) if r.hash.startswith(prefix)}
         if not found:
-            raise ApiError(404, f"no post {ref!r} here (see awp get TOPIC)", "unknown_post")
+            raise ApiError(404, f"no post {echo(ref)} here (see awp get TOPIC)", "unknown_post")
         if len(found) > 1:
-            raise ApiError(409, f"{ref!r} names {len(found)} records: give more of its id",
+            raise ApiError(409, f"{echo(ref)} names {len(found)} records: give more of its id",
                            "ambiguous_post")
         return next(iter(found.values()))
 
@@ -244,7 +245,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         try:
             topic = wb.topic_id(me, name)
         except wb.BoardError as e:
-            raise _bad(f"topic name {name!r}: {e}", "bad_topic") from None
+            raise _bad(f"topic name {echo(name)}: {e}", "bad_topic") from None
         changes: dict[str, Any] = {}
         for f, kind in POLICY_FIELDS.items():
             if f in body and body[f] is not None:

@@ -55,6 +55,17 @@ class Door:
         """Mark these log records read (the agent has been shown them)."""
         await self.engine.writer.run(lambda c: ops.mark_read(c, seqs))
 
+    async def mark_seen(self, seqs: list[int], upto: dict[str, int]) -> int:
+        """Mark read what a hook printed, in one transaction: log records by seq
+        (inbound and notices) and board topics up to a seq; how many rows changed."""
+        def job(c: sqlite3.Connection) -> int:
+            before = c.total_changes
+            ops.mark_seen(c, seqs)
+            boardstore.mark_read(c, upto)
+            return c.total_changes - before
+
+        return await self.engine.writer.run(job)
+
     async def mark_posts_read(self, upto: dict[str, int]) -> None:
         """Mark board posts read up to a seq per topic."""
         await self.engine.writer.run(lambda c: boardstore.mark_read(c, upto))

@@ -14,6 +14,7 @@ Pure functions of the local API's post and topic objects
 
 from __future__ import annotations
 
+from ..base.filename import safe_name
 from .render import INDENT, ago, clip, now_ms, render_part, size, table
 
 
@@ -29,7 +30,7 @@ def part_lines(part: object, saved: dict | None = None) -> list[str]:
         what = [size(int(part["size"]))] if isinstance(part.get("size"), int) else []
         if part.get("mime"):
             what.append(str(part["mime"]))
-        line = f"{INDENT}file {name}" + (f" ({', '.join(what)})" if what else "")
+        line = f"{INDENT}file {safe_name(name)}" + (f" ({', '.join(what)})" if what else "")
         where = (saved or {}).get(name)
         return [line + (f": {where}" if where else "")]
     return render_part(part)

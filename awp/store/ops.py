@@ -18,7 +18,9 @@ from ..wire.messages import default_subject, parse_line
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 
-SOURCE_RANK = {"connect": 0, "introduce": 1, "hello": 2}
+#: Where an address came from, most trusted first: what the user dialed, what
+#: the peer says of itself (hello.addr), what another peer said of it.
+SOURCE_RANK = {"connect": 0, "hello": 1, "introduce": 2}
 # Lines that are never acked themselves and are dropped when a later msg of
 # the same thread is acked (cumulative ack).
 CUMULATIVE_TYPES = ("chunk", "introduce")
@@ -132,11 +134,14 @@ def address_result(
 
 
 def ranked_addresses(conn: sqlite3.Connection, peer: str) -> list[sqlite3.Row]:
-    """Most recent success first, then by source, then newest."""
+    """What the user dialed and the peer said of itself before what others said of it;
+    within each, the most recent success first, then by source, then newest."""
     rows = conn.execute("SELECT * FROM addresses WHERE peer = ?", (peer,)).fetchall()
+    hearsay = SOURCE_RANK["introduce"]
     return sorted(
         rows,
-        key=lambda r: (-r["last_success"], SOURCE_RANK.get(r["source"], 9), -r["added_at"]),
+        key=lambda r: (SOURCE_RANK.get(r["source"], 9) >= hearsay, -r["last_success"],
+                       SOURCE_RANK.get(r["source"], 9), -r["added_at"]),
     )
 
 
@@ -408,30 +413,6 @@ def sweep_outbox(conn: sqlite3.Connection, cutoff_ms: int) -> int:
     return conn.execute("DELETE FROM outbox WHERE created < ?", (cutoff_ms,)).rowcount
 
 
-def has_business(conn: sqlite3.Connection, peer: str, since_ms: int) -> bool:
-    """Queued lines, an open thread active since ``since_ms``, or the board.
-
-    The board's business with a peer: it owns a topic we subscribe to (the
-    owner is where its records start and where its queue is arbitrated), or
-    we keep a lease operation for one of its queues.
-    """
-    if conn.execute("SELECT 1 FROM outbox WHERE peer = ? LIMIT 1", (peer,)).fetchone():
-        return True
-    # topics are "<owner key>/<name>": a range of the primary key ("0" follows "/")
-    if conn.execute("SELECT 1 FROM board_subs WHERE topic > ? AND topic < ? LIMIT 1",
-                    (peer + "/", peer + "0")).fetchone():
-        return True
-    return (
-        conn.execute(
-            "SELECT 1 FROM threads WHERE peer = ? AND updated >= ?"
-            " AND mine NOT IN ('done', 'failed', 'closed')"
-            " AND theirs NOT IN ('done', 'failed', 'closed') LIMIT 1",
-            (peer, since_ms),
-        ).fetchone()
-        is not None
-    )
-
-
 def resume_seen(conn: sqlite3.Connection, peer: str, since_ms: int) -> dict[str, str]:
     return {
         r[0]: r[1]
@@ -514,6 +495,12 @@ def add_notice(
         (peer, ident, th, now, now, compact_json(body)),
     )
     return cur.lastrowid
+
+
+def mark_seen(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
+    """Mark inbound records and notices read by seq (what a hook printed); others stay."""
+    conn.executemany("UPDATE log SET read = 1 WHERE seq = ? AND read = 0"
+                     " AND dir IN ('in', 'notice')", [(s,) for s in seqs])
 
 
 def mark_read(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:

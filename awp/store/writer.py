@@ -60,11 +60,12 @@ Job = Callable[[sqlite3.Connection], Any]
 Hook = Callable[[Any], None]
 _MAX_BATCH = 4000
 _BATCH_BYTES = 512 * 1024  # a batch of weighted jobs stops once it holds this much
-# What a stored line weighs besides its bytes: a row costs the writer about
-# as much time as 2 KiB of line.  Weighed by bytes alone, a flood of tiny
-# lines made transactions of thousands of rows (over a second of staging on
-# a loaded machine) that every other peer's line waited behind.
-LINE_WEIGHT = 2048
+# What a stored line weighs besides its bytes, so that a batch holds at most
+# about 64 rows: weighed by bytes alone, a flood of tiny lines made
+# transactions of thousands of rows (over a second of staging on a loaded
+# machine) that every other peer's line waited behind.  A backlog replayed
+# alone pays one commit per 64 lines for it.
+LINE_WEIGHT = 8192
 
 
 def lines_weight(nbytes: int, lines: int) -> int:
