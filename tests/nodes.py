@@ -16,6 +16,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def free_port() -> int:
+    """A port free at this instant, for a listener that cannot report its own.
+
+    It can be handed to two callers (here or in another process) before
+    either binds it: :class:`Node` lets its daemon bind port 0 instead.
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -45,20 +50,39 @@ def wait_for(cond, timeout: float = 10.0, what: str = "condition", interval: flo
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+ANY_PORT = "tcp:127.0.0.1:0"
+
+
+def bound_port(status: dict) -> int:
+    """The loopback TCP port a daemon's status says it listens on (0: none)."""
+    for a in status.get("addresses") or []:
+        if a.startswith("tcp:127.0.0.1:"):
+            return int(a.rsplit(":", 1)[1])
+    return 0
+
+
 class Node:
-    """One daemon in its own home, listening on loopback TCP (or a Unix socket)."""
+    """One daemon in its own home, listening on loopback TCP (or a Unix socket).
+
+    The first start lets the daemon bind port 0 and reads the port it got
+    from its status, so no two daemons can be handed one port; later starts
+    ask for that port again, so peers find the node where they left it (a
+    daemon that cannot have it exits, and :meth:`wait_ready` says why).
+    ``port`` and ``address`` are known once the node has started.
+    """
 
     def __init__(self, home: str, name: str = "node", *, unix: bool = False,
                  extra: list[str] | None = None, env: dict | None = None) -> None:
         self.home = home
         self.name = name
-        self.port = free_port()
+        self.port = 0
         self.unix_path = os.path.join(os.path.dirname(home), f"{name}.l.sock")
-        self.listen = f"unix:{self.unix_path}" if unix else f"tcp:127.0.0.1:{self.port}"
+        self.listen = f"unix:{self.unix_path}" if unix else ANY_PORT
         self.extra = extra or []
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.log_path = home + ".log"
+        self.learn_port = False  # this start asked for port 0: read the port from the status
 
     def with_limits(self, **limits: object) -> Node:
         """Write ``limits`` as the home's config.json (before :meth:`start`)."""
@@ -69,6 +93,8 @@ class Node:
 
     @property
     def address(self) -> str:
+        if self.listen == ANY_PORT:
+            raise AssertionError(f"{self.name} has not started: its port is not known yet")
         return self.listen
 
     @property
@@ -80,6 +106,7 @@ class Node:
         env.pop("AWP_HOME", None)
         env.update(self.env)
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        self.learn_port = self.listen == ANY_PORT
         args = [sys.executable, "-m", "awp", "daemon", "--home", self.home, "--no-tailcat",
                 "--listen", self.listen, "--name", self.name, *self.extra, *more]
         with open(self.log_path, "ab") as log:
@@ -100,6 +127,13 @@ class Node:
 
         self.status = wait_for(ready, timeout, f"daemon {self.name} ready")
         self.key = self.status["key"]
+        if self.learn_port:
+            self.learn_port = False
+            self.port = bound_port(self.status)
+            if not self.port:
+                raise AssertionError(f"daemon {self.name} listens on no loopback port:"
+                                     f" {self.status.get('listen_errors')}")
+            self.listen = f"tcp:127.0.0.1:{self.port}"
 
     def tail_log(self, n: int = 30) -> str:
         try:

@@ -61,6 +61,11 @@ class Limits:
     board_claims_per_minute: int = 6000     # queue requests one peer makes of our queues
     board_queue_log: int = 10000            # rows in one queue's arbiter log before compacting
 
+    # Links kept without business of our own (awp/node/business.py).
+    kept_peers: int = 64                    # peers redialled only because they were recently
+    #                                         connected or carry one of our topics
+    warm_for: float = 1800.0                # a dropped link is redialled this long after it was up
+
     # Time.
     write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
     gap_timeout: float = 15.0               # an older line unacked while a newer one is (0: off)
@@ -84,6 +89,7 @@ for _f, _k in (
     ("api_body_bytes", "bytes"), ("board_subscriptions", "count"),
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),
     ("board_claims_per_minute", "count"), ("board_queue_log", "count"),
+    ("kept_peers", "count"), ("warm_for", "seconds"),
 ):
     _kind(_f, _k)
 

@@ -61,7 +61,8 @@ def daemon_cmd(
     """Run the daemon in the foreground (for a service manager, or to watch its log).
 
     Other commands start it on demand in the background, with its output in
-    <home>/daemon.log.
+    <home>/daemon.log. Run this way, it exits 1 when a TCP or Unix listener
+    cannot be bound (a port taken, a bad path), saying which.
 
     \b
     Example:

@@ -34,6 +34,7 @@ from .facade import Door
 MIN_PREFIX = 6
 MAX_BATCH = 1000  # posts in one request to /v1/board/post
 MAX_WAIT_S = 3600.0  # a server-side wait (post, claim, wait) is cut to this
+LIVE_POSTS = 32  # a wait reads up to this many posts on the event loop; more on a reader thread
 DEFAULT_GRANT_TTL_S = 30 * 86400.0
 MAX_GRANT_TTL_S = 10 * 366 * 86400.0  # a board grant lasts at most ten years
 POLICY_FIELDS = {  # request field -> what it must be
@@ -445,20 +446,30 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         elif isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise _bad("after must be a cursor (a seq) from an earlier answer")
 
-        def q(c: sqlite3.Connection) -> tuple[list[dict], int]:
+        def q(c: sqlite3.Connection, limit: int = 500) -> tuple[list[dict], int]:
             # The newest seq first: every post up to it is then seen by the
             # query after it, so a wait may start from it when nothing is new.
             seen = sb.last_seq(c)
             names: dict[str, str] = {}
-            posts = sb.posts_after(c, topics, after, me, mine)
+            posts = sb.posts_after(c, topics, after, me, mine, limit)
             return [post_obj(c, p, names) for p in posts], seen
+
+        async def look() -> tuple[list[dict], int]:
+            """What is new: read right here while it is a few posts, as it is for a
+            waiter that keeps up (a reader thread's two hand-overs cost more CPU
+            than the query, once per post on every waiting host); when there may
+            be more, on a reader thread."""
+            posts, seen = engine.read_sync(lambda c: q(c, LIVE_POSTS))
+            if len(posts) < LIVE_POSTS:
+                return posts, seen
+            return await engine.read(q)
 
         engine.waiting += 1
         last = after  # nothing in scope up to here: where the next wait may start
         try:
             with engine.changes.subscribe() as events, trio.move_on_after(timeout):
                 while True:
-                    posts, seen = await engine.read(q)
+                    posts, seen = await look()
                     if posts:
                         return {"posts": posts, "cursor": max(p["seq"] for p in posts),
                                 "timed_out": False}

@@ -174,6 +174,12 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
             except (AddressError, Exception) as e:
                 state.listen_errors[item] = str(e)
                 log.error("cannot listen on %s: %s", item, e)
+        failed = _fatal_listen_errors(settings, state)
+        if failed:
+            for item, why in failed.items():
+                print(f"awp daemon: cannot listen on {item}: {why}", file=sys.stderr)
+            nursery.cancel_scope.cancel()
+            return 1
         from .api import build_router
 
         router = build_router(engine, state)
@@ -218,6 +224,23 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
     remove_socket_pointer(home)
     log.info("stopped; queued messages stay on disk")
     return 0
+
+
+def _fatal_listen_errors(settings: Settings, state: DaemonState) -> dict[str, str]:
+    """The listeners whose failure ends a daemon started in the foreground.
+
+    Run by hand or by a service manager (``awp daemon``), a TCP or Unix
+    listener that cannot be bound (a port taken, a bad path) is a start that
+    failed: say so and exit non-zero, so the caller notices instead of a
+    daemon running deaf while its connects reach whoever holds the port.  A
+    daemon the CLI started on demand (it passes ``--start-dir``) keeps
+    running, so that ``awp up`` can report the error from its status and the
+    local commands still work.  Tailcat is never fatal here: it binds later,
+    once its relay answers, and reports through the status.
+    """
+    if settings.on_demand:
+        return {}
+    return {k: v for k, v in state.listen_errors.items() if k.strip().lower() != "tailcat"}
 
 
 def _setup_tailcat(home: str, settings: Settings, state: DaemonState) -> None:

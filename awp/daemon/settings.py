@@ -91,6 +91,7 @@ class Settings:
     listen_source: str = "default"
     remember: dict[str, str] = field(default_factory=dict)
     harnesses: Harnesses = field(default_factory=Harnesses)
+    on_demand: bool = False  # the CLI started us (``--start-dir``), not a person or a service
 
 
 def _csv(v: str | None) -> list[str]:
@@ -241,5 +242,5 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         allow=allow, trust=trust, serve=serve, root=root, presence=presence,
         share_with=share_with, blob_limit=blob_limit, ping_interval=ping, outbox_ttl=ttl,
         trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, limits=limits, listen_source=listen_source,
-        remember=remember, harnesses=flags.harnesses,
+        remember=remember, harnesses=flags.harnesses, on_demand=flags.start_dir is not None,
     )

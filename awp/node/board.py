@@ -9,8 +9,10 @@ module moves records between hosts (SPEC.md section 14):
   side with the smaller key opens a digest exchange (``board-digest``,
   ``board-want``, ``board-posts``) that moves only what one side lacks;
 * a record stored for the first time is forwarded at once to every other
-  subscribed peer allowed to read it, up to 8 hops; one already held ends
-  there.
+  subscribed peer allowed to read it, however far it has come; one already
+  held ends there (records are named by hash, so dedup is what stops the
+  flood, and no hop bound is needed: a live record reaches every subscriber
+  of a connected network in one pass).
 
 Every link has its own sender task and a byte-bounded queue, so a slow peer
 never holds up reading from anyone.  When a link's queue is full, records are
@@ -28,7 +30,7 @@ import json
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,8 +50,10 @@ from ..wire.board import (
     parse_topic,
     sign_record,
 )
+from ..wire.numbers import is_count
 from ..wire.presence import raw_elements, raw_member
 from ..wire.timefmt import format_ts, now_ms
+from . import board_links
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -57,7 +61,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awp.board")
 
-MAX_HOPS = 8
+RELAXED_RECORDS = 32  # relayed records stored inline without an fsync, at most, per line
+HOPS_CAP = 1 << 20  # ``hops`` is a count for people reading the store; it stops growing here
 MAX_LINE = 512 * 1024  # a board-posts line stays under this
 MAX_SUBS = 256  # topics in one board-sub
 MAX_WANT = 4096  # hashes in one board-want
@@ -160,6 +165,7 @@ class Board:
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
         self._last_ts = 0  # of the last record we signed
+        board_links.register(engine)  # topics and queue work are business with peers
 
     # -- life ------------------------------------------------------------------------
 
@@ -351,13 +357,16 @@ class Board:
             added.append(topic)
             link.subs.pop(topic, None)  # re-listed: now the newest entry
             link.subs[topic] = (e.get("grant"), e.get("via"))
-        for topic in drop[:MAX_SUBS] if isinstance(drop, list) else []:
-            if isinstance(topic, str):
-                link.subs.pop(topic, None)
+        dropped = [t for t in (drop[:MAX_SUBS] if isinstance(drop, list) else [])
+                   if isinstance(t, str)]
+        for topic in dropped:
+            link.subs.pop(topic, None)
         if len(link.subs) > 4 * MAX_SUBS:  # a peer cannot make us remember without end
             for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
                 del link.subs[topic]
         heard, link.heard_sub = link.heard_sub, True
+        await board_links.heard(self.engine, link.conn.peer_key,
+                                [t for t in dict.fromkeys(added) if t in self.subs], dropped)
         for topic in dict.fromkeys(added):
             if topic not in self.subs:
                 continue
@@ -380,14 +389,14 @@ class Board:
     async def _on_topic(self, link: _Link, line: dict, raw: bytes) -> None:
         hops = line.get("hops")
         doc = raw_member(raw.decode("utf-8"), "doc")
-        if doc is None or not isinstance(hops, int) or isinstance(hops, bool) or hops < 0:
+        if doc is None or not is_count(hops):
             return
+        hops = min(hops, HOPS_CAP)
         taken = await self.engine.writer.run(
             lambda c: sb.take(c, [doc], now_ms(), via=link.conn.peer_key, hops=hops))
         for rec in taken.new:
             self._topic_changed(rec)
-            if hops + 1 < MAX_HOPS:
-                await self._forward_topic(rec, hops + 1, except_key=link.conn.peer_key)
+            await self._forward_topic(rec, next_hops(hops), except_key=link.conn.peer_key)
             # the document may be what we lacked to take anything: compare now
             if rec.topic in link.subs:
                 link.resync.add(rec.topic)
@@ -418,13 +427,13 @@ class Board:
         topic, hops = line.get("topic"), line.get("hops")
         if not isinstance(topic, str) or topic not in self.subs:
             return
-        if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops < MAX_HOPS:
+        if not is_count(hops):
             return
         recs_text = raw_member(raw.decode("utf-8"), "recs")
         recs = raw_elements(recs_text, MAX_RECS) if recs_text is not None else None
         if not recs:
             return
-        await self.take(recs, via=link.conn.peer_key, hops=hops)
+        await self.take(recs, via=link.conn.peer_key, hops=min(hops, HOPS_CAP))
 
     async def take(self, raws: list[str] | list[Record], *, via: str = "",
                    hops: int = 0) -> sb.Taken:
@@ -436,7 +445,7 @@ class Board:
             return taken
 
         try:
-            taken = await self.engine.writer.run(job)
+            taken = await self._store(job, len(raws) if via else 0)
         except Exception:
             if self.queue is not None:
                 self.queue.forget()
@@ -451,19 +460,32 @@ class Board:
         for rec in taken.new:
             if rec.kind == "topic":
                 self._topic_changed(rec)
-                await self._forward_topic(rec, hops + 1, except_key=via)
+                await self._forward_topic(rec, next_hops(hops), except_key=via)
                 continue
             by_topic.setdefault(rec.topic, []).append(rec)
             self.engine.changes.publish({
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me})
-        if hops + 1 < MAX_HOPS or not via:
-            for topic, recs in by_topic.items():
-                await self._forward(topic, [r.raw for r in recs], hops + 1 if via else 0,
-                                    except_key=via)
+        for topic, recs in by_topic.items():
+            await self._forward(topic, [r.raw for r in recs], next_hops(hops) if via else 0,
+                                except_key=via)
         if self.queue is not None and taken.new:
             self.queue.after_stored(taken)
         return taken
+
+    async def _store(self, job: Callable[[sqlite3.Connection], sb.Taken],
+                     relayed: int) -> sb.Taken:
+        """Run a store job: ``relayed`` records from a peer go in a relaxed commit.
+
+        A record a peer relayed is held by every subscriber, so no one needs
+        it on disk before it goes on: a small batch of them is stored inline
+        without the fsync (:meth:`Writer.run_relaxed`), which is most of what
+        a relay spends per record.  Our own records, and large batches (a
+        catch-up; they would hold up the event loop), take the durable path.
+        """
+        if 0 < relayed <= RELAXED_RECORDS:
+            return await self.engine.writer.run_relaxed(job)
+        return await self.engine.writer.run(job)
 
     async def _forward(self, topic: str, raws: list[str], hops: int,
                        except_key: str = "", only: _Link | None = None) -> None:
@@ -581,9 +603,12 @@ class Board:
         await self.engine.writer.run(job)
         self.subs.add(topic)
         await self.announce([topic], [])
+        for key, link in list(self.links.items()):  # neighbours that carry it already
+            if topic in link.subs:
+                await board_links.heard(self.engine, key, [topic], [])
         owner = topic.split("/", 1)[0]
         if owner != self.me:
-            self.engine.peers.ensure_loop(owner)  # a subscription is business with its owner
+            await self.engine.business.begun(owner)  # a subscription is business with its owner
         return True
 
     def on_grants(self, conn: Connection) -> None:
@@ -671,6 +696,11 @@ class Board:
                 "queued_bytes": sum(link.size for link in list(self.links.values()))}
 
 
+def next_hops(hops: int) -> int:
+    """The ``hops`` a forwarded record carries: one more, saturating at :data:`HOPS_CAP`."""
+    return min(hops + 1, HOPS_CAP)
+
+
 def _groups(raws: Iterable[str]) -> list[tuple[list[str], int]]:
     """Records in groups that each fit one ``board-posts`` line, with their sizes."""
     out: list[tuple[list[str], int]] = []
@@ -693,4 +723,4 @@ def _topic_of(raw: str) -> str:
     return str(json.loads(raw).get("topic", ""))
 
 
-__all__ = ["Board", "MAX_HOPS", "speaks_board"]
+__all__ = ["Board", "HOPS_CAP", "speaks_board"]

@@ -168,7 +168,14 @@ class BoardQueue:
         self._lease_ts.clear()
 
     def after_stored(self, taken: sb.Taken) -> None:
-        self._wake.set()  # a new lease may need an expiry tick
+        """A new lease may need an expiry tick, but only in a queue we arbitrate.
+
+        Waking costs the loop a writer round trip (:meth:`_next_expiry`), so
+        records of topics without an arbiter here (every record a relay or a
+        plain subscriber stores) do not wake it.
+        """
+        if any(r.topic in self.arbiters for r in taken.new):
+            self._wake.set()
 
     def _decide(self, c: sqlite3.Connection, topic: str,
                 ev: Event) -> tuple[Decision, list[Record]]:
@@ -381,7 +388,7 @@ class BoardQueue:
         await self.engine.writer.run(lambda c: c.execute(
             "INSERT OR REPLACE INTO board_pending (lease, topic, op, until) VALUES (?, ?, ?, ?)",
             (lease, topic, op, until)))
-        self.engine.peers.ensure_loop(topic.split("/", 1)[0])  # redial the owner for it
+        await self.engine.business.begun(topic.split("/", 1)[0])  # redial the owner for it
 
     async def _retry_kept(self) -> None:
         now = now_ms()

@@ -10,6 +10,13 @@ know (anti-entropy).  Documents older than 10 minutes are forgotten.
 When documents leave is decided per link by :mod:`awp.node.presence_sched`
 (changes at once, heartbeats gathered); a peer that lists ``presence-batch``
 gets all of a link's due documents in one line, an older peer one line each.
+
+What the agent is doing (``active``, ``waiting``) moves with nearly every
+local API call, so it is not news to rush through the network: a change of
+activity alone signs no document of its own; the next heartbeat (at most
+:data:`ACTIVITY_S` later) carries it, and relays pass it on as a heartbeat,
+in each link's next line (:func:`publish_reason`).  Board records are not presence either: storing
+one does not wake the publisher.
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ MAX_ORIGINS = 1000
 MAX_PEERS = 64
 MAX_THREADS = 64
 ACTIVITY_GRAIN_MS = 30_000
+ACTIVITY_S = 60.0  # a change of activity alone is signed at most this often: with the heartbeat
+ACTIVITY_FIELDS = ("active", "waiting")
+QUIET_KINDS = ("presence", "ack", "board")  # engine events that never change our document
 BATCH_CAP = "presence-batch"
 MAX_BATCH_BYTES = 512 * 1024  # keep a batch line well under the 1 MiB limit
 
@@ -67,6 +77,7 @@ class Presence:
         self.describe = describe or (lambda: {})
         self.own_raw: str | None = None
         self.sent_lines = 0  # presence lines written, for the bench
+        self.signed = 0  # documents of our own signed, for the bench
         self.lines_to: dict[str, int] = {}  # per peer key
         self._changed = trio.Event()
         self._schedule = PresenceSchedule()
@@ -86,13 +97,14 @@ class Presence:
     async def _watch_changes(self) -> None:
         with self.engine.changes.subscribe() as events:
             async for ev in events:
-                if ev.get("kind") not in ("presence", "ack"):
+                if ev.get("kind") not in QUIET_KINDS:
                     self._changed.set()
 
     async def _publish_loop(self) -> None:
-        last_digest, last_sent = "", 0.0
+        last_digest, last_activity, last_sent = "", "", -math.inf
         while True:
-            with trio.move_on_after(HEARTBEAT):
+            # Woken by a change, or to look at activity (which raises no event).
+            with trio.move_on_after(ACTIVITY_S):
                 await self._changed.wait()
                 # let a burst of changes settle into one document
                 while True:
@@ -109,11 +121,14 @@ class Presence:
             except Exception as e:
                 log.error("presence: %s", e)
                 continue
-            digest = content_digest(doc)
-            if digest == last_digest and trio.current_time() - last_sent < HEARTBEAT - 1:
+            digest, activity = content_digest(doc), activity_digest(doc)
+            now = trio.current_time()
+            why = publish_reason(digest != last_digest, activity != last_activity,
+                                 now - last_sent)
+            if not why:
                 continue
-            await self.emit(doc, changed=digest != last_digest)
-            last_digest, last_sent = digest, trio.current_time()
+            await self.emit(doc, changed=why == "changed")
+            last_digest, last_activity, last_sent = digest, activity, now
 
     def _local_doc(self, c: sqlite3.Connection) -> dict:
         eng = self.engine
@@ -160,6 +175,7 @@ class Presence:
         doc = dict(doc, seq=seq, ts=format_ts(now_ms()))
         raw = sign_doc(self.engine.identity, doc)
         self.own_raw = raw
+        self.signed += 1
         self._queue(self.engine.identity.key, raw, 0, 0.0, changed)
 
     def _next_seq(self, c: sqlite3.Connection) -> int:
@@ -337,14 +353,37 @@ class Presence:
                 self.engine.changes.publish({"kind": "presence", "origin": origin, "left": True})
 
 
+def publish_reason(changed: bool, activity_changed: bool, since_last_s: float) -> str:
+    """Whether to sign a new document now, and how it travels ("" for not now).
+
+    ``changed``: what the document says changed (it is rushed through the
+    network).  ``activity_changed``: only ``active``/``waiting`` moved; that
+    waits until :data:`ACTIVITY_S` have passed since the last document (the
+    heartbeat's period), and travels like a heartbeat.  Otherwise a
+    heartbeat every :data:`HEARTBEAT` seconds.
+    """
+    if changed:
+        return "changed"
+    if since_last_s >= min(ACTIVITY_S, HEARTBEAT) - 1:
+        return "activity" if activity_changed else "heartbeat"
+    return ""
+
+
+def activity_digest(doc: dict) -> str:
+    """What the agent is doing, as far as the document says (see :data:`ACTIVITY_FIELDS`)."""
+    return json.dumps([doc.get(k) for k in ACTIVITY_FIELDS])
+
+
 def content_digest(doc: dict) -> str:
     """What a document says, ignoring what every heartbeat may change.
 
-    That is ``seq``, ``ts`` and ``sig``, and the link round-trip times, which
-    wobble by a millisecond from one ping to the next: a new RTT alone is
-    news for the next heartbeat, not a change to rush through the network.
+    That is ``seq``, ``ts`` and ``sig``; the link round-trip times, which
+    wobble by a millisecond from one ping to the next; and the agent's
+    activity, which moves with every local API call: a new RTT or activity
+    alone is news for the next heartbeat, not a change to rush through the
+    network.
     """
-    body = {k: v for k, v in doc.items() if k not in ("seq", "ts", "sig")}
+    body = {k: v for k, v in doc.items() if k not in ("seq", "ts", "sig", *ACTIVITY_FIELDS)}
     if isinstance(body.get("peers"), list):
         body["peers"] = [{k: v for k, v in p.items() if k != "rtt"} if isinstance(p, dict) else p
                          for p in body["peers"]]

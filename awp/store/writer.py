@@ -25,6 +25,14 @@ Two refinements matter for latency at low load, where a message is alone:
 Hooks always run on the trio thread in commit order, across inline and
 threaded batches alike; connections rely on that to send in outbox order.
 
+**Relaxed runs.**  What no one waits on for durability (a board record a
+peer relayed: every subscriber holds it, and anti-entropy brings it back)
+may be committed without the fsync (:meth:`Writer.run_relaxed`): inline on
+the trio thread, with ``synchronous = NORMAL`` for that one transaction.  A
+killed process loses nothing (the WAL is written); a power loss may lose the
+last of them, until the next durable commit or checkpoint syncs the WAL.  It
+saves a relay the fsync and both thread hand-overs for every record.
+
 **Urgent jobs go first.**  A job may be marked urgent (a peer's line when
 nothing else of that connection is waiting for the store) and given a weight
 (its bytes).  Queued urgent jobs make a batch of their own ahead of the
@@ -126,6 +134,7 @@ class Writer:
         self.commits = 0
         self.early_batches = 0
         self.inline_batches = 0
+        self.relaxed_batches = 0
 
     def start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -176,6 +185,29 @@ class Writer:
 
     async def run(self, job: Job) -> Any:
         return await self.submit_nowait(job).wait()
+
+    async def run_relaxed(self, job: Job) -> Any:
+        """Run a job whose commit need not be durable at once (see the module docstring).
+
+        Inline and without the fsync when the writer has nothing queued or
+        unresolved (so it keeps its place in commit order); otherwise queued
+        like any job, and committed durably with its batch.  Keep the job
+        small: it runs on the event loop.
+        """
+        if self._thread is None or self._outstanding or not self._lock.acquire(blocking=False):
+            return await self.run(job)
+        p = Pending(job)
+        try:
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                staged = self._stage([p])
+                self._finish(p, staged, staged and self._commit([p], 0, relaxed=True))
+            finally:
+                self._conn.execute("PRAGMA synchronous = FULL")
+        finally:
+            self._lock.release()
+        self.relaxed_batches += 1
+        return p.result()
 
     async def run_with_hook(self, job: Job, on_commit: Hook, *,
                             early: Hook | None = None) -> Any:
@@ -291,9 +323,15 @@ class Writer:
                     pass
         return True
 
-    def _commit(self, batch: list[Pending], sent_early: int) -> bool:
-        """The policy's bookkeeping, then COMMIT; on failure every job fails."""
-        conn, policy = self._conn, self._policy
+    def _commit(self, batch: list[Pending], sent_early: int, *, relaxed: bool = False) -> bool:
+        """The policy's bookkeeping, then COMMIT; on failure every job fails.
+
+        A ``relaxed`` commit (no fsync) leaves the policy alone: what it
+        reserves must be durable, so it waits for the next durable commit,
+        as it does while the daemon commits nothing; and it is not counted
+        in the commit time that decides inline runs.
+        """
+        conn, policy = self._conn, None if relaxed else self._policy
         try:
             if policy is not None:
                 policy.before_commit(conn)
@@ -301,7 +339,8 @@ class Writer:
             conn.execute("COMMIT")
             done_ns = time.perf_counter_ns()
             self._last_commit = time.monotonic()
-            self._commit_s = 0.8 * self._commit_s + 0.2 * (self._last_commit - started)
+            if not relaxed:
+                self._commit_s = 0.8 * self._commit_s + 0.2 * (self._last_commit - started)
             self.commits += 1
         except BaseException as e:  # noqa: BLE001
             try:

@@ -2,7 +2,7 @@
 
 The timings themselves are not asserted (a shared 2-core machine moves them
 by 2x and more); what is: each of the four parts prints its figure with its
-target and a verdict, no spread delivery within 8 links goes missing, the
+target and a verdict (the spread's CPU per post too), no spread delivery goes missing, the
 catch-up ends with the host holding everything, and the queue hands out
 every item exactly once.
 """
@@ -28,14 +28,17 @@ def test_board_bench_prints_every_figure():
     r = subprocess.run(
         [sys.executable, os.path.join(ROOT, "bench", "board.py"), "--hosts", "3", "--posts", "6",
          "--burst", "150", "--posters", "4", "--batch", "50", "--offline", "300", "--claimants", "6",
-         "--items", "24", "--claim-hosts", "1"],
+         "--items", "24", "--claim-hosts", "1", "--rest", "1"],
         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
     took = time.monotonic() - t0
     out = r.stdout
     assert "Traceback" not in r.stderr, r.stderr
-    figures = {ln.split(":")[0]: ln for ln in out.splitlines() if FIGURE.search(ln)}
+    figures = {ln.split(":")[0].strip(): ln for ln in out.splitlines() if FIGURE.search(ln)}
     assert set(figures) == {"spread, line of 3", "spread, tree of 3", "burst, one post a request",
-                            "burst, 50 posts a request", "catch-up", "queue"}, out
+                            "burst, 50 posts a request", "catch-up", "queue",
+                            "CPU per post per host"}, out
+    assert len(re.findall(r"CPU per post per host: [\d.]+ ms", out)) == 2, out
+    assert len(re.findall(r"CPU per daemon at rest .*: avg [\d.]+, max [\d.]+ CPU-s", out)) == 2
     for kind in ("line", "tree"):
         line = figures[f"spread, {kind} of 3"]
         assert "(12 deliveries)" in line and "missing 0" in line, line

@@ -163,7 +163,7 @@ def _hostile_lines(me: Identity, topic: str, owner: Identity) -> list[dict]:
         {"t": "board-posts", "topic": topic, "hops": 0, "recs": [other.doc]},
         {"t": "board-posts", "topic": topic, "hops": 0, "recs": [future.doc]},
         {"t": "board-posts", "topic": topic, "hops": 0, "recs": [fake_owner]},
-        {"t": "board-posts", "topic": topic, "hops": 99, "recs": [good.doc]},
+        {"t": "board-posts", "topic": topic, "hops": -1, "recs": [good.doc]},
         {"t": "board-posts", "topic": topic, "hops": 0, "recs": "not a list"},
         {"t": "board-digest", "topic": topic, "floor": "x", "ranges": [{"lo": 1}] * 300},
         {"t": "board-want", "topic": topic, "ids": ["zz"] * 5000},

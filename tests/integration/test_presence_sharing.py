@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from nodes import wait_for
 from rawpeer import RawPeer
@@ -184,3 +185,34 @@ def test_batched_presence_in_and_out(make_node):
     finally:
         for p in (src, batcher, single):
             p.close()
+
+
+def _lines_to(node, key: str) -> int:
+    return node.api("GET", "/v1/status")["presence"]["lines_by_peer"].get(key, 0)
+
+
+def test_an_agent_busy_on_the_board_costs_no_presence_line_per_call(make_node):
+    """Posts and waits mark the agent active; that must not sign a document per call."""
+    a = make_node("a", extra=["--presence"]).start()
+    b = make_node("b").start()
+    a.connect(b)
+    wait_for(lambda: a.key in _presence(b), 20, "b has a's document")
+    a.api("POST", "/v1/board/topic", {"name": "busy", "read": "open", "post": "open"})
+    topic = f"{a.key}/busy"
+    start = _lines_to(a, b.key)
+    cursor = a.api("POST", "/v1/board/wait", {"topics": [topic], "timeout": 0})["cursor"]
+    # 24 s of an agent at work: a post every 3 s, every other one followed by a
+    # 2.5 s wait, so each document read after a post's event finds the agent
+    # in another state than the one before.
+    for i in range(8):
+        a.api("POST", "/v1/board/post", {"topic": topic,
+                                         "parts": [{"k": "text", "text": f"step {i}"}]})
+        if i % 2:
+            cursor = a.api("POST", "/v1/board/wait",
+                           {"topics": [topic], "after": cursor, "timeout": 2.5})["cursor"]
+            time.sleep(0.5)
+        else:
+            time.sleep(3)
+    sent = _lines_to(a, b.key) - start
+    # Activity rides the heartbeat (every 60 s): at most one, and the link's slack.
+    assert sent <= 2, sent

@@ -166,6 +166,53 @@ def test_a_failing_job_alone_fails_only_itself_threaded_and_inline(tmp_path, mon
     assert sorted(r[0] for r in conn.execute("SELECT n FROM t")) == [0, 3600]
 
 
+def test_a_relaxed_run_commits_inline_without_the_policy_and_restores_full_sync(tmp_path):
+    conn = _store(tmp_path)
+    policy = Policy()
+
+    async def main() -> None:
+        w = Writer(conn, policy=policy)
+        w.start()
+        assert await w.run_relaxed(_insert(7)) == 7
+        assert w.relaxed_batches == 1 and policy.events == []  # the reservation waits
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+        other = sqlite3.connect(str(tmp_path / "awp.db"))
+        assert other.execute("SELECT n FROM t").fetchall() == [(7,)]  # committed
+        other.close()
+
+        def boom(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO t (n) VALUES (8)")
+            raise ValueError("no")
+
+        try:
+            await w.run_relaxed(boom)
+            raise AssertionError("the job's error must reach the caller")
+        except ValueError:
+            pass
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1  # rolled back
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        await w.stop()
+
+    trio.run(main)
+
+
+def test_a_relaxed_run_queues_durably_behind_outstanding_jobs(tmp_path):
+    conn = _store(tmp_path)
+    policy = Policy()
+
+    async def main() -> None:
+        w = Writer(conn, policy=policy)
+        w.start()
+        first = w.submit_nowait(_insert(1))
+        assert await w.run_relaxed(_insert(2)) == 2  # behind `first`, in commit order
+        await first.wait()
+        assert w.relaxed_batches == 0 and "before" in policy.events
+        assert [r[0] for r in conn.execute("SELECT n FROM t ORDER BY rowid")] == [1, 2]
+        await w.stop()
+
+    trio.run(main)
+
+
 def test_a_flood_of_tiny_lines_makes_modest_transactions(tmp_path):
     """Jobs of 32 tiny lines (what a connection makes of a flooder's reads)
     fill a batch with about a hundred rows, not thousands (it was 3,500 of
