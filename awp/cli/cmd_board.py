@@ -187,7 +187,8 @@ def _post_batches(f: TextIO, source: str) -> Iterator[list[dict]]:
         yield batch
 
 
-def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> None:
+def post_lines(client: LocalClient, topic: str, source: str, as_json: bool,
+               needs: list[str] | None = None) -> None:
     """Each non-empty line of ``source`` as a post, sent in batches of 1,000."""
     import sys
 
@@ -200,7 +201,10 @@ def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> N
     # only the file's own errors say "cannot read": the daemon's keep their words
     with f if source != "-" else contextlib.nullcontext(f):
         for batch in _post_batches(f, source):
-            res = send_post(client, {"topic": topic, "posts": batch, "timeout": POST_WAIT})
+            body = {"topic": topic, "posts": batch, "timeout": POST_WAIT}
+            if needs:
+                body["needs"] = needs
+            res = send_post(client, body)
             posted.extend(res["posts"])
     if not posted:
         raise CliError(f"{source} has no non-empty line to post")
@@ -646,6 +650,9 @@ def post_cmd(
     lines: str = typer.Option("", "--lines", metavar="FILE|-",
                               help="one post per non-empty line of FILE ('-': stdin),"
                                    " in one go: how a queue is filled"),
+    needs: str = typer.Option("", "--needs", metavar="TAGS",
+                              help="on a queue: what a worker must offer to get this item"
+                                   " (gpu,claude,...)"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
@@ -662,17 +669,22 @@ def post_cmd(
       awp post ops --data '{"build":42,"ok":true}' "build result"
       git diff | awp post alice/reviews - --file notes.md
       awp post jobs --lines tasks.txt
+      awp post jobs --needs gpu,claude "train the small model"
     """
     topic, words = args[0], list(args[1:])
+    need_tags = [t.strip().lower() for t in needs.split(",") if t.strip()]
     if lines:
         if words or code or data or files:
             raise CliError("--lines takes each line as a post's text: give nothing else")
-        post_lines(client_for(home, POST_WAIT), topic, lines, as_json)
+        post_lines(client_for(home, POST_WAIT), topic, lines, as_json, need_tags)
         return
     parts = parts_from(words, code, lang, data, mime, files)
     client = client_for(home, POST_WAIT)
     check_fits(client, topic, parts)
-    res = send_post(client, {"topic": topic, "parts": parts, "timeout": POST_WAIT})
+    body = {"topic": topic, "parts": parts, "timeout": POST_WAIT}
+    if need_tags:
+        body["needs"] = need_tags
+    res = send_post(client, body)
     if as_json:
         out_json(res)
         return

@@ -14,9 +14,11 @@ from typing import Any
 import trio
 
 from ..board import view
+from ..board.market import Bid
 from ..localapi.server import ApiError, Request, Router
 from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
+from ..node.claim_wait import ClaimAsk
 from ..node.engine import Engine
 from ..store import board as sb
 from ..store import grants as grantstore
@@ -69,6 +71,16 @@ def _parts(body: dict) -> list[dict]:
             or not all(isinstance(p, dict) and isinstance(p.get("k"), str) for p in parts)):
         raise _bad(f"parts: 1 to {wb.MAX_PARTS} objects, each with a kind k")
     return parts
+
+
+def needs_field(body: dict) -> dict:
+    """``{"needs": [...]}`` when the request says what a queue item needs (the market)."""
+    if body.get("needs") in (None, []):
+        return {}
+    try:
+        return {"needs": list(wb.check_tags(body["needs"], "needs"))}
+    except wb.BoardError as e:
+        raise _bad(str(e)) from None
 
 
 def text_of(parts: list) -> str:
@@ -329,7 +341,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         else:
             topic = await topic_of(body.get("topic"))
         await ready_topic(topic, timeout)
-        doc: dict = {"k": "post", "topic": topic, "author": me, "parts": parts}
+        doc: dict = {"k": "post", "topic": topic, "author": me, "parts": parts,
+                     **needs_field(body)}
         if parent:
             doc["parent"] = parent
         doc.update(await authority(topic))
@@ -347,13 +360,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad(f"posts: a list of 1 to {MAX_BATCH} posts")
         topic = await topic_of(body.get("topic"))
         await ready_topic(topic, _secs(body, "timeout", 10.0))
-        extra = await authority(topic)
+        extra = {**await authority(topic), **needs_field(body)}
         docs = []
         for item in items:
             if not isinstance(item, dict):
                 raise _bad("each post is an object with parts")
             doc: dict = {"k": "post", "topic": topic, "author": me, "parts": _parts(item),
-                         **extra}
+                         **extra, **needs_field(item)}
             if item.get("parent"):
                 prec = await engine.read(lambda c, ref=item["parent"]: record_in(c, ref))
                 if prec.topic != topic:
@@ -601,9 +614,17 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await queue_topic(body)
         timeout = _secs(body, "timeout", 10.0)
+        wait = _secs(body, "wait", 0.0)
         try:
-            d, _rec = await board.queue.request(topic, "claim", req=_str(body, "req")[:64],
-                                                timeout=timeout)
+            offers = wb.check_tags(body.get("offers", []), "offers")
+            bid = Bid.check(body.get("bid"))
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
+        ask = ClaimAsk(board.queue, topic, _str(body, "req")[:64] or engine.ids.next(),
+                       offers, bid, timeout)
+        try:
+            d = await ask.until_given(wait, lambda h: engine.read(
+                lambda c: sb.raw_records(c, topic, [h])))
         except NoOwner:
             raise ApiError(409, "the queue's owner is not connected: nothing can be claimed"
                            " until it is (leases already held run on)", "no_owner") from None
