@@ -27,7 +27,7 @@ from .common import (
     out_json,
     parse_seconds,
 )
-from .render import INDENT, now_ms
+from .render import INDENT, ago, now_ms, table
 
 CLAIM_WAIT = "10s"
 
@@ -183,6 +183,29 @@ def queue_cmd(
         return
     st = client.get("/v1/status")
     me = st.get("key", "") if isinstance(st, dict) else ""
-    out(render_board.queue_table(items, peer_names(client), me, now_ms()))
+    names = peer_names(client)
+    out(render_board.queue_table(items, names, me, now_ms()))
+    workers = [w for w in res.get("workers") or [] if isinstance(w, dict)]
+    if workers:
+        out("")
+        out(workers_table(workers, names, me))
     if not res.get("arbiter"):
         note("(as this host sees it from the lease records it holds; the owner's daemon decides)")
+
+
+def workers_table(workers: list[dict], names: dict, me: str) -> str:
+    """Each key that held an item: what it holds now, since when, renewals, results."""
+    strikes = any("strikes" in w for w in workers)
+    head = ["WORKER", "HOLDS", "SINCE", "RENEWALS", "DONE", "FAILED", "EXPIRED"]
+    rows = []
+    for w in workers:
+        holds = w.get("holds") or []
+        row = [render_board.who(w.get("holder", ""), names, me),
+               ",".join(h[:10] for h in holds[:3]) + (f" +{len(holds) - 3}" if len(holds) > 3
+                                                     else "") if holds else "-",
+               ago(w.get("since")) if holds else "-", w.get("renewals", 0), w.get("done", 0),
+               w.get("failed", 0), w.get("expired", 0)]
+        if strikes:
+            row.append(w.get("strikes", 0))
+        rows.append(row)
+    return table(head + (["STRIKES"] if strikes else []), rows)

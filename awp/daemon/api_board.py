@@ -13,8 +13,10 @@ from typing import Any
 
 import trio
 
-from ..board import view
+from ..board import market, view
 from ..board.market import Bid
+from ..board.workers import lease_facts
+from ..board.workers import workers as workers_of
 from ..localapi.server import ApiError, Request, Router
 from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
@@ -679,22 +681,60 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
         snap = await engine.writer.run(lambda c: board.queue.snapshot(c, topic)) if arbiter else None
+        strikes = (await engine.writer.run(lambda c: board.queue.strikes(c, topic))
+                   if snap is not None else None)
 
         def q(c: sqlite3.Connection) -> dict:
             names: dict[str, str] = {}
             posts = {p.shown.hash: p for p in sb.visible_posts(c, topic, 0)
                      if not p.shown.parent}
+            leases = [r for r in sb.records(c, topic) if r.kind == "lease"]
             if snap is not None:
                 view = {e["item"]: e for e in snap}
             else:
-                view = board.queue.lease_view(
-                    [r for r in sb.records(c, topic) if r.kind == "lease"], pol, now_ms())
+                view = board.queue.lease_view(leases, pol, now_ms())
+            facts = lease_facts(leases)
+            needs = {h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
+                "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+                " AND parent = '' AND raw LIKE '%\"needs\"%'", (topic,))}
             items = []
             for h, p in posts.items():
                 e = view.get(h, {})
+                f = facts.get(e.get("lease", ""), {}) if e.get("lease") else {}
                 items.append({"item": post_obj(c, p, names), "status": e.get("status", "open"),
                               "holder": e.get("holder", ""), "lease": e.get("lease", ""),
-                              "until": e.get("until", 0), "attempts": e.get("attempts", 0)})
-            return {"topic": topic, "items": items, "arbiter": snap is not None}
+                              "until": e.get("until", 0), "attempts": e.get("attempts", 0),
+                              "since": f.get("since", 0), "renewals": f.get("renewals", 0),
+                              "needs": list(needs.get(h, []))})
+            return {"topic": topic, "items": items, "arbiter": snap is not None,
+                    "workers": workers_of(items, leases, strikes)}
 
         return await engine.read(q)
+
+    @r.route("POST", "/v1/board/waiting")
+    async def waiting(req: Request) -> dict:
+        """Open items on the queues this host has worked (held a lease on): the stop hook's
+        hint to an idle agent."""
+        def q(c: sqlite3.Connection) -> list[tuple[str, str]]:
+            return [(t, label(c, t)) for (t,) in c.execute(
+                "SELECT DISTINCT topic FROM board_records WHERE kind = 'lease'"
+                " AND raw LIKE ?", (f'%"holder":"{me}"%',))]
+
+        out = []
+        for topic, lab in await engine.read(q):
+            pol = await board.policy(topic)
+            if pol is None or not pol.queue:
+                continue
+            snap = (await engine.writer.run(lambda c, t=topic: board.queue.snapshot(c, t))
+                    if topic.startswith(me + "/") else None)
+
+            def count(c: sqlite3.Connection, topic: str = topic, snap=snap, pol=pol) -> int:
+                items = {p.shown.hash for p in sb.visible_posts(c, topic, 0)
+                         if not p.shown.parent}
+                view = ({e["item"]: e for e in snap} if snap is not None else
+                        board.queue.lease_view([r for r in sb.records(c, topic)
+                                                if r.kind == "lease"], pol, now_ms()))
+                return sum(1 for h in items if view.get(h, {}).get("status", "open") == "open")
+
+            out.append({"topic": topic, "label": lab, "open": await engine.read(count)})
+        return {"topics": out}

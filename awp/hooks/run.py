@@ -362,6 +362,18 @@ def _board(client: LocalClient) -> tuple[list[dict], int]:
     return posts, more if isinstance(more, int) and not isinstance(more, bool) else 0
 
 
+def _waiting(client: LocalClient) -> str:
+    """Items waiting on queues this host works, for an agent about to stop (``""``: none)."""
+    try:
+        res = client.post("/v1/board/waiting", {})
+    except (DaemonNotRunning, ApiFailure, ProtocolError, ConnectionError, TimeoutError,
+            OSError):
+        return ""
+    from awp.work.hint import waiting_text
+
+    return waiting_text(res.get("topics") or []) if isinstance(res, dict) else ""
+
+
 def run(event: str, fmt: str, home: str, data: dict) -> str:
     """Talk to the daemon and return what to print (``""`` for nothing)."""
     hook_event = _text_field(data, "hook_event_name")
@@ -409,13 +421,14 @@ def run(event: str, fmt: str, home: str, data: dict) -> str:
                    else [])
         if event != "stop" or records:
             posts, more = _board(client)
+        waiting = _waiting(client) if event == "stop" and not records else ""
     from . import text as texts
 
     board = texts.board_text(posts, more)
     if event == "session-start":
         body = texts.session_text(status if isinstance(status, dict) else {}, records)
     elif event == "stop":
-        body = texts.stop_text(records)
+        body = texts.stop_text(records) or waiting
     else:
         body = texts.inbox_text(records)
     return format_output(fmt, event, hook_event, texts.join_texts(body, board))

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..hooks.text import FRAMING, batch, reply_hint
 from ..localapi.client import wait_for_address
-from . import board
+from . import board, work
 from .argcheck import ArgumentError, check_object
 from .base import MAX_WAIT, WAIT_SLICE, Context, Tool, ToolError
 
@@ -367,6 +367,7 @@ TOOLS: list[Tool] = [
         status, read_only=True,
     ),
     *board.TOOLS,
+    *work.TOOLS,
 ]
 
 BY_NAME = {t.name: t for t in TOOLS}

@@ -103,6 +103,16 @@ def test_work_runs_the_command_and_replies_with_its_output(homes, tmp_path):
     assert q[bad]["status"] == "open" and q[bad]["attempts"] == 1
     assert f"done {ok[:10]}" in out and f"failed {bad[:10]}" in out
 
+    # awp queue shows who worked it; the owner adds the strikes its arbiter counts
+    workers = a.ok("queue", "jobs").stdout.split("\n\n")[1].splitlines()
+    assert workers[0].split() == ["WORKER", "HOLDS", "SINCE", "RENEWALS", "DONE", "FAILED",
+                                  "EXPIRED", "STRIKES"]
+    assert workers[1].split() == ["bob", "-", "-", "0", "1", "1", "0", "1"]
+    # bob's agent, about to stop, hears that an item still waits on the queue it worked
+    hook = b.run("hook", "stop", "--format", "text", input="{}")
+    assert "alice/jobs: 1 open" in hook.stdout and "awp_claim topic=alice/jobs" in hook.stdout
+    assert a.run("hook", "stop", "--format", "text", input="{}").stdout == ""  # never worked
+
 
 def test_a_long_job_outlives_its_lease_and_once_finds_nothing(homes, tmp_path):
     a, (b,) = setup(homes, "bob", lease="2s")
