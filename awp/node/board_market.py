@@ -45,6 +45,11 @@ class AwardWindow:
         self._open: dict[str, list[_Waiting]] = {}
         self._seq = 0
 
+    def _count(self, n: int) -> None:
+        """``claims_in_window`` in the board's status: claims waiting for their award."""
+        stats = self.queue.board.stats
+        stats["claims_in_window"] = stats.get("claims_in_window", 0) + n
+
     def _window(self) -> float:
         return self.queue.engine.config.limits.board_award_window
 
@@ -54,6 +59,7 @@ class AwardWindow:
         self._seq += 1
         me = _Waiting(Ask(who, req, offers, bid, self._seq))
         batch = self._open.get(topic)
+        self._count(+1)
         if batch is not None:
             batch.append(me)
         else:
@@ -63,6 +69,7 @@ class AwardWindow:
             with trio.CancelScope(shield=True):
                 await trio.sleep(self._window())
                 del self._open[topic]
+                self._count(-len(batch))
                 await self._decide(topic, batch)
         await me.done.wait()
         if me.error is not None:
