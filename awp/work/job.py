@@ -3,7 +3,7 @@
 The command gets the item's text on stdin, its files in a fresh directory
 (``AWP_ITEM_DIR``) and ``AWP_TOPIC``, ``AWP_ITEM``, ``AWP_LEASE``,
 ``AWP_ITEM_DIR``, ``AWP_POSTED_BY`` in its environment.  While it runs the
-lease is renewed a third of the way before it would run out, so a job of an
+lease is renewed half way through what is left of it, so a job of an
 hour under a ten-minute lease stays held; the renewing is done by this
 process, so a worker that dies stops renewing and the item goes back when
 its lease ends (the command dies with the worker: it is started with a
@@ -184,9 +184,10 @@ class Job:
                 next_renew = self._renew_due() if state == "renewed" else now + RENEW_RETRY_S
 
     def _renew_due(self) -> float:
-        """A third of the lease's remaining time before it would end."""
+        """Half way through the lease's remaining time: the other half is the margin for an
+        owner that is restarting, or a daemon that is."""
         left = max(0.0, self.until_ms / 1000 - time.time())
-        return time.monotonic() + max(0.5, left * 2 / 3)
+        return time.monotonic() + max(0.5, left / 2)
 
     def _renew(self, api: Daemon) -> str:
         """renewed; retry (the owner or our daemon is away for now); lost."""
