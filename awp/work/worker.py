@@ -1,11 +1,11 @@
 """``awp work``: a loop that claims a queue's items and runs a command on each.
 
-One claimer thread asks the daemon for an item whenever a slot is free
-(``--concurrency``), with a long poll: the daemon answers when an item was
-handed out or after :data:`LONG_POLL_S`, and asks the owner again only when
-the topic may have work (see :mod:`awp.node.claim_wait`), so an idle worker
-costs nothing but one waiting request.  Each item runs in a thread of its
-own (:mod:`awp.work.job`).
+Each of ``--concurrency`` slots is a thread that claims an item and works
+it (:mod:`awp.work.job`), then claims the next.  A slot that finds nothing
+waits with a long poll: the daemon answers when an item was handed out or
+after :data:`LONG_POLL_S`, and asks the owner again only when the topic may
+have work (see :mod:`awp.node.claim_wait`); one slot waits at a time, so an
+idle worker costs one waiting request.
 
 Stopping (SIGTERM, SIGINT): no new claims; running commands get
 ``--grace`` seconds to finish (their result is then reported as usual),
@@ -51,9 +51,8 @@ class Worker:
         self.s = s
         self.stop = threading.Event()
         self.grace_until: list[float] = []
-        self.slots = threading.Semaphore(max(1, s.concurrency))
         self.lock = threading.Lock()
-        self.running: dict[str, threading.Thread] = {}
+        self.poll = threading.Lock()  # one slot at a time waits in the daemon for work
         self.outcomes: list[Outcome] = []
         self.started = 0
         self.nothing = False  # --once found the queue empty
@@ -73,52 +72,60 @@ class Worker:
 
     def run(self) -> int:
         """Work until stopped (or ``--max-items``/``--once`` are used up); the exit status."""
-        claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
-        claimer.start()
-        while claimer.is_alive():
-            claimer.join(0.2)  # short joins: signal handlers run in this thread
-        while True:
-            with self.lock:
-                threads = list(self.running.values())
-            if not threads:
-                break
-            threads[0].join(0.2)
-        if self.s.once and self.nothing:
-            return 2
-        return 0
+        n = 1 if self.s.once else max(1, self.s.concurrency)
+        slots = [threading.Thread(target=self._slot, name=f"slot-{i}", daemon=True)
+                 for i in range(n)]
+        for t in slots:
+            t.start()
+        for t in slots:
+            while t.is_alive():
+                t.join(0.2)  # short joins: signal handlers run in this thread
+        return 2 if self.s.once and self.nothing else 0
 
-    def _limit_reached(self) -> bool:
+    def _reserve(self) -> bool:
+        """Count an item about to be claimed against ``--max-items`` (False: none left)."""
         limit = 1 if self.s.once else self.s.max_items
-        return bool(limit) and self.started >= limit
+        with self.lock:
+            if limit and self.started >= limit:
+                return False
+            self.started += 1
+            return True
 
-    def _claim_loop(self) -> None:
+    def _unreserve(self) -> None:
+        with self.lock:
+            self.started -= 1
+
+    def _slot(self) -> None:
+        """One of ``--concurrency`` loops: claim, work, repeat.
+
+        A slot asks first without waiting, so slots freed together claim
+        together; only when that finds nothing does it wait in the daemon,
+        and then one slot at a time (the others queue behind it), so an idle
+        worker has one request waiting, not one a slot.
+        """
         api = Daemon(self.s.home)
         try:
-            while not self.stop.is_set() and not self._limit_reached():
-                if not self.slots.acquire(timeout=0.5):
-                    continue
-                try:
-                    got = self._claim(api)
-                except Exception:
-                    self.slots.release()
-                    raise
+            while not self.stop.is_set() and self._reserve():
+                got = self._claim(api, 0.0)
+                if got is None and not self.s.once:
+                    with self.poll:
+                        if not self.stop.is_set():
+                            got = self._claim(api, LONG_POLL_S)
                 if got is None:
-                    self.slots.release()
+                    self._unreserve()
                     if self.s.once:
                         self.nothing = True
                         return
                     continue
-                if self.stop.is_set():  # asked while stopping: give it straight back
+                if self.stop.is_set():  # handed out while stopping: give it straight back
                     Job(got, self.s.job, self.s.home, self.stop)._op(api, "release")
-                    self.slots.release()
                     return
-                self._start(got)
+                self._work(Job(got, self.s.job, self.s.home, self.stop, self.grace_until))
         finally:
             api.close()
 
-    def _claim(self, api: Daemon) -> dict | None:
-        """One long poll for an item; None when nothing came (or the owner is away)."""
-        wait = 0.0 if self.s.once else LONG_POLL_S
+    def _claim(self, api: Daemon, wait: float) -> dict | None:
+        """One claim (a long poll of ``wait`` seconds); None when nothing came."""
         body: dict = {"topic": self.s.topic, "wait": wait, "req": uuid.uuid4().hex,
                       "timeout": 10.0}
         if self.s.offers:
@@ -138,32 +145,19 @@ class Worker:
             return None
         return res if res.get("state") == "claimed" else None
 
-    def _start(self, claim: dict) -> None:
-        self.started += 1
-        job = Job(claim, self.s.job, self.s.home, self.stop, self.grace_until)
-        t = threading.Thread(target=self._work, args=(job,), daemon=True)
-        with self.lock:
-            self.running[claim["lease"]] = t
-        t.start()
-
     def _work(self, job: Job) -> None:
+        item = job.item
+        self.s.say(f"claimed {item.get('hash', '')[:10]} (lease {job.lease})")
         try:
-            item = job.item
-            self.s.say(f"claimed {item.get('hash', '')[:10]} (lease {job.lease})")
-            try:
-                o = job.run()
-            except (ApiFailure, Gone, OSError) as e:
-                o = Outcome(item.get("hash", ""), "failed", None, 0.0, str(e))
-                print(f"awp work: {e}", file=sys.stderr)
-            with self.lock:
-                self.outcomes.append(o)
-            ended = f"{o.state} {o.item[:10]} in {o.secs:.1f}s"
-            if o.exit is not None:
-                ended += f" (exit {o.exit})"
-            if o.why and o.state != "done":
-                ended += f": {o.why}"
-            self.s.say(ended)
-        finally:
-            with self.lock:
-                self.running.pop(job.lease, None)
-            self.slots.release()
+            o = job.run()
+        except (ApiFailure, Gone, OSError) as e:
+            o = Outcome(item.get("hash", ""), "failed", None, 0.0, str(e))
+            print(f"awp work: {e}", file=sys.stderr, flush=True)
+        with self.lock:
+            self.outcomes.append(o)
+        ended = f"{o.state} {o.item[:10]} in {o.secs:.1f}s"
+        if o.exit is not None:
+            ended += f" (exit {o.exit})"
+        if o.why and o.state != "done":
+            ended += f": {o.why}"
+        self.s.say(ended)
