@@ -160,6 +160,7 @@ def main() -> None:
         for h in hosts:
             h.start_worker()
         needs: dict[str, list[str]] = {}
+        order: list[str] = []
         long_items: set[str] = set()
         t_post = time.time() * 1000
         for i in range(0, len(items), 100):
@@ -169,6 +170,7 @@ def main() -> None:
                 for d, n in chunk]})
             for (d, n), p in zip(chunk, res["posts"], strict=True):
                 needs[p["hash"]] = n
+                order.append(p["hash"])
                 if d == args.long_secs:
                     long_items.add(p["hash"])
         total = len(items)
@@ -199,6 +201,7 @@ def main() -> None:
         # kill -9 the owner once, and start it again
         wait_for(lambda: time.monotonic() - t0 >= args.owner_kill_at * ideal, ideal * 2,
                  "owner kill time", interval=0.2)
+        owner_kill_ms = time.time() * 1000
         owner.kill()
         owner.start()
         connect_all(owner, hosts)
@@ -224,14 +227,36 @@ def main() -> None:
                            and d["holder"] != victim.node.key)
         back = []
         for item, lease in held.items():
+            if any(d["of"] == item and d["lease"] == lease and d["state"] == "done"
+                   for d in recs):
+                continue  # its completion was on its way when the host died
             again = [d["_ts"] for d in recs if d["of"] == item and d["state"] == "claimed"
                      and d["lease"] != lease and d["_ts"] > kill_ms]
             back.append((min(again) - kill_ms) / 1000 if again else float("inf"))
         worst = max(back, default=0.0)
         elapsed = (max(done_at.values()) - t_post) / 1000
         ratio = ideal / elapsed
+        dur = {h: d for h, d in zip(order, [d for d, _n in items], strict=True)}
+        claimed_at = {}
+        spans = []
+        for d in recs:
+            if d["state"] == "claimed":
+                claimed_at[d["lease"]] = d["_ts"]
+            elif d["state"] == "done" and d["lease"] in claimed_at:
+                spans.append((d["_ts"] - claimed_at[d["lease"]]) / 1000 - dur[d["of"]])
+        spans.sort()
+        if spans:
+            print(f"  (claim to done minus the sleep: median {spans[len(spans) // 2]:.2f}s,"
+                  f" p90 {spans[len(spans) * 9 // 10]:.2f}s)")
         print(f"  (w2 held {len(held)} items at its kill; {len(recs)} lease records;"
               f" elapsed {elapsed:.1f}s)")
+        names = {h.node.key: h.node.name for h in hosts}
+        for h in [h for h in needs if results.get(h) != 1 or h not in done_at][:5]:
+            story = ", ".join(f"{d['state']}:{names.get(d['holder'], '?')}@"
+                              f"{(d['_ts'] - t_post) / 1000:.1f}" for d in recs if d["of"] == h)
+            print(f"  item {h[:10]}: {results.get(h, 0)} results; {story}")
+        print(f"  (w2 killed at {(kill_ms - t_post) / 1000:.1f}s, owner at"
+              f" {(owner_kill_ms - t_post) / 1000:.1f}s)")
         row("done exactly once (short)", f"{once_short}/{args.items}", f"{args.items}/"
             f"{args.items}", once_short == args.items)
         row("done exactly once (long)", f"{once_long}/{args.long}", f"{args.long}/{args.long}",

@@ -37,6 +37,7 @@ STDERR_TAIL = 2000  # bytes of stderr a failure reply quotes
 RECORD_SLACK = 4096  # a post's bytes besides its parts: keys, grant, signature, topic
 KILL_GRACE_S = 5.0  # between SIGTERM and SIGKILL of a command being stopped
 RENEW_RETRY_S = 1.0
+OWNER_WAIT_S = 3.0  # how long the daemon waits for the owner's answer to a lease operation
 RATE_WAIT_S = 60.0  # a reply over the topic's rate waits this long for room
 
 
@@ -193,7 +194,8 @@ class Job:
         """renewed; retry (the owner or our daemon is away for now); lost."""
         try:
             res = api.call("POST", "/v1/board/lease",
-                           {"topic": self.topic, "lease": self.lease, "op": "renew"}, within=2.0)
+                           {"topic": self.topic, "lease": self.lease, "op": "renew",
+                            "timeout": OWNER_WAIT_S}, wait=OWNER_WAIT_S, within=2.0)
         except Gone:
             return "retry" if time.time() * 1000 < self.until_ms else "lost"
         except ApiFailure as e:
@@ -206,11 +208,21 @@ class Job:
     # -- reporting ---------------------------------------------------------------------
 
     def _op(self, api: Daemon, op: str) -> None:
-        try:
-            api.call("POST", "/v1/board/lease", {"topic": self.topic, "lease": self.lease,
-                                                 "op": op})
-        except (ApiFailure, Gone):
-            pass  # refused: the lease already ended (the owner decides what follows)
+        """Complete, fail or release; while the owner is away, ask again every second.
+
+        The daemon keeps such an operation and sends it when the owner is
+        back too, but on a slower beat: asking here gets a completion in
+        before the lease runs out, so the item is not handed out again.
+        """
+        body = {"topic": self.topic, "lease": self.lease, "op": op, "timeout": OWNER_WAIT_S}
+        while True:
+            try:
+                res = api.call("POST", "/v1/board/lease", body)
+            except (ApiFailure, Gone):
+                return  # refused: the lease already ended (or a kept copy got there first)
+            if not res.get("queued") or time.time() * 1000 >= self.until_ms:
+                return
+            time.sleep(RENEW_RETRY_S)
 
     def _reply(self, api: Daemon, parts: list[dict]) -> None:
         """Post a reply to the item; over the topic's rate, wait for room (up to a minute)."""
