@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import IO
 
 from .api import ApiFailure, Daemon, Gone
 
@@ -91,6 +92,18 @@ def save_parts(parts: list, directory: str) -> None:
 
 
 @dataclass
+class Ran:
+    """A command that ended: how, its status, its output files and its directory."""
+
+    ended: str  # ok, error, timeout, stopped, lost
+    code: int | None
+    secs: float
+    out: IO[bytes]
+    err: IO[bytes]
+    directory: str
+
+
+@dataclass
 class Job:
     """A claim answer (``/v1/board/claim``) being worked."""
 
@@ -115,30 +128,52 @@ class Job:
         return self.claim.get("item") or {}
 
     def run(self) -> Outcome:
+        return self.report(self.execute())
+
+    def execute(self) -> Ran:
+        """Run the command to its end, renewing the lease meanwhile (the slot's part)."""
         api = Daemon(self.home)
         self.until_ms = int(self.claim.get("until") or 0)
         self.started = time.monotonic()
         h = self.item.get("hash", "")
         directory = tempfile.mkdtemp(prefix=f"awp-item-{h[:10]}-", dir=self.opts.workdir or None)
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115  (closed by report)
         try:
             save_parts(self.item.get("parts") or [], directory)
-            with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-                ended, code = self._run(api, directory, out, err)
-                secs = time.monotonic() - self.started
-                if ended == "lost":
-                    return Outcome(h, "lost", code, secs, "the lease was lost")
-                if ended == "stopped":
-                    self._op(api, "release")
-                    return Outcome(h, "released", code, secs, "the worker is stopping")
-                if ended == "ok":
-                    return self._succeed(api, out, secs)
-                why = (f"timed out after {self.opts.timeout:g}s" if ended == "timeout"
-                       else f"exit status {code}")
-                return self._fail(api, err, code, secs, why)
+            ended, code = self._run(api, directory, out, err)
+        except BaseException:
+            out.close()
+            err.close()
+            self._drop(directory)
+            raise
         finally:
             api.close()
-            if not self.opts.keep_dirs:
-                shutil.rmtree(directory, ignore_errors=True)
+        return Ran(ended, code, time.monotonic() - self.started, out, err, directory)
+
+    def report(self, ran: Ran) -> Outcome:
+        """Reply and complete, or fail, or release (may run beside the next item's command)."""
+        api = Daemon(self.home)
+        h = self.item.get("hash", "")
+        try:
+            if ran.ended == "lost":
+                return Outcome(h, "lost", ran.code, ran.secs, "the lease was lost")
+            if ran.ended == "stopped":
+                self._op(api, "release")
+                return Outcome(h, "released", ran.code, ran.secs, "the worker is stopping")
+            if ran.ended == "ok":
+                return self._succeed(api, ran.out, ran.secs)
+            why = (f"timed out after {self.opts.timeout:g}s" if ran.ended == "timeout"
+                   else f"exit status {ran.code}")
+            return self._fail(api, ran.err, ran.code, ran.secs, why)
+        finally:
+            api.close()
+            ran.out.close()
+            ran.err.close()
+            self._drop(ran.directory)
+
+    def _drop(self, directory: str) -> None:
+        if not self.opts.keep_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
 
     # -- running -----------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .api import ApiFailure, Daemon, Gone
-from .job import Job, Options, Outcome
+from .job import Job, Options, Outcome, Ran
 
 LONG_POLL_S = 10.0  # one claim request's wait; also how long a stop may wait for the claimer
 NO_OWNER_S = 2.0  # between claims while the queue's owner is not connected
@@ -56,6 +56,7 @@ class Worker:
         self.outcomes: list[Outcome] = []
         self.started = 0
         self.nothing = False  # --once found the queue empty
+        self.reporting: list[threading.Thread] = []  # results being posted
 
     # -- signals -----------------------------------------------------------------------
 
@@ -80,6 +81,12 @@ class Worker:
         for t in slots:
             while t.is_alive():
                 t.join(0.2)  # short joins: signal handlers run in this thread
+        while True:
+            with self.lock:
+                reporting = [t for t in self.reporting if t.is_alive()]
+            if not reporting:
+                break
+            reporting[0].join(0.2)
         return 2 if self.s.once and self.nothing else 0
 
     def _reserve(self) -> bool:
@@ -146,13 +153,33 @@ class Worker:
         return res if res.get("state") == "claimed" else None
 
     def _work(self, job: Job) -> None:
+        """Run the item's command in this slot; report its result beside the next one.
+
+        Posting the result and completing take a few round trips to the
+        owner; the slot need not wait for them to take its next item.
+        """
         item = job.item
         self.s.say(f"claimed {item.get('hash', '')[:10]} (lease {job.lease})")
         try:
-            o = job.run()
-        except (ApiFailure, Gone, OSError) as e:
-            o = Outcome(item.get("hash", ""), "failed", None, 0.0, str(e))
+            ran = job.execute()
+        except OSError as e:
+            self._ended(Outcome(item.get("hash", ""), "failed", None, 0.0, str(e)))
             print(f"awp work: {e}", file=sys.stderr, flush=True)
+            return
+        t = threading.Thread(target=self._report, args=(job, ran), daemon=True)
+        with self.lock:
+            self.reporting = [r for r in self.reporting if r.is_alive()] + [t]
+        t.start()
+
+    def _report(self, job: Job, ran: Ran) -> None:
+        try:
+            o = job.report(ran)
+        except (ApiFailure, Gone, OSError) as e:
+            o = Outcome(job.item.get("hash", ""), "failed", None, ran.secs, str(e))
+            print(f"awp work: {e}", file=sys.stderr, flush=True)
+        self._ended(o)
+
+    def _ended(self, o: Outcome) -> None:
         with self.lock:
             self.outcomes.append(o)
         ended = f"{o.state} {o.item[:10]} in {o.secs:.1f}s"
