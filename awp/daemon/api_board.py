@@ -15,7 +15,7 @@ import trio
 
 from ..board import market, view
 from ..board.market import Bid
-from ..board.workers import lease_facts
+from ..board.workers import earlier_results, lease_facts
 from ..board.workers import workers as workers_of
 from ..localapi.server import ApiError, Request, Router
 from ..node.board import Board, TooMany
@@ -607,9 +607,22 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 p = sb.post_by_hash(c, topic, d.item)
                 out["item"] = (post_obj(c, p, {}) if p
                                else {"hash": d.item, "id": d.item[:10], "topic": topic})
+            if d.state == "claimed":
+                out["results"] = item_results(c, topic, d.item)
             return out
 
         return await engine.read(q)
+
+    def item_results(c: sqlite3.Connection, topic: str, item: str) -> list[dict]:
+        """Results earlier holders of ``item`` posted (a worker killed between its reply and
+        its complete left one: the next need not do the work again)."""
+        holders = {json.loads(raw)["holder"] for (raw,) in c.execute(
+            "SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease' AND of = ?",
+            (topic, item))}
+        replies = [(author, json.loads(raw)) for author, raw in c.execute(
+            "SELECT author, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+            " AND parent = ?", (topic, item))]
+        return earlier_results(holders, replies)
 
     @r.route("POST", "/v1/board/claim")
     async def claim(req: Request) -> dict:

@@ -185,6 +185,6 @@ class Worker:
         ended = f"{o.state} {o.item[:10]} in {o.secs:.1f}s"
         if o.exit is not None:
             ended += f" (exit {o.exit})"
-        if o.why and o.state != "done":
+        if o.why:
             ended += f": {o.why}"
         self.s.say(ended)

@@ -18,6 +18,8 @@ from nodes import wait_for
 from test_board_cli import subscribed
 from test_cli_support import ROOT, cli_root_fixture, homes_fixture  # noqa: F401
 
+from awp.localapi.client import LocalClient
+
 RESULT_MIME = "application/vnd.awp.work+json"
 
 
@@ -183,3 +185,40 @@ def test_sigterm_releases_what_the_worker_holds(homes, tmp_path):
     assert f"released {h[:10]}" in out
     wait_for(lambda: queue(a, "jobs")[h]["status"] == "open", 30, "released at alice")
     assert queue(a, "jobs")[h]["attempts"] == 0  # a release costs no attempt
+
+
+def test_a_result_posted_before_a_crash_is_not_worked_again(homes, tmp_path):
+    """bob posted his result and died before completing: when the item comes back, carol's
+    worker completes it without running the command again. A stranger's "result" (dave
+    never held the item) does not count."""
+    a, (b, c, d) = setup(homes, "bob", "carol", "dave", lease="2s")
+    marker = tmp_path / "ran"
+    job = script(tmp_path, f"""\
+        open({str(marker)!r}, "a").write("ran\\n")
+        print("worked")
+        """)
+    done = posted_hash(a.ok("post", "jobs", "done already", "--json"))
+    with LocalClient.for_home(b.path, 60) as cl:
+        got = cl.post("/v1/board/claim", {"topic": "alice/jobs"})
+        assert got["item"]["hash"] == done
+        cl.post("/v1/board/post", {"parent": done, "parts": [
+            {"k": "text", "text": "bob's answer"},
+            {"k": "data", "mime": RESULT_MIME, "data": {"result": "done", "lease": got["lease"]}}]})
+    # bob never completes: his lease runs out and the item comes back
+    wait_for(lambda: queue(a, "jobs")[done]["status"] == "open", 30, "bob's lease expired")
+    fake = posted_hash(a.ok("post", "jobs", "not done", "--json"))
+    subscribed(d, "alice/jobs")
+    with LocalClient.for_home(d.path, 60) as cl:
+        cl.post("/v1/board/post", {"parent": fake, "parts": [
+            {"k": "text", "text": "trust me"},
+            {"k": "data", "mime": RESULT_MIME, "data": {"result": "done"}}]})
+    wait_for(lambda: len(results(c, "alice/jobs").get(done, [])) == 1, 30, "bob's reply at carol")
+    p = worker(c, "alice/jobs", "--max-items", "2", "--", sys.executable, job)
+    out, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    assert marker.read_text() == "ran\n"  # only for the item nobody had done
+    q = queue(a, "jobs")
+    assert q[done]["status"] == "done" and q[fake]["status"] == "done"
+    got = results(a, "jobs")
+    assert [r["text"].split("\n")[0] for r in got[done]] == ["bob's answer"]  # no second
+    assert "completed without running again" in out
