@@ -1,9 +1,9 @@
 """Work bench: one queue owner, three worker hosts running ``awp work``, and two kill -9s.
 
 Issue 23. The owner creates a queue with a ``--lease`` (10 s) lease and posts
-``--items`` short items (each a duration of 0.1 to 2 s, the command's sleep)
-and ``--long`` items of ``--long-secs`` (60 s), mixed in random order; one in
-ten short items needs ``gpu``, which only worker host w0 offers. Each worker
+``--long`` items of ``--long-secs`` (60 s), then ``--items`` short items
+(each a duration of 0.1 to 2 s, the command's sleep); one in ten short
+items needs ``gpu``, which only worker host w0 offers. Each worker
 host runs ``awp work --concurrency 4 -- sh job.sh`` (the script sleeps the
 item's duration and echoes). Part way (``--kill-at`` of the ideal time) the
 worker host w2 (daemon and worker) is killed with SIGKILL and started again
@@ -117,6 +117,39 @@ def connect_all(owner: Node, hosts: list[Host]) -> None:
         h.node.connect(owner)
 
 
+def kills(args, owner: Node, hosts: list[Host], topic: str, ideal: float,
+          t0: float) -> tuple[float, float, dict[str, str]]:
+    """kill -9 worker host w2 part way and start it again; then the owner, once.
+
+    Returns when each was killed (ms) and what w2 held (item -> lease).
+    """
+    victim = hosts[2]
+    wait_for(lambda: time.monotonic() - t0 >= args.kill_at * ideal, ideal * 2, "kill time",
+             interval=0.2)
+    kill_ms = time.time() * 1000
+    victim.kill()
+    held: dict[str, str] = {}
+    for d in leases(owner, topic):
+        if d["_ts"] > kill_ms:
+            break
+        if d["holder"] == victim.node.key and d["state"] in ("claimed", "renewed"):
+            held[d["of"]] = d["lease"]
+        elif held.get(d["of"]) == d["lease"]:
+            del held[d["of"]]
+    time.sleep(args.down)  # the host stays down this long (a fixed part of the scenario)
+    victim.node.start()
+    victim.node.connect(owner)
+    victim.start_worker()
+    # kill -9 the owner once, and start it again
+    wait_for(lambda: time.monotonic() - t0 >= args.owner_kill_at * ideal, ideal * 2,
+             "owner kill time", interval=0.2)
+    owner_kill_ms = time.time() * 1000
+    owner.kill()
+    owner.start()
+    connect_all(owner, hosts)
+    return kill_ms, owner_kill_ms, held
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--items", type=int, default=500)
@@ -128,6 +161,8 @@ def main() -> None:
     ap.add_argument("--down", type=float, default=2.0)
     ap.add_argument("--owner-kill-at", type=float, default=0.55)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-kills", action="store_true",
+                    help="kill nothing (the figures of a quiet run, for comparison)")
     args = ap.parse_args()
     rnd = random.Random(args.seed)
     base = tempfile.mkdtemp(prefix="awp-bench-work-")
@@ -150,8 +185,9 @@ def main() -> None:
             h.node.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
         items = [(round(rnd.uniform(0.1, 2.0), 3), ["gpu"] if rnd.random() < 0.1 else [])
                  for _ in range(args.items)]
-        items += [(args.long_secs, []) for _ in range(args.long)]
-        rnd.shuffle(items)
+        # the long items first: a queue hands out oldest first, so an owner who wants them
+        # done early posts them early (the ideal assumes every slot busy until the end)
+        items = [(args.long_secs, []) for _ in range(args.long)] + items
         slots = len(hosts) * args.concurrency
         ideal = sum(d for d, _ in items) / slots
         print(f"work bench: {args.items} short items + {args.long} of {args.long_secs:g}s,"
@@ -179,33 +215,14 @@ def main() -> None:
             q = owner.api("GET", "/v1/board/queue", topic="jobs")
             return sum(1 for it in q["items"] if it["status"] == "done")
 
-        # kill -9 a worker host part way, and start it again
         t0 = time.monotonic()
-        wait_for(lambda: time.monotonic() - t0 >= args.kill_at * ideal, ideal * 2, "kill time",
-                 interval=0.2)
         victim = hosts[2]
-        kill_ms = time.time() * 1000
-        victim.kill()
-        held = {}  # item -> lease held by the victim at the kill
-        for d in leases(owner, topic):
-            if d["_ts"] > kill_ms:
-                break
-            if d["holder"] == victim.node.key and d["state"] in ("claimed", "renewed"):
-                held[d["of"]] = d["lease"]
-            elif held.get(d["of"]) == d["lease"]:
-                del held[d["of"]]
-        time.sleep(args.down)  # the host stays down this long (a fixed part of the scenario)
-        victim.node.start()
-        victim.node.connect(owner)
-        victim.start_worker()
-        # kill -9 the owner once, and start it again
-        wait_for(lambda: time.monotonic() - t0 >= args.owner_kill_at * ideal, ideal * 2,
-                 "owner kill time", interval=0.2)
-        owner_kill_ms = time.time() * 1000
-        owner.kill()
-        owner.start()
-        connect_all(owner, hosts)
+        kill_ms = owner_kill_ms = 0.0
+        held: dict[str, str] = {}  # item -> lease held by the victim at the kill
+        if not args.no_kills:
+            kill_ms, owner_kill_ms, held = kills(args, owner, hosts, topic, ideal, t0)
         wait_for(lambda: done_count() >= total, ideal * 6 + 120, "every item done", interval=1.0)
+
 
         # -- figures -------------------------------------------------------------------
         recs = leases(owner, topic)
