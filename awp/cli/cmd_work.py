@@ -10,6 +10,7 @@ import socket
 
 import typer
 
+from . import board_files
 from .cmd_board import client_for
 from .common import CliError, command, home_of, home_opt, note, parse_seconds
 
@@ -85,7 +86,8 @@ def work_cmd(
     opts = Options(command=list(cmd),
                    timeout=parse_seconds(timeout, "--timeout") if timeout else 0.0,
                    workdir=workdir or "", keep_dirs=keep_dirs,
-                   max_post=int(pol.get("max_post") or 65536), host=socket.gethostname())
+                   max_post=int(pol.get("max_post") or 65536), host=socket.gethostname(),
+                   save_bytes=board_files.save_bytes)
     s = Settings(topic=t.get("topic") or topic, home=h, job=opts, concurrency=concurrency,
                  max_items=max_items, once=once, grace=parse_seconds(grace, "--grace"),
                  offers=tags, bid=bid_doc, say=lambda line: print(line, flush=True))

@@ -36,10 +36,10 @@ import os
 import sys
 import time
 
+from awp.base.sockpath import find_socket
 from awp.harness.identity import detect, normalize
 from awp.localapi import cjson
 from awp.localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
-from awp.localapi.sockpath import find_socket
 
 EVENTS = ("session-start", "inbox", "stop")
 FORMATS = ("claude", "codex", "gemini", "cursor", "text")
@@ -369,7 +369,7 @@ def _waiting(client: LocalClient) -> str:
     except (DaemonNotRunning, ApiFailure, ProtocolError, ConnectionError, TimeoutError,
             OSError):
         return ""
-    from awp.work.hint import waiting_text
+    from awp.present.work import waiting_text
 
     return waiting_text(res.get("topics") or []) if isinstance(res, dict) else ""
 
@@ -422,7 +422,7 @@ def run(event: str, fmt: str, home: str, data: dict) -> str:
         if event != "stop" or records:
             posts, more = _board(client)
         waiting = _waiting(client) if event == "stop" and not records else ""
-    from . import text as texts
+    from ..present import text as texts
 
     board = texts.board_text(posts, more)
     if event == "session-start":

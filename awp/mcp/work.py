@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..hooks.text import FRAMING, render_post
+from ..present.text import FRAMING, render_post
 from .base import MAX_WAIT, WAIT_SLICE, Context, Tool, ToolError, text_arg
 from .board import TOPIC_DESC
 

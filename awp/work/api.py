@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from ..cli.daemonctl import DaemonStartError, ensure_daemon
 from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient
+from ..localapi.daemonctl import DaemonStartError, ensure_daemon
 
 RECONNECT_S = 1.0  # between attempts to reach a daemon that went away
 SLACK_S = 30.0  # HTTP timeout beyond a request's own server-side wait

@@ -28,10 +28,13 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
 from .api import ApiFailure, Daemon, Gone
+
+SaveBytes = Callable[[str, object, bytes], str]
 
 RESULT_MIME = "application/vnd.awp.work+json"
 STDERR_TAIL = 2000  # bytes of stderr a failure reply quotes
@@ -56,6 +59,7 @@ class Outcome:
 @dataclass
 class Options:
     command: list[str]
+    save_bytes: SaveBytes  # writes an item's files (see save_parts)
     timeout: float = 0.0  # seconds; 0: none
     workdir: str = ""  # where item directories are made ("" the system's temp dir)
     keep_dirs: bool = False
@@ -79,9 +83,9 @@ def item_text(parts: list) -> str:
                      and p.get("k") in ("text", "code") and isinstance(p.get("text"), str))
 
 
-def save_parts(parts: list, directory: str) -> None:
-    from ..cli.board_files import save_bytes
-
+def save_parts(parts: list, directory: str, save_bytes: SaveBytes) -> None:
+    """Write the item's file parts into ``directory`` with ``save_bytes`` (the CLI's safe
+    writer: names another host chose, never replacing what is there)."""
     for p in parts:
         if isinstance(p, dict) and p.get("k") == "file":
             try:
@@ -148,7 +152,7 @@ class Job:
         try:
             if self.done_before():
                 return Ran("already", 0, 0.0, out, err, directory)
-            save_parts(self.item.get("parts") or [], directory)
+            save_parts(self.item.get("parts") or [], directory, self.opts.save_bytes)
             ended, code = self._run(api, directory, out, err)
         except BaseException:
             out.close()
