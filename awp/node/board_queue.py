@@ -302,11 +302,31 @@ class BoardQueue:
                 offers, bid, why = (), Bid(), str(e)
             if why:
                 answer, rec = Decision("refused", why=why), None
+            elif op == "claim" and self.board._nursery is not None:
+                # Decided when its award window closes: meanwhile this peer's other
+                # lines (and its other claims, which may join the same window) go on.
+                self.board._nursery.start_soon(self._claim_for, link, topic, ident, who,
+                                               req[:64], offers, bid)
+                return
             elif op == "claim":
                 answer, rec = await self.window.claim(topic, who, req[:64], offers, bid)
             else:
                 ev = Event(op, now_ms(), who=who, req=req[:64], lease=lease[:80])
                 answer, rec = await self._arbitrate(topic, ev)
+        await self._send_answer(link, topic, ident, answer, rec)
+
+    async def _claim_for(self, link: _Link, topic: str, ident: str, who: str, req: str,
+                         offers: tuple[str, ...], bid: Bid) -> None:
+        """A peer's claim, decided in its award window and answered (its own task)."""
+        try:
+            answer, rec = await self.window.claim(topic, who, req, offers, bid)
+        except Exception:  # a failing store: the claimant's retry (same req) asks again
+            log.exception("queue %s: a claim could not be decided", topic)
+            return
+        await self._send_answer(link, topic, ident, answer, rec)
+
+    async def _send_answer(self, link: _Link, topic: str, ident: str, answer: Decision,
+                           rec: Record | None) -> None:
         body = {"topic": topic, "re": ident}
         if rec is not None and answer.state == "claimed":
             # the item first, so the claimant can show it with the answer
