@@ -11,7 +11,7 @@ import socket
 import typer
 
 from . import board_files
-from .cmd_board import client_for
+from .board_verbs import client_for
 from .common import CliError, command, home_of, home_opt, note, parse_seconds
 
 DOC_WAIT = 10.0  # how long to wait for the topic's document on a first subscribe
