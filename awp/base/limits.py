@@ -63,6 +63,11 @@ class Limits:
     board_award_window: float = 0.05        # claims on our queues arriving this close are
     #                                         served together, best bid first (the market)
 
+    # Links kept without business of our own (awp/node/business.py).
+    kept_peers: int = 64                    # peers redialled only because they were recently
+    #                                         connected or carry one of our topics
+    warm_for: float = 1800.0                # a dropped link is redialled this long after it was up
+
     # Time.
     write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
     gap_timeout: float = 15.0               # an older line unacked while a newer one is (0: off)
@@ -87,6 +92,7 @@ for _f, _k in (
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),
     ("board_claims_per_minute", "count"), ("board_queue_log", "count"),
     ("board_award_window", "seconds"),
+    ("kept_peers", "count"), ("warm_for", "seconds"),
 ):
     _kind(_f, _k)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from . import board_verbs
+from . import board_policy, board_verbs
 from .common import app, command, home_opt, json_opt
 
 topic_app = typer.Typer(
@@ -105,7 +105,7 @@ def _policy_command(verb: str, short_help: str, doc: str, name_help: str) -> Non
         home: str = home_opt(),
         as_json: bool = json_opt(),
     ) -> None:
-        run = board_verbs.topic_create if verb == "create" else board_verbs.topic_set
+        run = board_policy.topic_create if verb == "create" else board_policy.topic_set
         run(name, title, open_, read, post, keep, keep_days, keep_bytes, rate, max_post, queue,
             lease, attempts, group_home(ctx, home), as_json)
 

@@ -6,7 +6,7 @@ what the request to the daemon does.  This parser takes the command lines
 those commands are normally given (long and short options, ``=`` values,
 repeated options, positionals, ``--``, ``--help``) and hands the values to
 the same functions the typer commands call (:mod:`awp.cli.verbs`,
-:mod:`awp.cli.board_verbs`, :mod:`awp.cli.queue_verbs`).
+:mod:`awp.cli.board_verbs`, :mod:`awp.cli.board_policy`, :mod:`awp.cli.queue_verbs`).
 
 It has no option list of its own: every command's options, arguments and
 defaults come from :mod:`awp.cli.clitable`, and its help from
@@ -34,8 +34,8 @@ RUNNERS: dict[str, tuple[str, str]] = {
                                  "state")},
     **{v: ("board_verbs", v) for v in ("topics", "subscribe", "unsubscribe", "post", "reply",
                                        "get", "edit", "delete", "hide")},
-    **{f"topic {v}": ("board_verbs", f"topic_{v}")
-       for v in ("create", "set", "show", "grant", "revoke", "ban")},
+    **{f"topic {v}": ("board_policy", f"topic_{v}") for v in ("create", "set")},
+    **{f"topic {v}": ("board_verbs", f"topic_{v}") for v in ("show", "grant", "revoke", "ban")},
     **{v: ("queue_verbs", v) for v in ("claim", "renew", "release", "complete", "fail",
                                        "queue")},
 }

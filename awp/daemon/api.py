@@ -180,6 +180,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         else:
             key = await resolve(target, introduced=True)  # a name an introduction gave
             already = engine.peers.active(key) is not None
+            await engine.business.unpark(key)  # connecting ends a bye
             if not already:
                 addrs = await engine.dial_addresses(key)
                 if not addrs:
@@ -196,6 +197,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                         except DialError as e:
                             errors.append(f"{addr}: {e}")
                 if not ok:
+                    engine.peers.ensure_loop(key)  # keep trying if there is business
                     raise ApiError(502, f"cannot reach {target}: " + ("; ".join(errors)
                                    or "timed out"), "unreachable")
         name = await engine.read(lambda c: queries.peer_label(c, key))
@@ -214,6 +216,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             slot = engine.peers.slots.get(p["key"])
             if slot and slot.last_error and not conn:
                 p["last_error"] = slot.last_error
+            if slot and slot.loop_running and slot.reason:
+                p["kept_for"] = slot.reason  # the business it is redialled for
             p["budget"] = engine.budgets.peer(p["key"], conn)
         now = now_ms()
         granted = await engine.read(lambda c: {p["key"]: sorted(grantstore.honored_caps(

@@ -50,6 +50,7 @@ from ..wire.board import (
 )
 from ..wire.presence import raw_elements, raw_member
 from ..wire.timefmt import format_ts, now_ms
+from . import board_links
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -160,6 +161,7 @@ class Board:
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
         self._last_ts = 0  # of the last record we signed
+        board_links.register(engine)  # topics and queue work are business with peers
 
     # -- life ------------------------------------------------------------------------
 
@@ -351,13 +353,16 @@ class Board:
             added.append(topic)
             link.subs.pop(topic, None)  # re-listed: now the newest entry
             link.subs[topic] = (e.get("grant"), e.get("via"))
-        for topic in drop[:MAX_SUBS] if isinstance(drop, list) else []:
-            if isinstance(topic, str):
-                link.subs.pop(topic, None)
+        dropped = [t for t in (drop[:MAX_SUBS] if isinstance(drop, list) else [])
+                   if isinstance(t, str)]
+        for topic in dropped:
+            link.subs.pop(topic, None)
         if len(link.subs) > 4 * MAX_SUBS:  # a peer cannot make us remember without end
             for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
                 del link.subs[topic]
         heard, link.heard_sub = link.heard_sub, True
+        await board_links.heard(self.engine, link.conn.peer_key,
+                                [t for t in dict.fromkeys(added) if t in self.subs], dropped)
         for topic in dict.fromkeys(added):
             if topic not in self.subs:
                 continue
@@ -581,9 +586,12 @@ class Board:
         await self.engine.writer.run(job)
         self.subs.add(topic)
         await self.announce([topic], [])
+        for key, link in list(self.links.items()):  # neighbours that carry it already
+            if topic in link.subs:
+                await board_links.heard(self.engine, key, [topic], [])
         owner = topic.split("/", 1)[0]
         if owner != self.me:
-            self.engine.peers.ensure_loop(owner)  # a subscription is business with its owner
+            await self.engine.business.begun(owner)  # a subscription is business with its owner
         return True
 
     def on_grants(self, conn: Connection) -> None:

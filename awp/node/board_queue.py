@@ -442,7 +442,7 @@ class BoardQueue:
         await self.engine.writer.run(lambda c: c.execute(
             "INSERT OR REPLACE INTO board_pending (lease, topic, op, until) VALUES (?, ?, ?, ?)",
             (lease, topic, op, until)))
-        self.engine.peers.ensure_loop(topic.split("/", 1)[0])  # redial the owner for it
+        await self.engine.business.begun(topic.split("/", 1)[0])  # redial the owner for it
 
     async def _retry_kept(self) -> None:
         now = now_ms()

@@ -21,7 +21,7 @@ import trio
 
 from ..store import blobs as blobstore
 from ..store import grants as grantstore
-from ..store import ops, usage
+from ..store import links, ops, usage
 from ..store.db import connect, open_store
 from ..store.idfloor import IdFloor
 from ..store.writer import Writer
@@ -36,6 +36,7 @@ from ..wire.keys import Identity, KeyError_, normalize_key
 from ..wire.messages import default_subject
 from ..wire.timefmt import format_ts, now_ms
 from .budgets import Budgets
+from .business import Business
 from .config import NodeConfig
 from .connection import Connection
 from .events import Broadcaster
@@ -68,6 +69,7 @@ class Engine:
         self.config = config
         self.ids = IdGenerator()
         self.peers = PeerManager(self)
+        self.business = Business(self)  # why links are kept; the board adds its own
         self.budgets = Budgets(config.limits)
         self.changes = Broadcaster()
         self.listen_addrs: list[Address] = []
@@ -113,7 +115,12 @@ class Engine:
                 self.peers.bind(nursery)
                 nursery.start_soon(self._sweeper)
                 nursery.start_soon(self._blob_expiry)
-                for key in await self.read(self._peers_with_business):
+                nursery.start_soon(self.business.run)
+                # A restart redials every peer it has business with, former
+                # neighbours included, at once: no backoff, no dial-back grace.
+                kept = await self.read(lambda c: self.business.peers(c, now_ms()))
+                for key, why in sorted(kept.items()):
+                    log.info("redialing %s at start (%s)", key[:18], why)
                     self.peers.ensure_loop(key)
                 for ext in self.extensions:
                     start = getattr(ext, "on_start", None)
@@ -200,11 +207,6 @@ class Engine:
             err["re"] = ident
         return err
 
-    def _peers_with_business(self, conn: sqlite3.Connection) -> list[str]:
-        since = now_ms() - int(self.config.outbox_ttl * 1000)
-        keys = [r[0] for r in conn.execute("SELECT key FROM peers WHERE parked = 0")]
-        return [k for k in keys if ops.has_business(conn, k, since)]
-
     async def _drop_unreadable(self) -> None:
         """Before any peer is dialed: see :func:`ops.drop_unreadable`."""
         try:
@@ -248,16 +250,9 @@ class Engine:
         since = now_ms() - int(self.config.outbox_ttl * 1000)
         return await self.read(lambda c: ops.resume_seen(c, key, since))
 
-    async def wants_connection(self, key: str) -> bool:
-        since = now_ms() - int(self.config.outbox_ttl * 1000)
-
-        def q(c: sqlite3.Connection) -> bool:
-            row = c.execute("SELECT parked FROM peers WHERE key = ?", (key,)).fetchone()
-            if row is None or row[0]:
-                return False
-            return ops.has_business(c, key, since)
-
-        return await self.read(q)
+    async def business_with(self, key: str) -> str:
+        """Why the link to ``key`` is kept (a kind of business), or "" (see :mod:`.business`)."""
+        return await self.read(lambda c: self.business.reason(c, key, now_ms()))
 
     async def dial_addresses(self, key: str) -> list[tuple[str, str]]:
         rows = await self.read(lambda c: ops.ranked_addresses(c, key))
@@ -346,18 +341,20 @@ class Engine:
         """Connect to an address, remembering it as the peer's best source.
 
         Returns ``(connection, peer_key)``; the connection is ``None`` when the
-        peer was already connected through this address.
+        peer was already connected through this address.  Either way a park
+        (``bye``) ends: the user wants this link.
         """
         known = await self.read(
             lambda c: c.execute("SELECT peer FROM addresses WHERE addr = ?", (addr,)).fetchall()
         )
         for (key,) in known:
             if self.peers.active(key):
+                await self.business.unpark(key)
                 return None, key
         conn = await self.dial_and_run(addr, timeout=timeout)
         now = now_ms()
         await self.writer.run(lambda c: ops.add_address(c, conn.peer_key, addr, "connect", now))
-        return conn, conn.peer_key
+        return conn, conn.peer_key  # (the new connection ended any park)
 
     # -- connection callbacks ---------------------------------------------------------
 
@@ -410,6 +407,8 @@ class Engine:
 
         def job(c: sqlite3.Connection) -> dict:
             prev = ops.record_hello(c, conn.peer_key, hello, now)
+            if prev["parked"]:  # a new connection ends a bye: the link is kept again
+                ops.set_parked(c, conn.peer_key, False)
             if dialback and not conn.outbound:
                 ops.add_address(c, conn.peer_key, dialback, "hello", now)
             if conn.outbound and conn.dialed:
@@ -433,6 +432,13 @@ class Engine:
         if conn.peer_key:
             self.peers.detach(conn)
             if conn.established.is_set():
+                # when the link was last alive: whether to keep it warm, and
+                # (after a restart) who our neighbours were
+                try:
+                    await self.writer.run(
+                        lambda c, t=now_ms(): links.touch(c, [conn.peer_key], t))
+                except Exception as e:
+                    log.error("marking the link to %s closed failed: %s", conn.peer_key[:18], e)
                 log.info("disconnected %s: %s", conn.peer_name or conn.peer_key,
                          conn.close_reason)
                 self.changes.publish({"kind": "peer", "peer": conn.peer_key, "up": False})

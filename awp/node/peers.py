@@ -1,10 +1,11 @@
 """The peer manager: one connection per peer, and who redials whom.
 
-Keys are identity, addresses are hints.  For every peer with unfinished
-business (queued lines, or an open thread active within the retention) a
-redial loop runs while no connection is up: it tries the peer's addresses in
-rank order, backing off from 1 s to 60 s with jitter, and new outbound
-traffic wakes it at once with the backoff reset.
+Keys are identity, addresses are hints.  For every peer with business (see
+:mod:`awp.node.business`: queued lines, open threads, topics and the links
+that carry them, queue work, recent activity) a redial loop runs while no
+connection is up: it tries the peer's addresses in rank order, backing off
+from 1 s to 60 s with jitter, until the business ends; new business wakes it
+at once with the backoff reset.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class PeerSlot:
     """What the manager tracks per peer key."""
 
     __slots__ = ("key", "conn", "loop_running", "kick", "backoff", "last_error",
-                 "dialing", "grace_pending")
+                 "dialing", "grace_pending", "reason")
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -38,6 +39,7 @@ class PeerSlot:
         self.last_error = ""
         self.dialing = False
         self.grace_pending = False
+        self.reason = ""  # the business the redial loop last kept the link for
 
 
 class PeerManager:
@@ -54,6 +56,11 @@ class PeerManager:
         if s is None:
             s = self.slots[key] = PeerSlot(key)
         return s
+
+    def live_keys(self) -> list[str]:
+        """Keys with an established connection now."""
+        return [k for k, s in self.slots.items()
+                if s.conn is not None and s.conn.established.is_set() and not s.conn.closed.is_set()]
 
     def active(self, key: str) -> Connection | None:
         s = self.slots.get(key)
@@ -116,8 +123,12 @@ class PeerManager:
             while True:
                 if self.active(s.key):
                     return
-                if not await eng.wants_connection(s.key):
+                why = await eng.business_with(s.key)
+                if not why:
                     return
+                if why != s.reason:
+                    s.reason = why
+                    log.info("keeping the link to %s (%s)", s.key[:18], why)
                 addrs = await eng.dial_addresses(s.key)
                 if not addrs:
                     return
@@ -164,3 +175,4 @@ class PeerManager:
         finally:
             s.loop_running = False
             s.dialing = False
+            s.reason = ""

@@ -413,30 +413,6 @@ def sweep_outbox(conn: sqlite3.Connection, cutoff_ms: int) -> int:
     return conn.execute("DELETE FROM outbox WHERE created < ?", (cutoff_ms,)).rowcount
 
 
-def has_business(conn: sqlite3.Connection, peer: str, since_ms: int) -> bool:
-    """Queued lines, an open thread active since ``since_ms``, or the board.
-
-    The board's business with a peer: it owns a topic we subscribe to (the
-    owner is where its records start and where its queue is arbitrated), or
-    we keep a lease operation for one of its queues.
-    """
-    if conn.execute("SELECT 1 FROM outbox WHERE peer = ? LIMIT 1", (peer,)).fetchone():
-        return True
-    # topics are "<owner key>/<name>": a range of the primary key ("0" follows "/")
-    if conn.execute("SELECT 1 FROM board_subs WHERE topic > ? AND topic < ? LIMIT 1",
-                    (peer + "/", peer + "0")).fetchone():
-        return True
-    return (
-        conn.execute(
-            "SELECT 1 FROM threads WHERE peer = ? AND updated >= ?"
-            " AND mine NOT IN ('done', 'failed', 'closed')"
-            " AND theirs NOT IN ('done', 'failed', 'closed') LIMIT 1",
-            (peer, since_ms),
-        ).fetchone()
-        is not None
-    )
-
-
 def resume_seen(conn: sqlite3.Connection, peer: str, since_ms: int) -> dict[str, str]:
     return {
         r[0]: r[1]

@@ -263,6 +263,18 @@ CREATE TABLE board_pending (
     until INTEGER NOT NULL
 );
 """,
+    # 7: which neighbour carries which of our topics (awp/store/links.py): kept so
+    # that a relay's link is redialled after a drop or a restart of either side.
+    """
+CREATE TABLE peer_topics (
+    peer TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    heard INTEGER NOT NULL,
+    PRIMARY KEY (peer, topic)
+);
+CREATE INDEX peer_topics_heard ON peer_topics (heard);
+CREATE INDEX peers_last_seen ON peers (last_seen);
+""",
 ]
 
 BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables

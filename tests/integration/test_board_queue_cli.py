@@ -101,13 +101,12 @@ def test_two_claimants_work_a_queue(homes):
     assert r.stdout.startswith(f"complete of lease {got['lease']} queued: the owner is not"
                                " connected")
     a.ok("up")
-    # The daemon does not redial a peer only for a kept queue operation (a board
-    # subscription or board_pending is not "business" to engine.wants_connection),
-    # so carol reconnects by hand, as a user would; the kept completion then goes.
-    c.ok("connect", a.address)
+    # No awp connect: the kept completion and the subscriptions are business with
+    # alice, so both daemons redial her (and she redials them).
     wait_for(lambda: queue_rows(a, "jobs")[m.group(1)][1] == "done", 60,
              "carol's completion at alice", interval=0.5)
-    b.ok("connect", a.address)
+    wait_for(lambda: "not connected" not in b.run("claim", "alice/jobs").stderr, 30,
+             "bob back at alice", interval=0.5)
     r = b.run("claim", "alice/jobs")
     assert r.returncode == 2 and "no open item" in r.stderr  # both done: nothing left
 

@@ -27,8 +27,10 @@ def both(h, *args: str):
 
 
 def _ages(text: str) -> str:
-    """Ages ("working 2s", "47s ago", "just now") move on between the two runs."""
-    return re.sub(r"\b\d+[smhd]\b", "N", text).replace("[just now]", "[N ago]")
+    """Ages ("working 2s", "47s ago", "just now") move on between the two runs, and a
+    table's columns widen with them (9s, then 10s)."""
+    text = re.sub(r"\b\d+[smhd]\b", "N", text).replace("[just now]", "[N ago]")
+    return re.sub(r" {2,}", "  ", text)
 
 
 VOLATILE = {"rtt_ms", "last_seen", "last_success", "updated", "my_since", "their_since"}

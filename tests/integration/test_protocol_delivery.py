@@ -279,8 +279,10 @@ def test_exactly_once_across_receiver_crash(make_node):
 
 def test_redial_after_listener_restart(make_node):
     a = make_node("a").start()
-    b = make_node("b").start()
-    a.connect(b)  # no traffic yet: b has no business with a, only a will redial
+    # b keeps no link warm: with no traffic yet it has no business with a, so
+    # only a will redial
+    b = make_node("b").with_limits(warm_for=0).start()
+    a.connect(b)
     assert a.peer_state(b.key) == "connected (out)"
     b.stop()  # SIGTERM
     wait_for(lambda: a.peer_state(b.key) != "connected (out)", 5, "a to notice")
@@ -294,7 +296,7 @@ def test_redial_after_listener_restart(make_node):
 
 
 def test_dial_back_to_hello_addr_after_dialer_restart(make_node):
-    a = make_node("a").start()
+    a = make_node("a").with_limits(warm_for=0).start()  # keeps no link warm
     b = make_node("b").start()
     a.connect(b)  # a dials; b learns a's address only from a's hello
     peers = {p["key"]: p for p in b.api("GET", "/v1/peers")}
@@ -310,7 +312,7 @@ def test_dial_back_to_hello_addr_after_dialer_restart(make_node):
 
 
 def test_send_after_dialer_restart_dials_back_at_once(make_node):
-    a = make_node("a").start()
+    a = make_node("a").with_limits(warm_for=0).start()  # so a does not redial b itself
     b = make_node("b").start()
     a.connect(b)
     a.kill()

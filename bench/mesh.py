@@ -1,0 +1,309 @@
+"""Mesh bench: a board topic on a line and a tree of daemons that lose relays (issue 19).
+
+Every scenario builds a :class:`Mesh` of ``--hosts`` daemons on loopback, as a
+line or a tree (fan-out ``--fanout``), each child dialing its parent once.
+Host 0 owns an open topic and every other host subscribes to it, nearest
+first.  Nobody ever calls connect again: links that break are the daemons'
+own business (SPEC.md section 8, "Keeping links").
+
+``healing`` (the default scenario) prints, with its target and ``ok`` or
+``MISS``:
+
+1. **spread**: ``--calm`` posts from the owner at ``--rate`` a second while
+   every host is up; a post's latency at a host is from the start of the
+   owner's ``/v1/board/post`` call until that host's ``/v1/board/wait``
+   returned it.  Printed for every subscriber (the target: p99 <= 2 s) and,
+   apart, for those within 8 links of the owner: until live records lose
+   their 8-hop bound (issue 19 item 5), hosts further away get a post only
+   from a digest (on connect, or every 5 minutes).
+2. **healing**: while the rest of ``--posts`` flow, ``--kills`` times a
+   random relay (a host with more than one link, not the owner) is killed
+   with SIGKILL, kept down ``--down`` seconds, and started again.  For each
+   restart: the time from the start until the relay has all its links back,
+   and until every host behind it (cut off from the owner while it was down)
+   holds every post the owner made while it was down.  Target: p99 <= 10 s.
+   Hosts behind it within 8 links are shown apart, as above.
+3. **presence**: ``--settle`` seconds after the last post, the share of
+   (post, host) pairs present.  Target: 100%.
+
+Other scenarios (a hostile author, claims over the mesh) add a function to
+:data:`SCENARIOS` and use the same :class:`Mesh`.
+
+Run: python bench/mesh.py [--scenario healing] [--hosts 32] [--topology line,tree]
+[--fanout 3] [--posts 1000] [--calm 200] [--rate 10] [--kills 10] [--down 2] [--settle 60]
+[--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from board import MAX_LINKS, Waiter, create_topic, pct, start_all, subscribe, text, verdict  # noqa: E402
+from nodes import Node, wait_for  # noqa: E402
+from presence import distances  # noqa: E402
+
+
+class Mesh:
+    """``n`` daemons as a line or a tree; host 0 is the owner of the topics."""
+
+    def __init__(self, root: str, kind: str, n: int, fanout: int = 3) -> None:
+        self.kind, self.n = kind, n
+        os.makedirs(root, exist_ok=True)
+        self.nodes = [Node(os.path.join(root, f"{kind}{i}"), f"{kind}{i}") for i in range(n)]
+        self.edges = ([(i, i + 1) for i in range(n - 1)] if kind == "line"
+                      else [((i - 1) // fanout, i) for i in range(1, n)])
+        self.adj: dict[int, set[int]] = {i: set() for i in range(n)}
+        for a, b in self.edges:
+            self.adj[a].add(b)
+            self.adj[b].add(a)
+        self.dist = distances(self.adj, 0)
+
+    def __enter__(self) -> Mesh:
+        start_all(self.nodes)
+        for a, b in self.edges:
+            self.nodes[b].connect(self.nodes[a])  # the child dials its parent, once
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for x in self.nodes:
+            try:
+                x.kill()
+            except subprocess.TimeoutExpired:  # SIGKILL sent; slow to go on a loaded machine
+                print(f"      {x.name} was slow to die after SIGKILL", file=sys.stderr)
+
+    def open_topic(self, name: str, **policy: object) -> str:
+        """An open topic of host 0, every other host subscribed (nearest first)."""
+        topic = create_topic(self.nodes[0], name, **policy)
+        for i, _d in sorted(self.dist.items(), key=lambda x: x[1]):
+            if i:
+                subscribe(self.nodes[i], topic)
+        return topic
+
+    def relays(self) -> list[int]:
+        return [i for i in range(1, self.n) if len(self.adj[i]) > 1]
+
+    def behind(self, r: int) -> set[int]:
+        """Hosts cut off from the owner while ``r`` is down."""
+        adj = {i: {j for j in js if j != r} for i, js in self.adj.items() if i != r}
+        return set(adj) - set(distances(adj, 0))
+
+    def restart(self, i: int) -> float:
+        """Start host ``i`` again (same home, same address); when the start began."""
+        t = time.monotonic()
+        self.nodes[i].start(wait=False)
+        self.nodes[i].wait_ready(120)
+        return t
+
+    def linked(self, i: int) -> bool:
+        """Host ``i`` is connected to all its neighbours."""
+        up = {p["key"] for p in self.nodes[i].api("GET", "/v1/peers")
+              if p["state"].startswith("connected")}
+        return all(self.nodes[j].key in up for j in self.adj[i])
+
+
+def held(node: Node, topic: str) -> set[str]:
+    """Hashes of the posts ``node`` holds, read from its store (the daemon may be down)."""
+    try:
+        with sqlite3.connect(f"file:{node.home}/awp.db?mode=ro", uri=True, timeout=30) as con:
+            return {r[0] for r in con.execute(
+                "SELECT hash FROM board_records WHERE topic = ? AND kind = 'post'", (topic,))}
+    except sqlite3.Error:
+        return set()
+
+
+def until(cond: Callable[[], bool], timeout: float, interval: float = 0.1) -> float | None:
+    """Seconds until ``cond()`` held, or None when ``timeout`` passed first."""
+    t0 = time.monotonic()
+    try:
+        wait_for(cond, timeout, "", interval=interval)
+    except AssertionError:
+        return None
+    return time.monotonic() - t0
+
+
+class Poster(threading.Thread):
+    """Posts at ``rate`` a second from the owner, keeping each hash and when its call began."""
+
+    def __init__(self, owner: Node, topic: str, count: int, rate: float, tag: str) -> None:
+        super().__init__(daemon=True)
+        self.owner, self.topic, self.count, self.rate, self.tag = owner, topic, count, rate, tag
+        self.sent: list[tuple[str, float]] = []
+        self.lock = threading.Lock()
+        self.error = ""
+
+    def run(self) -> None:
+        t_next = time.monotonic()
+        try:
+            for k in range(self.count):
+                t_next += 1 / self.rate
+                time.sleep(max(0.0, t_next - time.monotonic()))
+                t = time.monotonic()
+                got = self.owner.api("POST", "/v1/board/post",
+                                     {"topic": self.topic, "parts": text(f"{self.tag} {k}")})
+                with self.lock:
+                    self.sent.append((got["post"]["hash"], t))
+        except Exception as e:  # noqa: BLE001 - shown by the bench
+            self.error = f"{type(e).__name__}: {e}"
+
+    def between(self, t1: float, t2: float) -> set[str]:
+        """Posts whose call began from ``t1`` until ``t2``."""
+        with self.lock:
+            return {h for h, t_call in self.sent if t1 <= t_call < t2}
+
+
+# -- scenario: healing ----------------------------------------------------------------------
+
+
+def spread(mesh: Mesh, topic: str, args: argparse.Namespace) -> bool:
+    waiters = [Waiter(x, topic) for x in mesh.nodes[1:]]
+    for w in waiters:
+        w.start()
+    poster = Poster(mesh.nodes[0], topic, args.calm, args.rate, "calm")
+    poster.run()  # in this thread
+    everyone = [(h, t, w, mesh.dist[i + 1]) for h, t in poster.sent
+                for i, w in enumerate(waiters)]
+    until(lambda: all(h in w.seen for h, _t, w, _d in everyone), 30, 0.1)
+    for w in waiters:
+        w.stop.set()
+    lat = [w.seen[h] - t for h, t, w, _d in everyone if h in w.seen]
+    near = [w.seen[h] - t for h, t, w, d in everyone if h in w.seen and d <= MAX_LINKS]
+    missing = len(everyone) - len(lat)
+    p99 = pct(lat, 99) if not missing else float("inf")
+    ok = bool(lat) and p99 <= 2.0 and not poster.error
+    print(f"spread, {mesh.kind} of {mesh.n}: {len(poster.sent)} posts from the owner at"
+          f" {args.rate:g}/s to all {mesh.n - 1} subscribers: p99"
+          f" {p99 * 1000:.0f} ms, {missing} of {len(everyone)} deliveries missing after 30 s"
+          f"  (target p99 <= 2 s) {verdict(ok)}")
+    print(f"      within {MAX_LINKS} links of the owner: p50 {pct(near, 50) * 1000:.0f} ms,"
+          f" p99 {pct(near, 99) * 1000:.0f} ms ({len(near)} deliveries)")
+    if poster.error:
+        print(f"      posting failed: {poster.error}")
+    return ok
+
+
+def healing(mesh: Mesh, args: argparse.Namespace) -> bool:
+    rnd = random.Random(args.seed)
+    topic = mesh.open_topic("heal", rate=6000, keep=1_000_000, keep_bytes=1024 ** 3)
+    ok = spread(mesh, topic, args) if args.calm else True
+    poster = Poster(mesh.nodes[0], topic, args.posts - args.calm, args.rate, "flow")
+    poster.start()
+    links_back: list[float] = []
+    healed: list[float] = []  # every host behind the relay
+    healed_near: list[float] = []  # those within 8 links of the relay
+    unhealed = 0
+    relays = mesh.relays()
+    for _ in range(args.kills if relays else 0):
+        r = rnd.choice(relays)
+        t_kill = time.monotonic()
+        mesh.nodes[r].kill()
+        time.sleep(args.down)
+        t0 = mesh.restart(r)
+        want = poster.between(t_kill, t0)  # the posts made meanwhile
+        behind = mesh.behind(r)
+        from_r = distances(mesh.adj, r)
+        near = {i for i in behind if from_r[i] <= MAX_LINKS}
+        back = until(lambda r=r: mesh.linked(r), 60, 0.2)
+        links_back.append(time.monotonic() - t0 if back is not None else float("inf"))
+        left = set(behind)
+        done_near = None if near else 0.0
+        while left and time.monotonic() - t0 < args.heal_wait:
+            left = {i for i in left if not want <= held(mesh.nodes[i], topic)}
+            if done_near is None and not left & near:
+                done_near = time.monotonic() - t0
+            if left:
+                time.sleep(0.2)
+        if left:
+            unhealed += 1
+        else:
+            healed.append(time.monotonic() - t0)
+        if done_near is not None:
+            healed_near.append(done_near)
+    poster.join()
+    settle_t = until(lambda: all(set(h for h, _t in poster.sent) <= held(x, topic)
+                                 for x in mesh.nodes[1:]), args.settle, 0.5)
+    sent = {h for h, _t in poster.sent}
+    pairs = len(sent) * (mesh.n - 1)
+    present = sum(len(sent & held(x, topic)) for x in mesh.nodes[1:])
+    share = present / pairs if pairs else 1.0
+    if relays and args.kills:
+        p99 = pct(healed, 99) if not unhealed else float("inf")
+        ok_heal = p99 <= 10.0
+        print(f"healing, {mesh.kind} of {mesh.n}: {args.kills} relays killed -9, down"
+              f" {args.down:g} s each, started again, no connect: every host behind the"
+              f" relay held every post: p50 {pct(healed, 50):.1f} s, p99 {p99:.1f} s;"
+              f" {unhealed} of {args.kills} not healed within {args.heal_wait:g} s"
+              f"  (target p99 <= 10 s) {verdict(ok_heal)}")
+        print(f"      hosts within {MAX_LINKS} links behind the relay: p50"
+              f" {pct(healed_near, 50):.1f} s, p99 {pct(healed_near, 99):.1f} s;"
+              f" the relay's links all back: p50 {pct(links_back, 50):.1f} s, p99"
+              f" {pct(links_back, 99):.1f} s")
+        ok &= ok_heal
+    ok_present = share == 1.0 and not poster.error
+    print(f"presence, {mesh.kind} of {mesh.n}: {len(sent)} posts made while relays died:"
+          f" {share * 100:.2f}% of (post, host) pairs present"
+          + (f" {settle_t:.1f} s after the last post" if settle_t is not None
+             else f" after {args.settle:g} s")
+          + f"  (target 100%) {verdict(ok_present)}")
+    if poster.error:
+        print(f"      posting failed: {poster.error}")
+    return ok and ok_present
+
+
+SCENARIOS: dict[str, Callable[[Mesh, argparse.Namespace], bool]] = {"healing": healing}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="healing",
+                    help="comma-separated: " + ", ".join(SCENARIOS))
+    ap.add_argument("--hosts", type=int, default=32)
+    ap.add_argument("--topology", default="line,tree", help="line, tree, or both")
+    ap.add_argument("--fanout", type=int, default=3, help="children of each host in the tree")
+    ap.add_argument("--posts", type=int, default=1000, help="posts in all, calm ones included")
+    ap.add_argument("--calm", type=int, default=200, help="posts made before any kill (spread)")
+    ap.add_argument("--rate", type=float, default=10.0, help="posts a second")
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--down", type=float, default=2.0, help="seconds a killed relay stays down")
+    ap.add_argument("--heal-wait", type=float, default=60.0,
+                    help="seconds to wait for the hosts behind a restarted relay")
+    ap.add_argument("--settle", type=float, default=60.0,
+                    help="seconds after the last post for every host to hold it")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    names = [s.strip() for s in args.scenario.split(",") if s.strip()]
+    kinds = [k.strip() for k in args.topology.split(",") if k.strip()]
+    if not names or set(names) - set(SCENARIOS):
+        ap.error(f"--scenario takes {', '.join(SCENARIOS)}")
+    if not kinds or set(kinds) - {"line", "tree"}:
+        ap.error("--topology takes line, tree")
+    if args.hosts < 3 or args.fanout < 1 or not 0 <= args.calm <= args.posts:
+        ap.error("--hosts >= 3, --fanout >= 1, 0 <= --calm <= --posts")
+    root = tempfile.mkdtemp(prefix="awpM", dir="/tmp")
+    ok = True
+    try:
+        for name in names:
+            for kind in kinds:
+                with Mesh(os.path.join(root, f"{name}-{kind}"), kind, args.hosts,
+                          args.fanout) as mesh:
+                    ok &= SCENARIOS[name](mesh, args)
+    finally:
+        if not os.environ.get("AWP_BENCH_KEEP"):
+            shutil.rmtree(root, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
