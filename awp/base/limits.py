@@ -60,6 +60,8 @@ class Limits:
     board_serve_bytes: int = 64 * MiB       # records sent to one peer per minute on its asking
     board_claims_per_minute: int = 6000     # queue requests one peer makes of our queues
     board_queue_log: int = 10000            # rows in one queue's arbiter log before compacting
+    board_award_window: float = 0.05        # claims on our queues arriving this close are
+    #                                         served together, best bid first (the market)
 
     # Links kept without business of our own (awp/node/business.py).
     kept_peers: int = 64                    # peers redialled only because they were recently
@@ -89,6 +91,7 @@ for _f, _k in (
     ("api_body_bytes", "bytes"), ("board_subscriptions", "count"),
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),
     ("board_claims_per_minute", "count"), ("board_queue_log", "count"),
+    ("board_award_window", "seconds"),
     ("kept_peers", "count"), ("warm_for", "seconds"),
 ):
     _kind(_f, _k)

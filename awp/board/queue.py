@@ -21,6 +21,10 @@ Lease rules:
   gives it back without costing one.
 * ``remove`` (the item was deleted or hidden) ends any lease on it and
   makes it dead.
+* The market (:mod:`awp.board.market`): a claim takes only an item whose
+  ``needs`` its ``offers`` cover, and a ``fail`` or an expiry is a strike
+  against the holder's standing (which orders claims that arrive together;
+  the node decides that order before it logs them).
 * Time in the log never goes backwards: each event's clock is the larger of
   its own and the previous one.
 
@@ -37,7 +41,10 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from dataclasses import asdict, dataclass, field, replace
 
-OPS = ("add", "remove", "claim", "renew", "release", "complete", "fail", "tick", "restore")
+from .market import Standing, covers
+
+OPS = ("add", "remove", "claim", "renew", "release", "complete", "fail", "tick", "restore",
+       "standing")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,16 @@ class Event:
     grants: int = 0
     until: int = 0
     end: str = ""  # "done", "dead" or "" (still to do)
+    # the market (:mod:`awp.board.market`): an item's needs (``add``, ``restore``)
+    # and a claimant's offers (``claim``); ``standing`` restores a worker's strikes
+    # (``attempts`` of them, the last at ``until``)
+    needs: tuple[str, ...] = ()
+    offers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a log row read back from JSON holds lists
+        object.__setattr__(self, "needs", tuple(self.needs))
+        object.__setattr__(self, "offers", tuple(self.offers))
 
     def to_json(self) -> dict:
         """The fields that differ from their defaults: a log row as short as it can be."""
@@ -85,6 +102,7 @@ class _Item:
     done: bool = False
     dead: bool = False
     req: str = ""  # the request id of the claim that made the current lease
+    needs: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[int, str]:
@@ -100,6 +118,7 @@ class Arbiter:
     _leases: dict[str, str] = field(default_factory=dict)  # current lease -> item
     _reqs: dict[tuple[str, str], Decision] = field(default_factory=dict)  # of current leases
     _clock: int = 0
+    standing: Standing = field(default_factory=Standing)  # workers' strikes (the market)
 
     @classmethod
     def replay(cls, lease_ms: int, attempts: int, log: list[Event]) -> Arbiter:
@@ -115,13 +134,15 @@ class Arbiter:
         self._clock = max(self._clock, ev.now)
         out = self._expire()
         if ev.op == "add":
-            self._add(ev.item, ev.ts)
+            self._add(ev.item, ev.ts, ev.needs)
         elif ev.op == "remove":
             out.extend(self._remove(ev.item))
         elif ev.op == "claim":
-            out.append(self._claim(ev.who, ev.req))
+            out.append(self._claim(ev.who, ev.req, ev.offers))
         elif ev.op == "restore":
             self._restore(ev)
+        elif ev.op == "standing":
+            self.standing.set(ev.who, ev.attempts, ev.until)
         elif ev.op != "tick":
             out.append(self._act(ev.op, ev.who, ev.lease))
         return out
@@ -165,8 +186,15 @@ class Arbiter:
                 del self._order[bisect_left(self._order, it.key)]
         return [Event("restore", self._clock, who=it.holder, item=it.item, ts=it.ts,
                       lease=it.lease, req=it.req, attempts=it.attempts, grants=it.grants,
-                      until=it.until, end="done" if it.done else "dead" if it.dead else "")
-                for it in sorted(self._items.values(), key=lambda it: it.key)]
+                      until=it.until, end="done" if it.done else "dead" if it.dead else "",
+                      needs=it.needs)
+                for it in sorted(self._items.values(), key=lambda it: it.key)] + [
+            Event("standing", self._clock, who=w, attempts=n, until=last)
+            for w, n, last in self.standing.items() if w in self.standing.strikes(self._clock)]
+
+    def needs(self, item: str) -> tuple[str, ...]:
+        it = self._items.get(item)
+        return it.needs if it else ()
 
     def snapshot(self) -> list[dict]:
         """Every item, oldest first: status, holder, lease, until and attempts used."""
@@ -181,14 +209,14 @@ class Arbiter:
 
     # -- transitions ---------------------------------------------------------------------
 
-    def _add(self, item: str, ts: int) -> None:
+    def _add(self, item: str, ts: int, needs: tuple[str, ...] = ()) -> None:
         if item not in self._items:
-            self._items[item] = _Item(item, ts)
+            self._items[item] = _Item(item, ts, needs=needs)
             insort(self._order, (ts, item))
 
     def _restore(self, ev: Event) -> None:
         it = _Item(ev.item, ev.ts, ev.attempts, ev.grants, ev.who, ev.lease, ev.until,
-                   ev.end == "done", ev.end == "dead", ev.req)
+                   ev.end == "done", ev.end == "dead", ev.req, ev.needs)
         self._items[it.item] = it
         if not (it.done or it.dead):
             insort(self._order, it.key)
@@ -232,6 +260,8 @@ class Arbiter:
 
     def _end(self, it: _Item, *, failed: bool) -> None:
         del self._leases[it.lease]
+        if failed:
+            self.standing.strike(it.holder, self._clock)
         self._reqs.pop((it.holder, it.req), None)
         it.holder, it.lease, it.until, it.req = "", "", 0, ""
         if failed:
@@ -239,7 +269,7 @@ class Arbiter:
             if it.attempts >= self.attempts:
                 self._finish(it, done=False)
 
-    def _claim(self, who: str, req: str) -> Decision:
+    def _claim(self, who: str, req: str, offers: tuple[str, ...] = ()) -> Decision:
         if not who:
             return Decision("refused", why="no claimant")
         key = (who, req)
@@ -252,7 +282,7 @@ class Arbiter:
         # leases, never over the queue's history
         for _ts, h in self._order:
             it = self._items[h]
-            if it.lease:
+            if it.lease or (it.needs and not covers(offers, it.needs)):
                 continue
             it.grants += 1
             it.holder, it.lease, it.req = who, f"{h[:16]}.{it.grants}", req

@@ -20,6 +20,7 @@ from .cmd_board import topic_app as _board  # noqa: F401  (registers topics, top
 from .cmd_conform import conform as _conform  # noqa: F401  (registers awp conform)
 from .cmd_queue import claim_cmd as _queue  # noqa: F401  (registers claim, queue, ...)
 from .cmd_web import web_cmd as _web  # noqa: F401  (registers awp web)
+from .cmd_work import work_cmd as _work  # noqa: F401  (registers awp work)
 from .common import app, compact, home_of, home_opt, json_opt, out
 from .fastpath import home_first
 

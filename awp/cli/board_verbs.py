@@ -178,7 +178,8 @@ def line_ranges(numbers: list[int]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> None:
+def post_lines(client: LocalClient, topic: str, source: str, as_json: bool,
+               needs: list[str] | None = None) -> None:
     """Each non-empty line of ``source`` as a post, sent in batches of 1,000.
 
     Posting stops at the first batch the topic did not take whole (its rate,
@@ -202,7 +203,10 @@ def post_lines(client: LocalClient, topic: str, source: str, as_json: bool) -> N
                 left += numbers  # after a refusal, nothing more is sent
                 continue
             try:
-                res = send_post(client, {"topic": topic, "posts": batch, "timeout": POST_WAIT})
+                body = {"topic": topic, "posts": batch, "timeout": POST_WAIT}
+                if needs:
+                    body["needs"] = needs  # every line's item needs them
+                res = send_post(client, body)
             except ApiFailure as e:
                 if not posted or e.code not in ("rate", "too_large", "forbidden"):
                     raise
@@ -384,18 +388,23 @@ def _posted_line(client: LocalClient, res: dict, verb: str) -> str:
 
 
 def post(args: list[str], code: list[str], lang: str | None, data: list[str], mime: str,
-         files: list[str], lines: str, home: str | None, as_json: bool) -> None:
-    """``awp post``."""
+         files: list[str], lines: str, home: str | None, as_json: bool,
+         needs: str = "") -> None:
+    """``awp post``; ``needs``: a queue item's tags (the market), comma-separated."""
     topic, words = args[0], list(args[1:])
+    need_tags = [t.strip().lower() for t in needs.split(",") if t.strip()]
     if lines:
         if words or code or data or files:
             raise CliError("--lines takes each line as a post's text: give nothing else", 2)
-        post_lines(client_for(home, POST_WAIT), topic, lines, as_json)
+        post_lines(client_for(home, POST_WAIT), topic, lines, as_json, need_tags)
         return
     parts = parts_from(words, code, lang, data, mime, files)
     client = client_for(home, POST_WAIT)
     check_fits(client, topic, parts)
-    res = send_post(client, {"topic": topic, "parts": parts, "timeout": POST_WAIT})
+    body = {"topic": topic, "parts": parts, "timeout": POST_WAIT}
+    if need_tags:
+        body["needs"] = need_tags
+    res = send_post(client, body)
     if as_json:
         out_json(res)
         return

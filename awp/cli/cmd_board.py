@@ -294,6 +294,9 @@ def post_cmd(
     lines: str = typer.Option("", "--lines", metavar="FILE|-",
                               help="one post per non-empty line of FILE ('-': stdin),"
                                    " in one go: how a queue is filled"),
+    needs: str = typer.Option("", "--needs", metavar="TAGS",
+                              help="on a queue: what a worker must offer to get this item"
+                                   " (gpu,claude,...)"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
@@ -310,8 +313,9 @@ def post_cmd(
       awp post ops --data '{"build":42,"ok":true}' "build result"
       git diff | awp post alice/reviews - --file notes.md
       awp post jobs --lines tasks.txt
+      awp post jobs --needs gpu,claude "train the small model"
     """
-    board_verbs.post(args, code, lang, data, mime, files, lines, home, as_json)
+    board_verbs.post(args, code, lang, data, mime, files, lines, home, as_json, needs)
 
 
 @command("reply", short_help="Reply to a post (the reply goes to its topic)")

@@ -12,6 +12,9 @@ def service_cmd(
     action: str = typer.Argument(..., help="install, uninstall or status"),
     home: str = home_opt(),
     no_start: bool = typer.Option(False, "--no-start", help="install: enable but do not start"),
+    work: str = typer.Option(None, "--work", metavar='"TOPIC [OPTIONS] -- COMMAND"',
+                             help="install/uninstall a unit running awp work with these"
+                                  " arguments (beside the daemon's unit)"),
     as_json: bool = json_opt(),
 ) -> None:
     """Run the daemon for this home as a systemd user service (Type=notify).
@@ -25,11 +28,25 @@ def service_cmd(
       awp service install
       awp service status --json
       awp --home ~/.awp-b service uninstall
+      awp service install --work "alice/jobs --concurrency 4 -- ./run-job.sh"
     """
     from ..daemon import service
 
     h = home_of(home)
-    if action == "install":
+    if work is not None:
+        from ..daemon import work_service
+
+        try:
+            words = work_service.parse_work(work)
+        except ValueError as e:
+            raise CliError(str(e), 2) from None
+        if action == "install":
+            res = work_service.install_worker(h, words, start=not no_start)
+        elif action == "uninstall":
+            res = work_service.uninstall_worker(h, words)
+        else:
+            raise CliError("--work goes with install or uninstall", 2)
+    elif action == "install":
         res = service.install(h, service.awp_command(), start=not no_start)
     elif action == "uninstall":
         res = service.uninstall(h)

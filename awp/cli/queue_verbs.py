@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..localapi.client import ApiFailure
 from ..present import render_board
-from ..present.render import INDENT, now_ms
+from ..present.render import INDENT, ago, now_ms, table
 from .base import CliError, CliExit, note, out, out_json, parse_seconds
 from .board_verbs import HTTP_SLACK, client_for, peer_names
 
@@ -115,6 +115,30 @@ def queue(topic: str, home: str | None, as_json: bool) -> None:
         return
     st = client.get("/v1/status")
     me = st.get("key", "") if isinstance(st, dict) else ""
-    out(render_board.queue_table(items, peer_names(client), me, now_ms()))
+    names = peer_names(client)
+    out(render_board.queue_table(items, names, me, now_ms()))
+    workers = [w for w in res.get("workers") or [] if isinstance(w, dict)]
+    if workers:
+        out("")
+        out(workers_table(workers, names, me))
     if not res.get("arbiter"):
         note("(as this host sees it from the lease records it holds; the owner's daemon decides)")
+
+
+def workers_table(workers: list[dict], names: dict, me: str) -> str:
+    """Each key that held an item: what it holds now, since when, renewals, results."""
+    strikes = any("strikes" in w for w in workers)
+    head = ["WORKER", "HOLDS", "SINCE", "RENEWALS", "DONE", "FAILED", "EXPIRED"]
+    rows = []
+    for w in workers:
+        holds = w.get("holds") or []
+        shown = ",".join(h[:10] for h in holds[:3])
+        if len(holds) > 3:
+            shown += f" +{len(holds) - 3}"
+        row = [render_board.who(w.get("holder", ""), names, me), shown or "-",
+               ago(w.get("since")) if holds else "-", w.get("renewals", 0), w.get("done", 0),
+               w.get("failed", 0), w.get("expired", 0)]
+        if strikes:
+            row.append(w.get("strikes", 0))
+        rows.append(row)
+    return table(head + (["STRIKES"] if strikes else []), rows)

@@ -44,7 +44,7 @@ from ..wire.board import (
     make_topic,
     record_hash,
 )
-from ..wire.canonical import compact_json
+from ..wire.canonical import canonical_bytes, compact_json
 from ..wire.keys import Identity
 from ..wire.timefmt import format_ts, now_ms
 from .conn import Fail, PeerConn, Skip, describe, is_bad
@@ -79,6 +79,14 @@ def _own_topic(identity: Identity) -> Record:
     """A fresh open topic of the runner's own, which the peer has never seen."""
     return make_topic(identity, _name(), 1, now_ms(), title="awp conform", read="open",
                       post="open")
+
+
+def _needing_post(identity: Identity, topic: str, text: str, needs: object) -> dict:
+    """A post whose ``needs`` (the market's field) is ``needs``, signed whatever its shape."""
+    body = {k: v for k, v in _text_post(identity, topic, text).doc.items() if k != "sig"}
+    body["needs"] = needs
+    body["sig"] = identity.sign(canonical_bytes(body))
+    return body
 
 
 def _text_post(identity: Identity, topic: str, text: str, ts_ms: int | None = None) -> Record:
@@ -556,14 +564,17 @@ def s_board_relay(ctx: Ctx) -> str:
     _doc, policy = _await_doc(ctx, a.conn, topic, " (to us)")
     _await_doc(ctx, b.conn, topic, " (to the second party)")
     me = ctx.identity
-    post = _text_post(me, topic, "conformance: a post relayed to another subscriber")
+    post = check_record(compact_json(_needing_post(
+        me, topic, "conformance: a post relayed to another subscriber", ["conform", "linux"])))
+    bad_needs = _needing_post(me, topic, "conformance: needs out of shape", ["Not A Tag"])
     future = _text_post(me, topic, "conformance: dated ten minutes ahead",
                         now_ms() + 2 * FUTURE_MS)
     signed = _text_post(me, topic, "conformance: signed, then changed").doc
     forged = dict(signed, parts=[{"k": "text", "text": "conformance: changed after signing"}])
     forged_hash = record_hash(forged)
     never = {future.hash: "a record dated 10 minutes ahead",
-             forged_hash: "a record whose signature does not verify"}
+             forged_hash: "a record whose signature does not verify",
+             record_hash(bad_needs): "a post whose needs are not a list of tags"}
     t0 = time.monotonic()
     _posts(ctx, a.conn, topic, [post.doc])
     if not (policy.post_open and policy.read_open):
@@ -574,7 +585,7 @@ def s_board_relay(ctx: Ctx) -> str:
         _ping(ctx, b.conn)
         return ("note: the topic is not open to " + ("post" if not policy.post_open else "read")
                 + ": checked only that our post is not relayed to the second party")
-    _posts(ctx, a.conn, topic, [future.doc, forged])
+    _posts(ctx, a.conn, topic, [future.doc, forged, bad_needs])
     _posts(ctx, a.conn, topic, [post.doc])  # the same record again
     _await_record(ctx, b.conn, topic, post, "our post")
     took = time.monotonic() - t0
@@ -600,7 +611,8 @@ BOARD_SCENARIOS: list[Scenario] = [
              own_connection=True),
     Scenario("board-sync", "with --board-topic: board-sub draws the topic document, then a"
              " digest exchange converges (cap board)", s_board_sync),
-    Scenario("board-relay", "with --board-topic: our post reaches a second party once, byte for"
-             " byte, hops + 1; bad and future records do not (cap board)", s_board_relay,
+    Scenario("board-relay", "with --board-topic: our post (with needs) reaches a second party"
+             " once, byte for byte, hops + 1; bad, future and bad-needs records do not"
+             " (cap board)", s_board_relay,
              own_connection=True),
 ]

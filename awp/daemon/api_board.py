@@ -14,10 +14,14 @@ from typing import Any
 import trio
 
 from ..base.echo import echo
-from ..board import view
+from ..board import market, view
+from ..board.market import Bid
+from ..board.workers import earlier_results, lease_facts
+from ..board.workers import workers as workers_of
 from ..localapi.server import ApiError, Request, Router
 from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
+from ..node.claim_wait import ClaimAsk
 from ..node.engine import Engine
 from ..store import board as sb
 from ..store import grants as grantstore
@@ -89,6 +93,16 @@ def _parts(body: dict) -> list[dict]:
             or not all(isinstance(p, dict) and isinstance(p.get("k"), str) for p in parts)):
         raise _bad(f"parts: 1 to {wb.MAX_PARTS} objects, each with a kind k")
     return parts
+
+
+def needs_field(body: dict) -> dict:
+    """``{"needs": [...]}`` when the request says what a queue item needs (the market)."""
+    if body.get("needs") in (None, []):
+        return {}
+    try:
+        return {"needs": list(wb.check_tags(body["needs"], "needs"))}
+    except wb.BoardError as e:
+        raise _bad(str(e)) from None
 
 
 def text_of(parts: list) -> str:
@@ -372,7 +386,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         else:
             topic = await topic_of(body.get("topic"))
         await ready_topic(topic, timeout)
-        doc: dict = {"k": "post", "topic": topic, "author": me, "parts": parts}
+        doc: dict = {"k": "post", "topic": topic, "author": me, "parts": parts,
+                     **needs_field(body)}
         if parent:
             doc["parent"] = parent
         doc.update(await authority(topic))
@@ -390,13 +405,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad(f"posts: a list of 1 to {MAX_BATCH} posts")
         topic = await topic_of(body.get("topic"))
         await ready_topic(topic, _secs(body, "timeout", 10.0))
-        extra = await authority(topic)
+        extra = {**await authority(topic), **needs_field(body)}
         docs = []
         for item in items:
             if not isinstance(item, dict):
                 raise _bad("each post is an object with parts")
             doc: dict = {"k": "post", "topic": topic, "author": me, "parts": _parts(item),
-                         **extra}
+                         **extra, **needs_field(item)}
             if item.get("parent"):
                 prec = await engine.read(lambda c, ref=item["parent"]: record_in(c, ref))
                 if prec.topic != topic:
@@ -640,18 +655,39 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 p = sb.post_by_hash(c, topic, d.item)
                 out["item"] = (post_obj(c, p, {}) if p
                                else {"hash": d.item, "id": d.item[:10], "topic": topic})
+            if d.state == "claimed":
+                out["results"] = item_results(c, topic, d.item)
             return out
 
         return await engine.read(q)
+
+    def item_results(c: sqlite3.Connection, topic: str, item: str) -> list[dict]:
+        """Results earlier holders of ``item`` posted (a worker killed between its reply and
+        its complete left one: the next need not do the work again)."""
+        holders = {json.loads(raw)["holder"] for (raw,) in c.execute(
+            "SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease' AND of = ?",
+            (topic, item))}
+        replies = [(author, json.loads(raw)) for author, raw in c.execute(
+            "SELECT author, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+            " AND parent = ?", (topic, item))]
+        return earlier_results(holders, replies)
 
     @r.route("POST", "/v1/board/claim")
     async def claim(req: Request) -> dict:
         body = json_body(req)
         topic = await queue_topic(body)
         timeout = _secs(body, "timeout", 10.0)
+        wait = _secs(body, "wait", 0.0)
         try:
-            d, _rec = await board.queue.request(topic, "claim", req=_str(body, "req")[:64],
-                                                timeout=timeout)
+            offers = wb.check_tags(body.get("offers", []), "offers")
+            bid = Bid.check(body.get("bid"))
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
+        ask = ClaimAsk(board.queue, topic, _str(body, "req")[:64] or engine.ids.next(),
+                       offers, bid, timeout)
+        try:
+            d = await ask.until_given(wait, lambda h: engine.read(
+                lambda c: sb.raw_records(c, topic, [h])))
         except NoOwner:
             raise ApiError(409, "the queue's owner is not connected: nothing can be claimed"
                            " until it is (leases already held run on)", "no_owner") from None
@@ -705,22 +741,58 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
         snap = await door.queue_snapshot(topic) if arbiter else None
+        strikes = await door.queue_strikes(topic) if snap is not None else None
 
         def q(c: sqlite3.Connection) -> dict:
             names: dict[str, str] = {}
             posts = {p.shown.hash: p for p in sb.visible_posts(c, topic, 0)
                      if not p.shown.parent}
+            leases = [r for r in sb.records(c, topic) if r.kind == "lease"]
             if snap is not None:
                 view = {e["item"]: e for e in snap}
             else:
-                view = board.queue.lease_view(
-                    [r for r in sb.records(c, topic) if r.kind == "lease"], pol, now_ms())
+                view = board.queue.lease_view(leases, pol, now_ms())
+            facts = lease_facts(leases)
+            needs = {h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
+                "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+                " AND parent = '' AND raw LIKE '%\"needs\"%'", (topic,))}
             items = []
             for h, p in posts.items():
                 e = view.get(h, {})
+                f = facts.get(e.get("lease", ""), {}) if e.get("lease") else {}
                 items.append({"item": post_obj(c, p, names), "status": e.get("status", "open"),
                               "holder": e.get("holder", ""), "lease": e.get("lease", ""),
-                              "until": e.get("until", 0), "attempts": e.get("attempts", 0)})
-            return {"topic": topic, "items": items, "arbiter": snap is not None}
+                              "until": e.get("until", 0), "attempts": e.get("attempts", 0),
+                              "since": f.get("since", 0), "renewals": f.get("renewals", 0),
+                              "needs": list(needs.get(h, []))})
+            return {"topic": topic, "items": items, "arbiter": snap is not None,
+                    "workers": workers_of(items, leases, strikes)}
 
         return await engine.read(q)
+
+    @r.route("POST", "/v1/board/waiting")
+    async def waiting(req: Request) -> dict:
+        """Open items on the queues this host has worked (held a lease on): the stop hook's
+        hint to an idle agent."""
+        def q(c: sqlite3.Connection) -> list[tuple[str, str]]:
+            return [(t, label(c, t)) for (t,) in c.execute(
+                "SELECT DISTINCT topic FROM board_records WHERE kind = 'lease'"
+                " AND raw LIKE ?", (f'%"holder":"{me}"%',))]
+
+        out = []
+        for topic, lab in await engine.read(q):
+            pol = await board.policy(topic)
+            if pol is None or not pol.queue:
+                continue
+            snap = await door.queue_snapshot(topic) if topic.startswith(me + "/") else None
+
+            def count(c: sqlite3.Connection, topic: str = topic, snap=snap, pol=pol) -> int:
+                items = {p.shown.hash for p in sb.visible_posts(c, topic, 0)
+                         if not p.shown.parent}
+                view = ({e["item"]: e for e in snap} if snap is not None else
+                        board.queue.lease_view([r for r in sb.records(c, topic)
+                                                if r.kind == "lease"], pol, now_ms()))
+                return sum(1 for h in items if view.get(h, {}).get("status", "open") == "open")
+
+            out.append({"topic": topic, "label": lab, "open": await engine.read(count)})
+        return {"topics": out}

@@ -87,3 +87,10 @@ class Door:
         if queue is None:
             return None
         return await self.engine.writer.run(lambda c: queue.snapshot(c, topic))
+
+    async def queue_strikes(self, topic: str) -> dict[str, int]:
+        """Strikes the arbiter counts against each worker of a queue (the market)."""
+        queue = self.parts.queue
+        if queue is None:
+            return {}
+        return await self.engine.writer.run(lambda c: queue.strikes(c, topic))

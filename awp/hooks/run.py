@@ -426,6 +426,17 @@ def _take(client: LocalClient, report: dict, silenced: bool) -> dict | None:
     return res if isinstance(res, dict) else None
 
 
+def _waiting(client: LocalClient) -> str:
+    """Items waiting on queues this host worked, for an agent about to stop (``""``: none)."""
+    try:
+        res = client.post("/v1/board/waiting", {})
+    except _FAILURES:
+        return ""
+    from ..present.work import waiting_text
+
+    return waiting_text(res.get("topics") or []) if isinstance(res, dict) else ""
+
+
 def run(event: str, fmt: str, home: str, data: dict) -> Outcome:
     """Talk to the daemon and say what to print (an empty text for nothing)."""
     hook_event = _text_field(data, "hook_event_name")
@@ -467,6 +478,7 @@ def run(event: str, fmt: str, home: str, data: dict) -> Outcome:
         total = total if isinstance(total, int) and not isinstance(total, bool) else 0
         if event != "stop" or records:
             posts, more = _board(client)
+        waiting = _waiting(client) if event == "stop" and not records else ""
     from ..present import text as texts
 
     room = texts.HOOK_LIMITS[fmt]
@@ -482,6 +494,8 @@ def run(event: str, fmt: str, home: str, data: dict) -> Outcome:
     board, upto = texts.fit_board(posts, more, room)
     if board:
         parts.append(board)
+    if waiting and not parts and texts.measure(waiting) <= room:
+        parts.append(waiting)  # an agent about to stop with nothing else to hear
     seqs = texts.unread_seqs(shown)
     text = format_output(fmt, event, hook_event, texts.join_texts(*parts))
     return Outcome(text, seqs, upto, sock) if text else Outcome()

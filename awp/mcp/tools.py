@@ -14,7 +14,7 @@ from typing import Any
 from ..base.echo import echo
 from ..localapi.client import wait_for_address
 from ..present.text import FRAMING, fit_messages
-from . import board
+from . import board, work
 from .argcheck import ArgumentError, check_object
 from .base import MAX_WAIT, WAIT_SLICE, Context, Reply, Tool, ToolError
 from .seen import unread_seqs
@@ -384,6 +384,7 @@ TOOLS: list[Tool] = [
         status, read_only=True,
     ),
     *board.TOOLS,
+    *work.TOOLS,
 ]
 
 BY_NAME = {t.name: t for t in TOOLS}

@@ -25,10 +25,20 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..board import perms
+from ..board.market import Bid, needs_of
 from ..board.queue import Arbiter, Decision, Event
 from ..store import board as sb
-from ..wire.board import LEASE_STATES, BoardError, Policy, Record, check_record, make_lease
+from ..wire.board import (
+    LEASE_STATES,
+    BoardError,
+    Policy,
+    Record,
+    check_record,
+    check_tags,
+    make_lease,
+)
 from ..wire.timefmt import now_ms, parse_ts
+from .board_market import AwardWindow
 
 if TYPE_CHECKING:
     from .board import Board, _Link
@@ -60,6 +70,7 @@ class BoardQueue:
         self._lease_ts: dict[str, int] = {}  # the newest lease record's ts, per topic
         self._answers: dict[str, tuple[str, trio.Event, list[dict]]] = {}
         self._wake = trio.Event()
+        self.window = AwardWindow(self)  # claims are decided in award windows (the market)
 
     # -- the arbiter (owner side; runs on the writer thread) ---------------------------
 
@@ -72,7 +83,8 @@ class BoardQueue:
             known = set(arb.items())
             for h, ts in sb.queue_items(c, topic):
                 if h not in known:  # posted before the topic became a queue
-                    self._log(c, topic, arb, Event("add", now_ms(), item=h, ts=ts))
+                    self._log(c, topic, arb, Event("add", now_ms(), item=h, ts=ts,
+                                                   needs=_needs(c, topic, h)))
             self.arbiters[topic] = arb
         arb.lease_ms, arb.attempts = pol.lease_s * 1000, pol.attempts
         return arb
@@ -148,7 +160,8 @@ class BoardQueue:
             arb = self._arbiter(c, rec.topic, pol)
             now = now_ms()
             if rec.kind == "post":
-                self._log(c, rec.topic, arb, Event("add", now, item=rec.hash, ts=rec.ts))
+                self._log(c, rec.topic, arb, Event("add", now, item=rec.hash, ts=rec.ts,
+                                                   needs=needs_of(rec.doc) or ()))
                 continue
             row = c.execute("SELECT author FROM board_records WHERE topic = ? AND hash = ?",
                             (rec.topic, rec.of)).fetchone()
@@ -255,6 +268,11 @@ class BoardQueue:
                                         now))
         return out
 
+    def strikes(self, c: sqlite3.Connection, topic: str) -> dict[str, int]:
+        """Current strikes against each worker on one of our queues (the market)."""
+        pol = self._owned_queue(c, topic)
+        return self._arbiter(c, topic, pol).standing.strikes(now_ms()) if pol else {}
+
     def snapshot(self, c: sqlite3.Connection, topic: str) -> list[dict] | None:
         """The arbiter's view of one of our queues (None when not ours or not a queue)."""
         pol = self._owned_queue(c, topic)
@@ -284,8 +302,38 @@ class BoardQueue:
         else:
             req = line.get("req") if isinstance(line.get("req"), str) else ""
             lease = line.get("lease") if isinstance(line.get("lease"), str) else ""
-            ev = Event(op, now_ms(), who=who, req=req[:64], lease=lease[:80])
-            answer, rec = await self._arbitrate(topic, ev)
+            try:
+                offers = check_tags(line.get("offers", []), "offers")
+                bid = Bid.check(line.get("bid"))
+            except BoardError as e:
+                offers, bid, why = (), Bid(), str(e)
+            if why:
+                answer, rec = Decision("refused", why=why), None
+            elif op == "claim" and self.board._nursery is not None:
+                # Decided when its award window closes: meanwhile this peer's other
+                # lines (and its other claims, which may join the same window) go on.
+                self.board._nursery.start_soon(self._claim_for, link, topic, ident, who,
+                                               req[:64], offers, bid)
+                return
+            elif op == "claim":
+                answer, rec = await self.window.claim(topic, who, req[:64], offers, bid)
+            else:
+                ev = Event(op, now_ms(), who=who, req=req[:64], lease=lease[:80])
+                answer, rec = await self._arbitrate(topic, ev)
+        await self._send_answer(link, topic, ident, answer, rec)
+
+    async def _claim_for(self, link: _Link, topic: str, ident: str, who: str, req: str,
+                         offers: tuple[str, ...], bid: Bid) -> None:
+        """A peer's claim, decided in its award window and answered (its own task)."""
+        try:
+            answer, rec = await self.window.claim(topic, who, req, offers, bid)
+        except Exception:  # a failing store: the claimant's retry (same req) asks again
+            log.exception("queue %s: a claim could not be decided", topic)
+            return
+        await self._send_answer(link, topic, ident, answer, rec)
+
+    async def _send_answer(self, link: _Link, topic: str, ident: str, answer: Decision,
+                           rec: Record | None) -> None:
         body = {"topic": topic, "re": ident}
         if rec is not None and answer.state == "claimed":
             # the item first, so the claimant can show it with the answer
@@ -330,20 +378,29 @@ class BoardQueue:
     # -- asking (claimant side) ----------------------------------------------------
 
     async def request(self, topic: str, op: str, *, req: str = "", lease: str = "",
-                      timeout: float = 10.0) -> tuple[Decision, Record | None]:
-        """Ask the arbiter; raises :class:`NoOwner`, :class:`Refused` or trio.TooSlowError."""
+                      timeout: float = 10.0, offers: tuple[str, ...] = (),
+                      bid: Bid | None = None) -> tuple[Decision, Record | None]:
+        """Ask the arbiter; raises :class:`NoOwner`, :class:`Refused` or trio.TooSlowError.
+
+        A claim carries what the claimant ``offers`` and its ``bid`` (the market).
+        """
         owner = topic.split("/", 1)[0]
-        if owner == self.me:
+        bid = bid or Bid()
+        if owner == self.me and op == "claim":
+            answer, rec = await self.window.claim(topic, self.me, req or self.engine.ids.next(),
+                                                  offers, bid)
+        elif owner == self.me:
             ev = Event(op, now_ms(), who=self.me, req=req, lease=lease)
             answer, rec = await self._arbitrate(topic, ev)
         else:
-            answer, rec = await self._ask(owner, topic, op, req, lease, timeout)
+            answer, rec = await self._ask(owner, topic, op, req, lease, timeout, offers, bid)
         if answer.state == "refused":
             raise Refused(answer.why or "refused")
         return answer, rec
 
     async def _ask(self, owner: str, topic: str, op: str, req: str, lease: str,
-                   timeout: float) -> tuple[Decision, Record | None]:
+                   timeout: float, offers: tuple[str, ...] = (),
+                   bid: Bid | None = None) -> tuple[Decision, Record | None]:
         link = self.board.links.get(owner)
         if link is None or link.conn.closed.is_set():
             raise NoOwner(topic)
@@ -351,6 +408,10 @@ class BoardQueue:
         body = {"topic": topic, "op": op}
         if op == "claim":
             body["req"] = req or ident
+            if offers:
+                body["offers"] = list(offers)
+            if bid is not None and bid.to_json():
+                body["bid"] = bid.to_json()
         else:
             body["lease"] = lease
         got: list[dict] = []
@@ -425,6 +486,12 @@ class BoardQueue:
             if pol is not None and e["status"] == "open" and e["attempts"] >= pol.attempts:
                 e["status"] = "dead"
         return out
+
+
+def _needs(c: sqlite3.Connection, topic: str, item: str) -> tuple[str, ...]:
+    """An item's needs, read from its stored post."""
+    raws = sb.raw_records(c, topic, [item])
+    return (needs_of(json.loads(raws[0])) or ()) if raws else ()
 
 
 __all__ = ["BoardQueue", "NoOwner", "Refused"]

@@ -113,7 +113,10 @@ QUEUE_COLUMNS: tuple[dict[str, str], ...] = (
     {"key": "status", "title": "status", "kind": "status"},
     {"key": "holder", "title": "held by", "kind": "who"},
     {"key": "until", "title": "lease until", "kind": "time"},
+    {"key": "since", "title": "held since", "kind": "time"},
+    {"key": "renewals", "title": "renewals", "kind": "text"},
     {"key": "attempts", "title": "attempts", "kind": "text"},
+    {"key": "needs", "title": "needs", "kind": "text"},
     {"key": "text", "title": "text", "kind": "text"},
 )
 QUEUE_STATUSES = ("open", "claimed", "done", "dead")
@@ -133,7 +136,11 @@ def queue_row(e: dict) -> dict:
     return {"hash": _s(item.get("hash"), 64), "id": _s(item.get("id"), 64), "status": status,
             "holder": _s(e.get("holder"), 100) if status == "claimed" else "",
             "until": ts(_int(e.get("until"))) if status == "claimed" else "",
-            "attempts": _int(e.get("attempts")), "text": _item_text(item)}
+            "since": ts(_int(e.get("since"))) if status == "claimed" and e.get("since") else "",
+            "renewals": _int(e.get("renewals")) if status == "claimed" else 0,
+            "attempts": _int(e.get("attempts")),
+            "needs": _s(",".join(n for n in e.get("needs") or [] if isinstance(n, str)), 200),
+            "text": _item_text(item)}
 
 
 def queue_view(q: object) -> dict | None:

@@ -56,6 +56,9 @@ MAX_LEASE_S = 86_400
 DEFAULT_ATTEMPTS = 3
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z", re.ASCII)
+MAX_TAGS = 16  # tags in an item's ``needs`` (and a claimant's ``offers``)
+TAG_MAX = 32
+_TAG = re.compile(r"[a-z0-9][a-z0-9._:+-]{0,31}\Z", re.ASCII)
 _HASH = re.compile(r"[0-9a-f]{32}\Z", re.ASCII)
 _SIG = re.compile(r"[A-Za-z0-9_-]{86}\Z", re.ASCII)
 
@@ -287,6 +290,21 @@ def check_record(raw: object,
                   author=author, ts=ts, of=of, parent=parent if kind == "post" else "")
 
 
+def check_tags(value: object, what: str) -> tuple[str, ...]:
+    """A list of at most :data:`MAX_TAGS` tags (lowercase ASCII, 1-32 characters), sorted.
+
+    The market's vocabulary (an item's ``needs``, a worker's ``offers``):
+    duplicates fold, and the order they were given in does not matter.
+    """
+    if not isinstance(value, list) or len(value) > MAX_TAGS:
+        raise BoardError(f"{what}: a list of at most {MAX_TAGS} tags")
+    for t in value:
+        if not isinstance(t, str) or not _TAG.match(t):
+            raise BoardError(f"{what}: each tag is 1-{TAG_MAX} of a-z 0-9 . _ : + -,"
+                             " starting with a letter or digit")
+    return tuple(sorted(set(value)))
+
+
 def is_hash(v: object) -> bool:
     """Whether ``v`` is spelled as a record hash (32 lowercase hex characters)."""
     return isinstance(v, str) and bool(_HASH.match(v))
@@ -310,6 +328,8 @@ def _check_kind(kind: str, doc: dict) -> str:
                 raise BoardError(f"{f} must be a grant object")
         if "via" in doc and "grant" not in doc:
             raise BoardError("via without grant")
+    if kind == "post" and "needs" in doc:
+        check_tags(doc["needs"], "needs")
     of = doc.get("of", "")
     if kind in TARGETED and not _is_hash(of):
         raise BoardError("of must be a record hash")

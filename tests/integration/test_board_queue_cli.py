@@ -18,7 +18,7 @@ from test_cli_support import cli_root_fixture, homes_fixture  # noqa: F401
 
 def queue_rows(home, topic: str) -> dict[str, list[str]]:
     """``awp queue``'s table by item id: [status, holder, ..., attempts]."""
-    lines = home.ok("queue", topic).stdout.splitlines()
+    lines = home.ok("queue", topic).stdout.split("\n\n")[0].splitlines()  # items, not workers
     assert lines[0].split() == ["ITEM", "STATUS", "HOLDER", "UNTIL", "ATTEMPTS", "TEXT"]
     return {ln.split()[0]: ln.split() for ln in lines[1:]}
 

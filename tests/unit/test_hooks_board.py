@@ -255,7 +255,8 @@ def test_stop_asks_for_posts_only_when_it_stops_for_messages(fake) -> None:
     d, home = fake({"/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [post(1)], "more": 0})})
     assert run.run("stop", "claude", home, {"hook_event_name": "Stop"}).text == ""
-    assert [p for p, _ in d.asked] == ["/v1/activity"]  # the posts stay unread
+    # the posts stay unread; only the queues this host worked are asked about
+    assert [p for p, _ in d.asked] == ["/v1/activity", "/v1/board/waiting"]
     d2, home2 = fake({"/v1/activity": activity(msg(1)),
                       "/v1/board/unread": (200, {"posts": [post(1)], "more": 0})})
     reason = json.loads(run.run("stop", "claude", home2, {"hook_event_name": "Stop"}).text)["reason"]
@@ -264,6 +265,19 @@ def test_stop_asks_for_posts_only_when_it_stops_for_messages(fake) -> None:
     d3, home3 = fake({"/v1/activity": activity()})
     assert run.run("stop", "claude", home3, {"stop_hook_active": True}).text == ""
     assert [p for p, _ in d3.asked] == ["/v1/activity"]
+
+
+def test_stop_tells_an_idle_agent_that_items_wait_on_queues_it_worked(fake) -> None:
+    waiting = {"topics": [{"topic": "ed25519:K/jobs", "label": "alice/jobs", "open": 3},
+                          {"topic": "ed25519:K/done", "label": "alice/done", "open": 0}]}
+    d, home = fake({"/v1/activity": activity(), "/v1/board/waiting": (200, waiting)})
+    reason = json.loads(run.run("stop", "claude", home,
+                                {"hook_event_name": "Stop"}).text)["reason"]
+    assert "alice/jobs: 3 open" in reason and "alice/done" not in reason
+    assert "awp_claim topic=alice/jobs" in reason
+    d, home = fake({"/v1/activity": activity(),
+                    "/v1/board/waiting": (200, {"topics": [{"label": "x", "open": 0}]})})
+    assert run.run("stop", "claude", home, {"hook_event_name": "Stop"}).text == ""
 
 
 def test_session_start_shows_posts_after_who_we_are(fake) -> None:

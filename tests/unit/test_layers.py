@@ -38,7 +38,7 @@ rank  package               why it sits there
 9     ``present``           rendering of records, posts and states for humans and models,
                             shared by CLI, hooks, MCP and web
 10    ``hooks``, ``mcp``,   the agent-facing front ends; they reach the daemon only through
-      ``web``               the local API (``NARROW``)
+      ``web``, ``work``     the local API (``NARROW``); ``work`` is ``awp work``'s loop
 11    ``cli``               the ``awp`` command, which also dispatches ``awp hook``,
                             ``awp mcp`` and ``awp web``, hence above them
 ====  ====================  ==============================================================
@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[2] / "awp"
 RANK: dict[str, int] = {
     "awp": -1, "base": 0, "wire": 1, "board": 2, "serve": 2, "store": 3, "conform": 3,
     "node": 4, "transport": 5, "localapi": 6, "daemon": 7, "harness": 8, "present": 9,
-    "hooks": 10, "mcp": 10, "web": 10, "cli": 11,
+    "hooks": 10, "mcp": 10, "web": 10, "work": 10, "cli": 11,
 }
 
 #: Packages that may import only these, whatever lies below them.
@@ -68,7 +68,7 @@ NARROW: dict[str, frozenset[str]] = {
     "localapi": frozenset({"awp", "base", "wire"}),
     "conform": frozenset({"awp", "base", "wire", "board"}),
     "present": frozenset({"awp", "base", "wire", "localapi"}),
-    "hooks": _FRONT, "mcp": _FRONT, "web": _FRONT,
+    "hooks": _FRONT, "mcp": _FRONT, "web": _FRONT, "work": _FRONT,
     # the CLI goes through the local API or the daemon's own offline steps
     # (``daemon.repair``), never into the store or the engine
     "cli": frozenset(RANK) - {"store", "node", "cli"},

@@ -202,7 +202,8 @@ def test_topics() -> None:
 
 def test_board_tools_are_listed_after_the_others() -> None:
     names = [t.name for t in tools.TOOLS]
-    assert names[-3:] == ["awp_post", "awp_get", "awp_topics"]
+    assert names[-7:-4] == ["awp_post", "awp_get", "awp_topics"]
+    assert names[-4:] == ["awp_claim", "awp_renew", "awp_complete", "awp_fail"]
     assert tools.BY_NAME["awp_get"].listing()["annotations"]["readOnlyHint"] is True
     assert tools.BY_NAME["awp_post"].listing()["annotations"]["readOnlyHint"] is False
     assert tools.BY_NAME["awp_get"].schema["properties"]["n"]["maximum"] == board.MAX_N

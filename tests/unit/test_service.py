@@ -495,3 +495,34 @@ def test_install_resolves_a_relative_executable(cfg, tmp_path):
     with pytest.raises(ValueError):
         service.install(str(tmp_path / "h"), ["awp"], runner=FakeRunner(), env=cfg,
                         which=no_systemctl)
+
+
+def test_a_worker_unit_runs_awp_work_beside_the_daemon(cfg, tmp_path):
+    from awp.daemon import work_service
+
+    home = str(tmp_path / "h")
+    words = work_service.parse_work("alice/jobs --concurrency 4 --grace 1m -- ./run.sh '50%'")
+    run = FakeRunner()
+    res = work_service.install_worker(home, words, AWP, runner=run, env=cfg,
+                                      which=has_systemctl)
+    assert res["unit"].startswith("awp-work-") and res["enabled"] and res["started"]
+    assert run.calls == [["systemctl", "--user", "daemon-reload"],
+                         ["systemctl", "--user", "enable", res["unit"]],
+                         ["systemctl", "--user", "restart", res["unit"]]]  # new or changed
+    assert any("awp service install first" in w for w in res["warnings"])
+    with open(os.path.join(udir(cfg), res["unit"])) as f:
+        s = sections(f.read())
+    assert value(s["Service"], "ExecStart") == [
+        f"/opt/awp/bin/awp work --home {home} alice/jobs --concurrency 4 --grace 1m -- ./run.sh"
+        " 50%%"]  # % is systemd's specifier character, written twice
+    assert value(s["Service"], "TimeoutStopSec") == ["90"]  # the grace and 30 s more
+    assert value(s["Unit"], "Wants") == [service.unit_name(home)]
+    # another queue on the same home is another unit; uninstall removes only its own
+    other = work_service.worker_unit_name(home, work_service.parse_work("alice/x -- true"))
+    assert other != res["unit"]
+    gone = work_service.uninstall_worker(home, words, runner=FakeRunner(), env=cfg,
+                                         which=has_systemctl)
+    assert gone["removed"] and not os.path.exists(os.path.join(udir(cfg), res["unit"]))
+    for bad in ("alice/jobs", "alice/jobs --", ""):
+        with pytest.raises(ValueError):
+            work_service.parse_work(bad)

@@ -75,3 +75,19 @@ def test_queue_view_rows_counts_and_columns():
     assert v["rows"][3]["attempts"] == 0 and v["rows"][0]["text"] == "job 1"
     assert v["counts"] == {"open": 1, "claimed": 1, "done": 1, "dead": 1}
     assert queue_view(None) is None
+
+
+def test_queue_view_shows_what_a_worker_holds_since_when_and_what_items_need():
+    from awp.web.board import queue_view
+
+    q = {"items": [
+        {"item": {"hash": "a" * 32, "id": "a" * 10, "parts": []}, "status": "claimed",
+         "holder": "ed25519:bob", "until": 1_800_000_060_000, "since": 1_800_000_000_000,
+         "renewals": 4, "attempts": 0, "needs": ["gpu", 7, "linux"]},
+        {"item": {"hash": "b" * 32, "id": "b" * 10, "parts": []}, "status": "open",
+         "since": 5, "renewals": 9, "needs": []},
+    ]}
+    rows = queue_view(q)["rows"]
+    assert rows[0]["since"].startswith("2027") and rows[0]["renewals"] == 4
+    assert rows[0]["needs"] == "gpu,linux"  # what is not a tag is left out
+    assert rows[1]["since"] == "" and rows[1]["renewals"] == 0  # only a held item has them

@@ -1,0 +1,224 @@
+"""``awp work``: real daemons, a real command, real kill -9.
+
+alice owns a queue; bob (and carol) run ``awp work`` on it with a small
+Python script as the command.  Each item must end done exactly once, with
+one result reply carrying the command's stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from nodes import wait_for
+from test_board_cli import subscribed
+from test_cli_support import ROOT, cli_root_fixture, homes_fixture  # noqa: F401
+
+from awp.localapi.client import LocalClient
+
+RESULT_MIME = "application/vnd.awp.work+json"
+
+
+def script(tmp_path, body: str) -> str:
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def worker(home, *args: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "awp", "work", "--home", home.path, *args]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=home.env, cwd=ROOT)
+
+
+def queue(home, topic: str) -> dict[str, dict]:
+    res = json.loads(home.ok("queue", topic, "--json").stdout)
+    return {e["item"]["hash"]: e for e in res["items"]}
+
+
+def results(home, topic: str) -> dict[str, list[dict]]:
+    """Result replies (their data part) by the item they answer."""
+    out: dict[str, list[dict]] = {}
+    res = json.loads(home.ok("get", topic, "-n", "0", "--json").stdout)
+    for p in res["posts"]:
+        for part in p.get("parts", []):
+            if part.get("k") == "data" and part.get("mime") == RESULT_MIME:
+                out.setdefault(p["parent"], []).append({**part["data"], "text": p["text"]})
+    return out
+
+
+def setup(homes, *workers: str, lease: str = "1m", attempts: str = "3"):
+    a = homes("a")
+    a.ok("up", "--name", "alice")
+    a.ok("topic", "create", "jobs", "--queue", "--lease", lease, "--attempts", attempts,
+         "--rate", "6000")
+    ws = []
+    for name in workers:
+        w = homes(name)
+        w.ok("up", "--name", name)
+        w.ok("connect", a.address)
+        a.ok("topic", "grant", "jobs", name)
+        subscribed(w, "alice/jobs")
+        ws.append(w)
+    return a, ws
+
+
+def posted_hash(r) -> str:
+    return json.loads(r.stdout)["post"]["hash"]
+
+
+def test_work_runs_the_command_and_replies_with_its_output(homes, tmp_path):
+    a, (b,) = setup(homes, "bob")
+    job = script(tmp_path, """\
+        import os, sys
+        text = sys.stdin.read()
+        files = sorted(os.listdir(os.environ["AWP_ITEM_DIR"]))
+        if "fail" in text:
+            print("something broke", file=sys.stderr)
+            sys.exit(3)
+        print(f"{text.upper()} topic={os.environ['AWP_TOPIC'].split('/')[1]}"
+              f" item={os.environ['AWP_ITEM'][:6]} by={os.environ['AWP_POSTED_BY'][:12]}"
+              f" lease={bool(os.environ['AWP_LEASE'])} files={files}")
+        """)
+    note = tmp_path / "notes.txt"
+    note.write_text("hello")
+    ok = posted_hash(a.ok("post", "jobs", "say hi", "--file", str(note), "--json"))
+    bad = posted_hash(a.ok("post", "jobs", "please fail", "--json"))
+    p = worker(b, "alice/jobs", "--max-items", "2", "--concurrency", "2", "--", sys.executable,
+               job)
+    out, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    key = json.loads(a.ok("status", "--json").stdout)["key"]
+
+    got = results(a, "jobs")
+    assert [r["result"] for r in got[ok]] == ["done"]
+    assert got[ok][0]["text"].startswith(
+        f"SAY HI topic=jobs item={ok[:6]} by={key[:12]} lease=True files=['notes.txt']")
+    assert [(r["result"], r["exit"]) for r in got[bad]] == [("failed", 3)]
+    assert "exit status 3" in got[bad][0]["text"] and "something broke" in got[bad][0]["text"]
+    q = queue(a, "jobs")
+    assert q[ok]["status"] == "done"
+    assert q[bad]["status"] == "open" and q[bad]["attempts"] == 1
+    assert f"done {ok[:10]}" in out and f"failed {bad[:10]}" in out
+
+    # awp queue shows who worked it; the owner adds the strikes its arbiter counts
+    workers = a.ok("queue", "jobs").stdout.split("\n\n")[1].splitlines()
+    assert workers[0].split() == ["WORKER", "HOLDS", "SINCE", "RENEWALS", "DONE", "FAILED",
+                                  "EXPIRED", "STRIKES"]
+    assert workers[1].split() == ["bob", "-", "-", "0", "1", "1", "0", "1"]
+    # bob's agent, about to stop, hears that an item still waits on the queue it worked
+    hook = b.run("hook", "stop", "--format", "text", input="{}")
+    assert "alice/jobs: 1 open" in hook.stdout and "awp_claim topic=alice/jobs" in hook.stdout
+    assert a.run("hook", "stop", "--format", "text", input="{}").stdout == ""  # never worked
+
+
+def test_a_long_job_outlives_its_lease_and_once_finds_nothing(homes, tmp_path):
+    a, (b,) = setup(homes, "bob", lease="2s")
+    job = script(tmp_path, """\
+        import time
+        time.sleep(6)
+        print("slow but done")
+        """)
+    h = posted_hash(a.ok("post", "jobs", "take your time", "--json"))
+    p = worker(b, "alice/jobs", "--once", "--", sys.executable, job)
+    out, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    assert [r["result"] for r in results(a, "jobs")[h]] == ["done"]
+    q = queue(a, "jobs")[h]
+    assert q["status"] == "done" and q["attempts"] == 0  # never expired while it ran
+    r = subprocess.run([sys.executable, "-m", "awp", "work", "--home", b.path, "alice/jobs",
+                        "--once", "--", "true"], capture_output=True, text=True, env=b.env,
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "no open item" in r.stderr
+
+
+def test_a_worker_killed_mid_item_gives_it_back_and_it_is_done_once(homes, tmp_path):
+    """kill -9 of the worker (its daemon lives on): renewals stop, the lease runs
+    out, the item returns and another worker does it; one result reply in all."""
+    a, (b, c) = setup(homes, "bob", "carol", lease="3s")
+    marker = tmp_path / "started"
+    job = script(tmp_path, f"""\
+        import os, sys, time
+        open({str(marker)!r}, "a").write(os.environ["AWP_LEASE"] + "\\n")
+        if os.environ.get("SLOW"):
+            time.sleep(600)
+        print("done by", os.environ.get("WHO"))
+        """)
+    h = posted_hash(a.ok("post", "jobs", "the item", "--json"))
+    b.env.update(SLOW="1", WHO="bob")
+    pb = worker(b, "alice/jobs", "--", sys.executable, job)
+    wait_for(lambda: marker.exists() and marker.read_text(), 60, "bob's command started")
+    first = marker.read_text().split()[0]
+    os.kill(pb.pid, signal.SIGKILL)
+    pb.wait()
+    c.env.update(WHO="carol")
+    pc = worker(c, "alice/jobs", "--max-items", "1", "--", sys.executable, job)
+    out, err = pc.communicate(timeout=90)
+    assert pc.returncode == 0, err
+    leases = marker.read_text().split()
+    assert leases[0] == first and len(leases) == 2 and leases[1] != first
+    got = results(a, "jobs")[h]
+    assert len(got) == 1 and got[0]["text"].startswith("done by carol\n")
+    q = queue(a, "jobs")[h]
+    assert q["status"] == "done" and q["attempts"] == 1  # bob's expired lease cost one
+
+
+def test_sigterm_releases_what_the_worker_holds(homes, tmp_path):
+    a, (b,) = setup(homes, "bob")
+    marker = tmp_path / "started"
+    job = script(tmp_path, f"""\
+        import time
+        open({str(marker)!r}, "w").write("x")
+        time.sleep(600)
+        """)
+    h = posted_hash(a.ok("post", "jobs", "long", "--json"))
+    p = worker(b, "alice/jobs", "--grace", "1s", "--", sys.executable, job)
+    wait_for(marker.exists, 60, "the command started")
+    wait_for(lambda: queue(a, "jobs")[h]["status"] == "claimed", 30, "claimed at alice")
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert f"released {h[:10]}" in out
+    wait_for(lambda: queue(a, "jobs")[h]["status"] == "open", 30, "released at alice")
+    assert queue(a, "jobs")[h]["attempts"] == 0  # a release costs no attempt
+
+
+def test_a_result_posted_before_a_crash_is_not_worked_again(homes, tmp_path):
+    """bob posted his result and died before completing: when the item comes back, carol's
+    worker completes it without running the command again. A stranger's "result" (dave
+    never held the item) does not count."""
+    a, (b, c, d) = setup(homes, "bob", "carol", "dave", lease="2s")
+    marker = tmp_path / "ran"
+    job = script(tmp_path, f"""\
+        open({str(marker)!r}, "a").write("ran\\n")
+        print("worked")
+        """)
+    done = posted_hash(a.ok("post", "jobs", "done already", "--json"))
+    with LocalClient.for_home(b.path, 60) as cl:
+        got = cl.post("/v1/board/claim", {"topic": "alice/jobs"})
+        assert got["item"]["hash"] == done
+        cl.post("/v1/board/post", {"parent": done, "parts": [
+            {"k": "text", "text": "bob's answer"},
+            {"k": "data", "mime": RESULT_MIME, "data": {"result": "done", "lease": got["lease"]}}]})
+    # bob never completes: his lease runs out and the item comes back
+    wait_for(lambda: queue(a, "jobs")[done]["status"] == "open", 30, "bob's lease expired")
+    fake = posted_hash(a.ok("post", "jobs", "not done", "--json"))
+    subscribed(d, "alice/jobs")
+    with LocalClient.for_home(d.path, 60) as cl:
+        cl.post("/v1/board/post", {"parent": fake, "parts": [
+            {"k": "text", "text": "trust me"},
+            {"k": "data", "mime": RESULT_MIME, "data": {"result": "done"}}]})
+    wait_for(lambda: len(results(c, "alice/jobs").get(done, [])) == 1, 30, "bob's reply at carol")
+    p = worker(c, "alice/jobs", "--max-items", "2", "--", sys.executable, job)
+    out, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    assert marker.read_text() == "ran\n"  # only for the item nobody had done
+    q = queue(a, "jobs")
+    assert q[done]["status"] == "done" and q[fake]["status"] == "done"
+    got = results(a, "jobs")
+    assert [r["text"].split("\n")[0] for r in got[done]] == ["bob's answer"]  # no second
+    assert "completed without running again" in out
