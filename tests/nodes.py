@@ -38,6 +38,13 @@ def disk_bytes(path: str) -> int:
     return total
 
 
+def queued_to(pid: int) -> int:
+    """Bytes waiting unread in the Unix sockets of process ``pid`` (``ss``'s Recv-Q): a
+    stopped reader the daemon has already answered has them."""
+    out = subprocess.run(["ss", "-xpn"], capture_output=True, text=True, check=True).stdout
+    return sum(int(line.split()[2]) for line in out.splitlines() if f"pid={pid}," in line)
+
+
 def wait_for(cond, timeout: float = 10.0, what: str = "condition", interval: float = 0.02):
     """Poll ``cond`` until it returns a truthy value or the deadline passes."""
     deadline = time.monotonic() + timeout

@@ -12,7 +12,7 @@ import tempfile
 import threading
 
 import pytest
-from nodes import ROOT, Node, wait_for
+from nodes import ROOT, Node, queued_to, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +36,6 @@ def awp(node: Node, *args: str) -> subprocess.Popen:
 
 def unread(node: Node) -> list[dict]:
     return node.api("POST", "/v1/inbox", {"mark": False})["records"]
-
-
-def queued_to(pid: int) -> int:
-    """Bytes waiting unread in the Unix sockets of process ``pid`` (``ss``'s Recv-Q)."""
-    out = subprocess.run(["ss", "-xpn"], capture_output=True, text=True, check=True).stdout
-    return sum(int(line.split()[2]) for line in out.splitlines() if f"pid={pid}," in line)
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss to see the socket's queue")
