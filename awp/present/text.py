@@ -82,30 +82,6 @@ def _read_forms(rest: list[dict], most: int | None = None) -> tuple[list[str], i
     return forms, len(ranked) - len(kept), loose
 
 
-def _pointer(rest: list[dict]) -> str:
-    """``12 earlier ones are not shown: awp read thr_a (7), awp read thr_b (5)``."""
-    where, _, loose = _read_forms(rest)
-    if loose:
-        where.append(f"awp read -n {max(50, len(rest))} ({loose} without a thread)")
-    n = len(rest)
-    noun = "one is" if n == 1 else "ones are"
-    return f"{n} earlier {noun} not shown here (all are marked read): " + ", ".join(where)
-
-
-def batch(records: list[dict], now: int | None = None, cap: int = CAP) -> str:
-    """The framed text for a batch of records (oldest first), ``""`` when empty."""
-    if not records:
-        return ""
-    from .render import render_records
-
-    shown = records[-cap:] if cap > 0 else records
-    rest = records[: len(records) - len(shown)]
-    lines = [header(len(records)), "", render_records(shown, now)]
-    if rest:
-        lines += ["", _pointer(rest)]
-    return "\n".join(lines)
-
-
 def _short(key: str) -> str:
     return key.split(":", 1)[-1][:10] if key else ""
 

@@ -220,25 +220,6 @@ def test_stop_silenced() -> None:
 
 # -- texts -------------------------------------------------------------------------------------
 
-def test_batch_framing_exact() -> None:
-    out = text.batch([rec(1), rec(2)], now=2_000_000)
-    assert out.startswith(f"New awp messages (2). {FRAMING}\n")
-    assert "message 1" in out and "message 2" in out
-    assert text.batch([]) == ""
-
-
-def test_batch_cap_and_pointer() -> None:
-    records = [rec(i, "thr_old11111") for i in range(7)]
-    records += [rec(100 + i, "thr_new22222") for i in range(22)]
-    out = text.batch(records, now=2_000_000)
-    assert out.startswith("New awp messages (29).")
-    shown = [ln for ln in out.splitlines() if ln.strip().startswith("message ")]
-    assert len(shown) == 20
-    assert "message 121" in out and "message 102" in out and "message 101" not in out
-    assert "9 earlier ones are not shown here (all are marked read):" in out
-    assert "awp read thr_old11111 (7)" in out and "awp read thr_new22222 (2)" in out
-
-
 def _inbox(records: list[dict], stop: bool = False) -> str:
     return text.fit_messages(records, len(records), 1 << 30, stop=stop, now=2_000_000)[0]
 
@@ -275,7 +256,8 @@ def test_a_thread_id_two_peers_used_is_named_with_each_peer() -> None:
     assert "awp read thr_same0001 -p Abc" in hint
     assert "awp read thr_same0001 -p Xyz0123456" in hint
     many = [rec(i, "thr_same0001") for i in range(26)]
-    out = text.batch(many[:3] + [dict(theirs, seq=98)] + many[3:])  # 7 not shown
+    both = many[:3] + [dict(theirs, seq=98)] + many[3:]  # 27 records, the oldest 7 not shown
+    out = text.fit_messages(both, len(both), 1 << 30, now=2_000_000)[0]
     assert "awp read thr_same0001 -p Abc (6)" in out
     assert "awp read thr_same0001 -p Xyz0123456 (1)" in out
 
