@@ -426,9 +426,11 @@ def topic_grant(
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
-    """Grant a peer the right to post to one of your topics (which includes
-    reading it), or with --read to read it only, until the ttl runs out. The
-    grant is sent now if the peer is connected, else on its next connection.
+    """Grant a key or known peer the right to post to one of your topics (which
+    includes reading it), or with --read to read it only, until the ttl runs
+    out. The peer need not be connected: the grant is written into the topic's
+    document, which reaches every subscriber over any path of hosts that may
+    read the topic (NAME/* grants go on a direct connection).
 
     \b
     Examples:
@@ -445,6 +447,12 @@ def topic_grant(
     if as_json:
         out_json(res)
         return
+    if res.get("member"):
+        n = len(res.get("readers") or [])
+        out(f"granted {what} on {topic} to {peer} until {res.get('until', '?')}: it travels"
+            f" with the topic to every subscriber over any path of readers ({n} linked now;"
+            " a relay that may not read the topic never carries it)")
+        return
     grant = res.get("grant") if isinstance(res.get("grant"), dict) else {}
     how = "delivered" if res.get("delivered") else "it gets it on its next connection"
     out(f"granted {what} on {topic} to {peer} until {grant.get('exp', '?')} ({how});"
@@ -460,9 +468,10 @@ def topic_revoke(
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
-    """Revoke board grants on one of your topics: every one you gave a peer, or
-    one by its hash. Posts signed under them from now on are refused
-    everywhere; earlier posts stay.
+    """Revoke a peer's membership and board grants on one of your topics, or
+    one grant by its hash. Every host that learns of it (the topic's document
+    travels to every subscriber) refuses their new records, whatever time
+    they claim; posts already taken stay.
 
     \b
     Examples:
@@ -478,6 +487,11 @@ def topic_revoke(
         out_json(res)
         return
     revoked = res.get("revoked") or []
+    if res.get("member"):
+        more = f" and {len(revoked)} grant(s): {', '.join(h[:12] for h in revoked)}" if revoked else ""
+        out(f"revoked {peer} on {label_of(res, topic)}{more}; nothing new of theirs is taken,"
+            " whatever time it claims")
+        return
     if not revoked:
         raise CliError(f"no board grant on {topic} to revoke"
                        + (f" for {peer}" if peer else f" with hash {grant}"))

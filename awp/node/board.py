@@ -373,17 +373,26 @@ class Board:
         taken = await self.engine.writer.run(
             lambda c: sb.take(c, [doc], now_ms(), via=link.conn.peer_key, hops=hops))
         for rec in taken.new:
+            # the document may be what we lacked to take anything: every link compares now
             self._topic_changed(rec)
             if hops + 1 < MAX_HOPS:
                 await self._forward_topic(rec, hops + 1, except_key=link.conn.peer_key)
-            # the document may be what we lacked to take anything: compare now
+
+    def _topic_changed(self, rec: Record) -> None:
+        """A newer document: it may let subscribers read (a new member), so compare again.
+
+        Permissions travel in the document, so a host two hops from the
+        owner learns it may read from the document itself, and its
+        neighbours learn it from the same document: each link that lists
+        the topic gets a fresh digest (the sender skips those that still
+        may not read).
+        """
+        self.policies[rec.topic] = check_policy(rec.doc)
+        self.engine.changes.publish({"kind": "board", "topic": rec.topic, "rec": "topic"})
+        for link in list(self.links.values()):
             if rec.topic in link.subs:
                 link.resync.add(rec.topic)
                 link.wake.set()
-
-    def _topic_changed(self, rec: Record) -> None:
-        self.policies[rec.topic] = check_policy(rec.doc)
-        self.engine.changes.publish({"kind": "board", "topic": rec.topic, "rec": "topic"})
 
     async def _forward_topic(self, rec: Record, hops: int, except_key: str = "") -> None:
         for key, link in list(self.links.items()):

@@ -314,7 +314,7 @@ class BoardQueue:
         who = link.conn.peer_key
         if who in pol.banned:
             return "banned from this topic"
-        if pol.post_open or perms.grant_counts(grant, owner=self.me, sub=who, topic=topic,
+        if pol.post_open or pol.member(who, "post", now_ms()) or perms.grant_counts(grant, owner=self.me, sub=who, topic=topic,
                                                what="post", at_ms=now_ms(), policy=pol,
                                                via=via):
             return ""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .canonical import canonical_bytes, compact_json
 from .grants import grant_hash
@@ -38,6 +38,7 @@ MAX_RECORD = 64 * 1024  # any record's raw bytes: a fixed protocol bound
 MAX_PARTS = 16
 MAX_TITLE = 200
 MAX_LIST = 256  # entries in a topic's ``revoked`` and ``banned``
+MAX_MEMBERS = 512  # entries in a topic's ``members`` (the document stays within 64 KiB)
 FUTURE_MS = 5 * 60 * 1000  # a record dated further ahead than this is not taken yet
 NAME_MAX = 64
 LEASE_STATES = ("claimed", "renewed", "released", "done", "failed", "expired")
@@ -347,6 +348,15 @@ class Policy:
     revoked: dict[str, int]  # grant hash -> ms from which it no longer counts
     banned: frozenset[str]
     title: str
+    members: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (can, until ms; 0: none)
+
+    def member(self, key: str, what: str, now_ms: int) -> bool:
+        """Whether the document lets ``key`` do ``what`` (read/post) at the host's clock."""
+        found = self.members.get(key)
+        if found is None or key in self.banned:
+            return False
+        can, until = found
+        return (until == 0 or until > now_ms) and (can == "post" or what == "read")
 
 
 def _int(doc: dict, field: str, default: int, lo: int, hi: int) -> int:
@@ -387,6 +397,7 @@ def check_policy(doc: dict) -> Policy:
         raise BoardError(f"banned: a list of at most {MAX_LIST} keys")
     for k in banned:
         _canonical_key(k, "banned")
+    members = _members(doc.get("members", []))
     return Policy(
         seq=seq, read_open=access["read"], post_open=access["post"],
         keep=_int(doc, "keep", DEFAULT_KEEP, 1, MAX_KEEP),
@@ -396,7 +407,28 @@ def check_policy(doc: dict) -> Policy:
         max_post=_int(doc, "max_post", MAX_RECORD, 1024, MAX_RECORD),
         queue=queue, lease_s=_int(doc, "lease_s", DEFAULT_LEASE_S, 1, MAX_LEASE_S),
         attempts=_int(doc, "attempts", DEFAULT_ATTEMPTS, 1, 100),
-        revoked=revoked, banned=frozenset(banned), title=title)
+        revoked=revoked, banned=frozenset(banned), title=title, members=members)
+
+
+def _members(ms: object) -> dict[str, tuple[str, int]]:
+    """``members``: ``[{"key", "can": "read"|"post", "until"?}]``, one entry a key."""
+    if not isinstance(ms, list) or len(ms) > MAX_MEMBERS:
+        raise BoardError(f"members: a list of at most {MAX_MEMBERS}")
+    out: dict[str, tuple[str, int]] = {}
+    for e in ms:
+        if not isinstance(e, dict) or e.get("can") not in ("read", "post"):
+            raise BoardError("members entries are {key, can: read|post, until?}")
+        key = _canonical_key(e.get("key"), "member")
+        if key in out:
+            raise BoardError("members: a key is listed once")
+        until = 0
+        if "until" in e:
+            try:
+                until = parse_ts(e["until"])
+            except ValueError:
+                raise BoardError("members entry: bad until") from None
+        out[key] = (e["can"], until)
+    return out
 
 
 def grant_name(g: dict) -> str:
