@@ -54,6 +54,7 @@ class Event:
     grants: int = 0
     until: int = 0
     end: str = ""  # "done", "dead" or "" (still to do)
+    done_lease: str = ""  # for a done item: the lease that completed it (a retry is answered)
 
     def to_json(self) -> dict:
         """The fields that differ from their defaults: a log row as short as it can be."""
@@ -85,6 +86,8 @@ class _Item:
     done: bool = False
     dead: bool = False
     req: str = ""  # the request id of the claim that made the current lease
+    done_lease: str = ""  # the lease that completed it, and its holder (``holder`` is cleared)
+    done_by: str = ""
 
     @property
     def key(self) -> tuple[int, str]:
@@ -99,6 +102,7 @@ class Arbiter:
     _order: list[tuple[int, str]] = field(default_factory=list)  # (ts, item) of those to do
     _leases: dict[str, str] = field(default_factory=dict)  # current lease -> item
     _reqs: dict[tuple[str, str], Decision] = field(default_factory=dict)  # of current leases
+    _done: dict[str, str] = field(default_factory=dict)  # lease that completed an item -> item
     _clock: int = 0
 
     @classmethod
@@ -163,9 +167,12 @@ class Arbiter:
             it = self._items.pop(h)
             if not (it.done or it.dead):
                 del self._order[bisect_left(self._order, it.key)]
-        return [Event("restore", self._clock, who=it.holder, item=it.item, ts=it.ts,
-                      lease=it.lease, req=it.req, attempts=it.attempts, grants=it.grants,
-                      until=it.until, end="done" if it.done else "dead" if it.dead else "")
+        self._done = {k: h for k, h in self._done.items() if h in self._items}
+        return [Event("restore", self._clock, who=it.holder or it.done_by, item=it.item,
+                      ts=it.ts, lease=it.lease, req=it.req, attempts=it.attempts,
+                      grants=it.grants, until=it.until,
+                      end="done" if it.done else "dead" if it.dead else "",
+                      done_lease=it.done_lease)
                 for it in sorted(self._items.values(), key=lambda it: it.key)]
 
     def snapshot(self) -> list[dict]:
@@ -187,8 +194,12 @@ class Arbiter:
             insort(self._order, (ts, item))
 
     def _restore(self, ev: Event) -> None:
-        it = _Item(ev.item, ev.ts, ev.attempts, ev.grants, ev.who, ev.lease, ev.until,
-                   ev.end == "done", ev.end == "dead", ev.req)
+        done = ev.end == "done"
+        it = _Item(ev.item, ev.ts, ev.attempts, ev.grants, "" if done else ev.who, ev.lease,
+                   ev.until, done, ev.end == "dead", ev.req)
+        if done and ev.done_lease:
+            it.done_lease, it.done_by = ev.done_lease, ev.who
+            self._done[ev.done_lease] = it.item
         self._items[it.item] = it
         if not (it.done or it.dead):
             insort(self._order, it.key)
@@ -264,9 +275,22 @@ class Arbiter:
             return d
         return Decision("empty")
 
+    def retry_of(self, who: str, req: str) -> bool:
+        """Whether a claim ``(who, req)`` repeats one whose lease is current."""
+        prev = self._reqs.get((who, req)) if req else None
+        return prev is not None and self._items[prev.item].lease == prev.lease
+
+    def held_by(self, who: str) -> int:
+        """How many current leases ``who`` holds (the node caps it per claimant)."""
+        return sum(1 for h in self._leases.values() if self._items[h].holder == who)
+
     def _act(self, op: str, who: str, lease: str) -> Decision:
         it = self._items.get(self._leases.get(lease, ""))
         if it is None or it.lease != lease:
+            done = self._items.get(self._done.get(lease, ""))
+            if op == "complete" and done is not None and done.done_by == who:
+                # a retried complete whose answer was lost: it was committed, say so again
+                return Decision("done", done.item, who, lease, 0, again=True)
             return Decision("refused", lease=lease, why="no such lease (expired or ended)")
         if it.holder != who:
             return Decision("refused", it.item, it.holder, lease, it.until, "not the holder")
@@ -277,6 +301,8 @@ class Arbiter:
         if op == "complete":
             self._end(it, failed=False)
             self._finish(it, done=True)
+            it.done_lease, it.done_by = lease, who
+            self._done[lease] = it.item
             return Decision("done", it.item, who, lease, until)
         self._end(it, failed=op == "fail")
         return Decision("failed" if op == "fail" else "released", it.item, who, lease, until)

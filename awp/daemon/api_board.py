@@ -645,10 +645,12 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             d, _rec = await board.queue.request(topic, "claim", req=_str(body, "req")[:64],
                                                 timeout=timeout)
         except NoOwner:
-            raise ApiError(409, "the queue's owner is not connected: nothing can be claimed"
-                           " until it is (leases already held run on)", "no_owner") from None
+            raise ApiError(409, "the queue's owner is not connected, nor any host subscribed"
+                           " to the topic: nothing can be claimed until one is (leases already"
+                           " held run on)", "no_owner") from None
         except trio.TooSlowError:
-            raise ApiError(504, "the queue's owner did not answer in time", "timeout") from None
+            raise ApiError(504, "the queue's owner did not answer in time (over the hosts"
+                           " between, if any)", "timeout") from None
         except Refused as e:
             raise ApiError(409, f"refused: {e}", "refused") from None
         if d.state == "empty":

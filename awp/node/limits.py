@@ -60,6 +60,7 @@ class Limits:
     board_serve_bytes: int = 64 * MiB       # records sent to one peer per minute on its asking
     board_claims_per_minute: int = 6000     # queue requests one peer makes of our queues
     board_queue_log: int = 10000            # rows in one queue's arbiter log before compacting
+    board_leases_per_claimant: int = 8      # leases one claimant holds at once in one of our queues
 
     # Time.
     write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
@@ -84,6 +85,7 @@ for _f, _k in (
     ("api_body_bytes", "bytes"), ("board_subscriptions", "count"),
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),
     ("board_claims_per_minute", "count"), ("board_queue_log", "count"),
+    ("board_leases_per_claimant", "count"),
 ):
     _kind(_f, _k)
 

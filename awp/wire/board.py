@@ -327,6 +327,50 @@ def _check_kind(kind: str, doc: dict) -> str:
     return of if isinstance(of, str) else ""
 
 
+# -- queue requests that travel over other hosts ---------------------------------------------
+
+ASK_OPS = ("claim", "renew", "release", "complete", "fail")
+MAX_ASK = 2048  # bytes of an ask's canonical JSON
+
+
+def make_ask(identity: Identity, topic: str, op: str, ts_ms: int, *, req: str = "",
+             lease: str = "") -> dict:
+    """A work-queue request signed by its claimant, so that hosts between it and the
+    topic's owner can carry it and the owner knows who asks (SPEC.md, "Work queue")."""
+    body: dict = {"k": "ask", "topic": topic, "by": identity.key, "ts": format_ts(ts_ms),
+                  "op": op}
+    if req:
+        body["req"] = req
+    if lease:
+        body["lease"] = lease
+    body["sig"] = identity.sign(canonical_bytes(body))
+    return body
+
+
+def check_ask(obj: object) -> dict:
+    """The ask, checked (shape, size, signature); :class:`BoardError` says why not."""
+    if not isinstance(obj, dict) or obj.get("k") != "ask":
+        raise BoardError("ask must be an object with k = ask")
+    parse_topic(obj.get("topic"))
+    _canonical_key(obj.get("by"), "by")
+    if obj.get("op") not in ASK_OPS:
+        raise BoardError("unknown queue operation")
+    for f in ("req", "lease"):
+        if f in obj and (not isinstance(obj[f], str) or not 0 < len(obj[f]) <= 80):
+            raise BoardError(f"{f}: 1 to 80 characters")
+    try:
+        parse_ts(obj.get("ts"))  # type: ignore[arg-type]
+        body = canonical_bytes({k: v for k, v in obj.items() if k != "sig"})
+    except (ValueError, TypeError, RecursionError):
+        raise BoardError("bad ask") from None
+    sig = obj.get("sig")
+    if len(body) > MAX_ASK or not isinstance(sig, str) or not _SIG.match(sig):
+        raise BoardError("ask too large or unsigned")
+    if not verify(obj["by"], body, sig):
+        raise BoardError("ask signature does not verify")
+    return obj
+
+
 # -- topic policy ---------------------------------------------------------------------------
 
 

@@ -91,3 +91,29 @@ def test_a_relay_that_may_not_read_never_carries_posts(homes):
     # once bob may read, the post travels: proof that it was bob's right that held it back
     wait_for(lambda: "secret" in c.ok("get", topic).stdout, 30, "the post at carol via bob")
     assert "secret" in b.ok("get", "alice/ops").stdout
+
+
+def test_a_claim_two_hops_away_reaches_the_owner_and_its_answer_comes_back(homes):
+    a, b, c = line(homes)
+    topic = f"{key_of(a)}/jobs"
+    a.ok("topic", "create", "jobs", "--queue", "--lease", "2m")
+    a.ok("topic", "grant", "jobs", "bob", "--read")
+    a.ok("topic", "grant", "jobs", key_of(c))
+    known(b, "alice/jobs")
+    known(c, topic)
+    item = posted(a.ok("post", "jobs", "job one"))
+    wait_for(lambda: "job one" in c.ok("get", topic).stdout, 30, "the item at carol")
+    # carol has no link to alice: the claim goes through bob and the lease comes back
+    got = json.loads(c.ok("claim", topic, "--json").stdout)
+    assert got["state"] == "claimed" and got["item"]["id"] == item
+    assert got["holder"] == key_of(c)
+    r = c.ok("renew", topic, got["lease"])
+    assert r.stdout.startswith(f"renewed {item}: lease ")
+    r = c.ok("complete", topic, got["lease"])
+    assert r.stdout == f"completed {item} (lease {got['lease']})\n", r.stdout
+    # a retry of a complete the owner committed (its answer lost, say) is a success too
+    assert c.ok("complete", topic, got["lease"]).stdout == r.stdout
+    rows = {ln.split()[0]: ln.split() for ln in a.ok("queue", "jobs").stdout.splitlines()[1:]}
+    assert rows[item][1] == "done"
+    r = c.run("claim", topic)
+    assert r.returncode == 2 and "no open item" in r.stderr, r.stderr
