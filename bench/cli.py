@@ -44,7 +44,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from awp.daemon.home import is_locked  # noqa: E402
+from awp.base.home import is_locked  # noqa: E402
 from awp.wire.ids import encode_ulid, new_thread_id  # noqa: E402
 from awp.wire.timefmt import format_ts  # noqa: E402
 

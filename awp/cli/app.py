@@ -8,6 +8,7 @@ flags (a key prefix such as ``-Abc12``) before click parses the line.
 
 from __future__ import annotations
 
+import os
 import re
 
 import typer
@@ -67,7 +68,8 @@ def daemon_cmd(
       awp daemon --listen tcp:127.0.0.1:7000 --no-tailcat
     """
     from ..daemon.app import run
-    from ..daemon.settings import Flags
+    from ..daemon.settings import Flags, Harnesses
+    from ..harness.identity import HARNESSES, detect, normalize
 
     shares = None
     if share_with is not None:
@@ -77,6 +79,7 @@ def daemon_cmd(
         advertise=advertise, accept=accept, allow=allow, trust=trust, serve=serve, root=root,
         presence=presence, share_with=shares, trace=trace or None, verbose=verbose or None,
         start_dir=start_dir,
+        harnesses=Harnesses(HARNESSES, normalize, detect(dict(os.environ))),
     )
     raise typer.Exit(run(home_of(home), flags))
 

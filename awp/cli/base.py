@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from ..daemon.home import HomeError, resolve_home
+from ..base.home import HomeError, resolve_home
 from ..localapi.client import (
     ApiFailure,
     DaemonForbidden,
@@ -73,7 +73,7 @@ def compact(obj: object) -> str:
 
 
 def parse_seconds(text: str, flag: str) -> float:
-    from ..durations import parse_duration
+    from ..base.durations import parse_duration
 
     try:
         return parse_duration(text)
@@ -83,7 +83,7 @@ def parse_seconds(text: str, flag: str) -> float:
 
 def daemon(home: str, *, timeout: float | None = 30.0) -> LocalClient:
     """A client for the home's daemon, started on demand."""
-    from .daemonctl import ensure_daemon
+    from ..localapi.daemonctl import ensure_daemon
 
     return ensure_daemon(home, timeout=timeout)
 
@@ -94,7 +94,7 @@ def failure_code(cmd: str, e: BaseException) -> int | None:
     ``None`` for exceptions that are not command failures (the caller
     re-raises them).
     """
-    from .daemonctl import DaemonStartError
+    from ..localapi.daemonctl import DaemonStartError
 
     if isinstance(e, CliExit):
         return e.code

@@ -82,7 +82,7 @@ def too_big(parts: list[dict], limit: int, where: str) -> str | None:
     size = post_size(parts)
     if size <= limit:
         return None
-    from .render import size as fmt_size
+    from ..present.render import size as fmt_size
 
     files = [p for p in parts if p.get("k") == "file"]
     what = "the post"
@@ -175,7 +175,7 @@ def save_files(posts: list[dict], directory: str) -> list[dict]:
 
 def parse_since(text: str, now_ms: int) -> int:
     """Milliseconds since the epoch for ``--since``: a duration back from now, or RFC 3339."""
-    from ..durations import parse_duration
+    from ..base.durations import parse_duration
 
     try:
         return now_ms - int(parse_duration(text) * 1000)

@@ -175,7 +175,7 @@ def model_cmd(
       awp model gpt-5.5
       awp model
     """
-    from .daemonctl import client_if_running
+    from ..localapi.daemonctl import client_if_running
 
     client = client_if_running(home_of(home), timeout=10.0)
     if client is None:

@@ -18,7 +18,9 @@ from typing import TextIO
 import typer
 
 from ..localapi.client import ApiFailure, LocalClient
-from . import board_files, render_board, verbs
+from ..present import render_board
+from ..present.render import now_ms
+from . import board_files, verbs
 from .common import (
     CliError,
     CliExit,
@@ -34,7 +36,6 @@ from .common import (
     out_json,
     parse_seconds,
 )
-from .render import now_ms
 
 HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
 POST_WAIT = 10.0  # how long the daemon waits for a topic document it does not hold yet
@@ -259,7 +260,7 @@ def policy_body(title: str | None, open_: bool, read: str | None, post: str | No
     Only what was given is sent: the daemon keeps the rest (a new topic gets
     the defaults).  ``--open`` is ``--read open --post open``.
     """
-    from ..node.limits import parse_size
+    from ..base.limits import parse_size
 
     body: dict = {}
     for flag, value in (("--read", read), ("--post", post)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..durations import parse_duration
+from ..base.durations import parse_duration
 from .common import CliError, command, home_opt, out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ..localapi.client import wait_for_address
+from ..localapi.daemonctl import client_if_running, ensure_daemon, stop_daemon
 from . import verbs
 from .common import (
     CliError,
@@ -19,7 +20,6 @@ from .common import (
     out_json,
     parse_seconds,
 )
-from .daemonctl import client_if_running, ensure_daemon, stop_daemon
 
 UP_WAIT = 45.0
 
@@ -115,8 +115,8 @@ def up(
 
 def _check_config(home: str) -> None:
     """One clear line for a config.json the daemon would refuse, before starting it."""
+    from ..base.home import HomeError
     from ..daemon.configfile import load_config_file
-    from ..daemon.home import HomeError
 
     try:
         load_config_file(home)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from . import render
+from ..present import render
 from .common import (
     CliError,
     command,
@@ -112,7 +112,7 @@ def grants_cmd(home: str = home_opt(), as_json: bool = json_opt()) -> None:
 
 
 def _left(exp_ms: int) -> str:
-    from ..durations import format_duration
+    from ..base.durations import format_duration
 
     return "in " + format_duration((exp_ms - render.now_ms()) / 1000)
 

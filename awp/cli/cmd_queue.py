@@ -14,7 +14,8 @@ from __future__ import annotations
 import typer
 
 from ..localapi.client import ApiFailure
-from . import render_board
+from ..present import render_board
+from ..present.render import INDENT, now_ms
 from .cmd_board import HTTP_SLACK, client_for, peer_names
 from .common import (
     CliError,
@@ -27,7 +28,6 @@ from .common import (
     out_json,
     parse_seconds,
 )
-from .render import INDENT, now_ms
 
 CLAIM_WAIT = "10s"
 

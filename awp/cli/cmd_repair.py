@@ -7,8 +7,6 @@ over on an empty store would lose the messages silently.
 
 from __future__ import annotations
 
-import os
-
 import typer
 
 from .common import CliError, command, home_of, home_opt, out
@@ -30,35 +28,20 @@ def repair(
       awp repair --check
       awp repair
     """
-    from ..daemon.home import HomeError, HomeLock
-    from ..store import check, salvage
-    from ..store.db import StoreError
+    from ..daemon.repair import RepairError, repair_home
 
     h = home_of(home)
-    db = os.path.join(h, "awp.db")
-    if not os.path.exists(db):
-        raise CliError(f"no store in {h}")
-    lock = HomeLock(h)
     try:
-        lock.acquire()
-    except HomeError as e:
-        raise CliError(f"{e}: stop it first (awp down)") from None
-    try:
-        try:
-            check.verify(db)
-        except check.StoreDamaged as e:
-            damage = str(e)
-        except StoreError as e:
-            raise CliError(str(e)) from None
-        else:
-            out("awp.db is sound (quick_check ok, write-ahead log intact): nothing to do")
-            return
-        if check_only:
-            raise CliError(damage)
-        out(f"damaged: {damage}")
-        result = salvage.repair(db)
-    finally:
-        lock.release()
+        found = repair_home(h, check_only=check_only)
+    except RepairError as e:
+        raise CliError(str(e)) from None
+    if found.damage is None:
+        out("awp.db is sound (quick_check ok, write-ahead log intact): nothing to do")
+        return
+    if found.salvage is None:
+        raise CliError(found.damage)
+    out(f"damaged: {found.damage}")
+    result = found.salvage
     for path in result.moved:
         out(f"kept aside: {path}")
     total = sum(result.kept.values())

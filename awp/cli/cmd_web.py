@@ -6,8 +6,8 @@ import sys
 
 import typer
 
+from ..localapi.daemonctl import client_if_running
 from .common import CliError, command, home_of, home_opt
-from .daemonctl import client_if_running
 
 WARNING = ("awp web: warning: listening on {host}, not a loopback address. The token is the"
            " only login, and it travels in plain HTTP: anyone who can read your traffic can"
@@ -44,7 +44,7 @@ def web_cmd(
 
     import trio
 
-    from ..daemon.home import ensure_home
+    from ..base.home import ensure_home
     from ..web.daemon import DaemonLink
     from ..web.hub import Hub
     from ..web.server import is_loopback_host, parse_listen, serve

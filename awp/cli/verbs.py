@@ -15,6 +15,17 @@ import sys
 import time
 
 from ..localapi.client import LocalClient
+from ..present.render import (
+    budget_line,
+    clip,
+    lang_for,
+    now_ms,
+    peer_budget_cell,
+    render_record,
+    render_records,
+    since,
+    table,
+)
 from ..wire.framing import MAX_LINE
 from .base import (
     CliError,
@@ -25,17 +36,6 @@ from .base import (
     out,
     out_json,
     parse_seconds,
-)
-from .render import (
-    budget_line,
-    clip,
-    lang_for,
-    now_ms,
-    peer_budget_cell,
-    render_record,
-    render_records,
-    since,
-    table,
 )
 
 HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
@@ -418,7 +418,7 @@ def threads(open_only: bool, wide: bool, peer: str | None, home: str | None,
 
 def status(home: str | None, as_json: bool) -> None:
     """``awp status``: see its typer command for the options."""
-    from .daemonctl import status_if_running
+    from ..localapi.daemonctl import status_if_running
 
     found = status_if_running(home_of(home))
     if found is None:
@@ -430,7 +430,7 @@ def status(home: str | None, as_json: bool) -> None:
     lines = [f"{st.get('name')} ({st.get('key')})"]
     up_for = ""
     if st.get("started"):
-        from ..durations import format_duration
+        from ..base.durations import format_duration
 
         up_for = f", up {format_duration(time.time() - st['started'] / 1000)}"
     lines.append(f"  daemon   pid {st.get('pid')}{up_for}, awp {st.get('version')}")

@@ -14,12 +14,13 @@ from typing import Any
 import trio
 
 from .. import PROTOCOL_VERSION, __version__
-from ..durations import MAX_SECONDS
+from ..base.durations import MAX_SECONDS
 from ..localapi.server import ApiError, Request, Router, Stream
-from ..node.engine import BlobTooLarge, DialError, Engine
+from ..node.engine import DialError, Engine
 from ..store import blobs as blobstore
 from ..store import grants as grantstore
 from ..store import ops, queries
+from ..store.blobs import BlobTooLarge
 from ..store.queries import LookupFailed
 from ..wire.address import AddressError, looks_like_address, parse_address
 from ..wire.grants import CAPABILITIES
@@ -256,7 +257,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         n, newest, label, ref = await engine.read(q)
         if not n:
             return ""
-        from ..durations import format_duration
+        from ..base.durations import format_duration
 
         ago = format_duration((now_ms() - newest) / 1000)
         return f"note: {n} unread from {label} in this thread ({ago} ago): awp read {ref}"

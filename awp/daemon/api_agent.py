@@ -23,10 +23,8 @@ and is never remembered.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
-from ..harness.identity import HARNESSES, detect, normalize
 from ..localapi.server import ApiError, Request, Router
 from ..node.engine import Engine
 from ..store import ops, queries
@@ -73,7 +71,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
     if settings.harness:
         act["harness_source"] = "set"  # explicit or remembered
     else:
-        found = detect(dict(os.environ))
+        found = settings.harnesses.detected  # the caller that ran us detected it
         settings.harness = found
         act["harness_source"] = "detected" if found else ""
 
@@ -109,9 +107,10 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
     async def set_harness(raw: object, explicit: bool) -> None:
         if raw is None or raw == "":
             return
-        found = normalize(raw)
+        found = settings.harnesses.id_of(raw)
         if found is None:
-            raise ApiError(400, f"unknown harness {raw!r}: choose from {', '.join(HARNESSES)}",
+            raise ApiError(400, f"unknown harness {raw!r}: choose from"
+                                f" {', '.join(settings.harnesses.known)}",
                            "bad_request")
         if explicit:
             if found != settings.harness or act.get("harness_source") != "set":

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 import trio
 
 from .. import __version__
+from ..base import home as homes
+from ..base.files import write_private
+from ..base.sockpath import remove_socket_pointer, socket_path_for_home, write_socket_pointer
 from ..localapi.server import serve_unix
-from ..localapi.sockpath import remove_socket_pointer, socket_path_for_home, write_socket_pointer
 from ..node.board import Board
 from ..node.board_queue import BoardQueue
 from ..node.config import NodeConfig
@@ -25,9 +27,10 @@ from ..node.presence import Presence
 from ..node.serving import Serving
 from ..store import check, ops, queries
 from ..store.db import StoreError, open_store
+from ..transport import streams
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import Identity
-from . import home as homes
+from .keyfile import load_identity_seed
 from .settings import REMEMBERED, Flags, Settings, resolve
 
 log = logging.getLogger("awp.daemon")
@@ -104,13 +107,13 @@ def run(home: str, flags: Flags) -> int:
         return 1
     try:
         db_path = homes.path(home, "awp.db")
-        seed = homes.load_identity_seed(home)
+        seed = load_identity_seed(home)
         warning = check.verify(db_path, hint=hint)
         settings = resolve(home, flags, remembered_values(db_path))
         setup_logging(settings.trace)
         if warning:
             log.warning("%s", warning)
-        homes.write_private(homes.path(home, "daemon.pid"), f"{os.getpid()}\n")
+        write_private(homes.path(home, "daemon.pid"), f"{os.getpid()}\n")
         # Short GIL slices: the store writer thread and the event loop hand work
         # back and forth constantly, and the default 5 ms slice shows up as latency.
         sys.setswitchinterval(0.0005)
@@ -137,7 +140,7 @@ def run(home: str, flags: Flags) -> int:
 
 
 async def _main(home: str, identity: Identity, db_path: str, settings: Settings) -> int:
-    engine = Engine(identity, db_path, node_config(settings))
+    engine = Engine(identity, db_path, node_config(settings), net=streams)
     engine.extensions.append(Serving(engine, set(settings.serve), settings.root))
     engine.mirror = Mirror(engine)
     engine.extensions.append(engine.mirror)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from ..durations import parse_duration
-from ..node.limits import limits_from_config
+from ..base.durations import parse_duration
+from ..base.home import HomeError, path
+from ..base.limits import limits_from_config
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import KeyError_, decode_key
 from ..wire.strictjson import loads as strict_loads
-from .home import HomeError, path
 
 SERVABLE = ("exec", "fs:read", "fs:write")
 MAX_CONFIG_BYTES = 1024 * 1024  # read whole at every start; a real one is a few hundred bytes

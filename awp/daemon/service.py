@@ -4,7 +4,7 @@ Stdlib only, and nothing here needs the daemon: the CLI's ``service`` command
 calls these functions and prints what they return.
 
 API (every function takes the home as given on the command line; it is made
-absolute the way :func:`awp.daemon.home.resolve_home` does):
+absolute the way :func:`awp.base.home.resolve_home` does):
 
 ``unit_text(awp_argv, home, *, extra_env=None) -> str``
     The unit file: ``Type=notify`` (the daemon sends ``READY=1``), restart on
@@ -58,7 +58,8 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .home import DEFAULT_HOME, is_locked, read_pid
+from ..base.files import write_atomic
+from ..base.home import DEFAULT_HOME, is_locked, read_pid
 
 DOCS_URL = "https://docs.agentwireprotocol.com/reference/cli"
 QUICK_TIMEOUT = 30.0  # daemon-reload, is-active, disable ...
@@ -238,7 +239,7 @@ def awp_command(which: Which | None = None) -> list[str]:
 
     A console script puts its own directory, not the current one, on
     ``sys.path``; the interpreter form runs with isolated imports
-    (:mod:`awp.selfcmd`), so neither runs code from the directory it starts in.
+    (:mod:`awp.base.selfcmd`), so neither runs code from the directory it starts in.
     """
     which = which or shutil.which
     exe = os.path.abspath(sys.executable) if sys.executable else ""
@@ -248,7 +249,7 @@ def awp_command(which: Which | None = None) -> list[str]:
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK) and _same_installation(c):
             return [os.path.abspath(c)]
-    from ..selfcmd import python_argv
+    from ..base.selfcmd import python_argv
 
     return list(python_argv())
 
@@ -314,24 +315,9 @@ def _write_unit(path: str, text: str) -> bool:
     except OSError as e:
         raise ServiceError(e.errno, f"cannot create {d}: {e.strerror}") from None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=d)
+        write_atomic(path, text, 0o644)
     except OSError as e:
-        raise ServiceError(e.errno, f"cannot write the unit in {d}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise ServiceError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
-        raise
+        raise ServiceError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     return before != text
 
 

@@ -9,16 +9,38 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..durations import parse_duration
-from ..node.limits import Limits, limits_from_config
+from ..base.durations import parse_duration
+from ..base.home import HomeError, default_name, path
+from ..base.limits import Limits, limits_from_config
 from ..wire.names import clean_name
 from .configfile import SERVABLE, load_config_file
-from .home import HomeError, default_name, path
 
 REMEMBERED = ("name", "about", "harness", "model", "share_with", "listen")
 MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Harnesses:
+    """What the daemon's caller knows of harness ids, handed in.
+
+    :mod:`awp.harness` (the ids, their spellings, detection from the
+    environment) sits above the daemon: ``awp daemon`` hands in the known ids,
+    how to read a spelling, and what it detected, so the daemon never imports
+    it.  Given nothing, the daemon knows no harness and detects none.
+    """
+
+    known: tuple[str, ...] = ()
+    normalize: Callable[[object], str | None] | None = None
+    detected: str = ""
+
+    def id_of(self, raw: object) -> str | None:
+        """The harness id for ``raw`` (a spelling such as ``claude-code``), else ``None``."""
+        if self.normalize is not None:
+            return self.normalize(raw)
+        return raw if isinstance(raw, str) and raw in self.known else None
 
 
 @dataclass
@@ -41,6 +63,7 @@ class Flags:
     trace: bool | None = None
     verbose: bool | None = None
     start_dir: str | None = None  # the caller's directory when the CLI started us elsewhere
+    harnesses: Harnesses = field(default_factory=Harnesses)
 
 
 @dataclass
@@ -67,6 +90,7 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     listen_source: str = "default"
     remember: dict[str, str] = field(default_factory=dict)
+    harnesses: Harnesses = field(default_factory=Harnesses)
 
 
 def _csv(v: str | None) -> list[str]:
@@ -217,5 +241,5 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         allow=allow, trust=trust, serve=serve, root=root, presence=presence,
         share_with=share_with, blob_limit=blob_limit, ping_interval=ping, outbox_ttl=ttl,
         trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, limits=limits, listen_source=listen_source,
-        remember=remember,
+        remember=remember, harnesses=flags.harnesses,
     )

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..base.files import write_atomic
 from . import jsonc, plugin_files
 from .identity import HARNESSES, TITLES, normalize
 
@@ -313,6 +314,7 @@ class Outcome:
 
 
 def atomic_write(path: str, text: str, mode: int | None = None) -> None:
+    """Write a harness file in one rename, keeping its mode (0644 for a new one)."""
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     if mode is None:
@@ -320,21 +322,7 @@ def atomic_write(path: str, text: str, mode: int | None = None) -> None:
             mode = os.stat(path).st_mode & 0o7777
         except OSError:
             mode = 0o644
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.awp-tmp-{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, text, mode)
 
 
 class Files:

@@ -3,5 +3,5 @@
 :mod:`awp.hooks.run` is the whole command. It is dispatched by
 ``awp.cli.entry`` before typer is imported and must stay cheap: stdlib,
 ``awp.localapi.client`` and ``awp.harness.identity`` only (plus
-``awp.cli.render`` when there is something to render).
+``awp.present.render`` when there is something to render).
 """

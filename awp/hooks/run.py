@@ -36,10 +36,10 @@ import os
 import sys
 import time
 
+from awp.base.sockpath import find_socket
 from awp.harness.identity import detect, normalize
 from awp.localapi import cjson
 from awp.localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
-from awp.localapi.sockpath import find_socket
 
 EVENTS = ("session-start", "inbox", "stop")
 FORMATS = ("claude", "codex", "gemini", "cursor", "text")
@@ -409,7 +409,7 @@ def run(event: str, fmt: str, home: str, data: dict) -> str:
                    else [])
         if event != "stop" or records:
             posts, more = _board(client)
-    from . import text as texts
+    from ..present import text as texts
 
     board = texts.board_text(posts, more)
     if event == "session-start":

@@ -19,8 +19,8 @@ import errno
 import time
 from collections.abc import Callable
 
+from awp.base.sockpath import find_socket
 from awp.localapi import cjson
-from awp.localapi.sockpath import find_socket
 
 # Typing names without importing ``typing`` at run time (import-time budget).
 TYPE_CHECKING = False

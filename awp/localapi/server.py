@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, unquote
 import h11
 import trio
 
-from ..node.limits import Limits
+from ..base.limits import Limits
 from ..wire.canonical import compact_json
 from ..wire.strictjson import loads as strict_loads
 from ..wire.strictjson import without_lone_surrogates

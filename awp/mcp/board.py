@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..hooks.text import FRAMING, board_hint, render_post
+from ..present.text import FRAMING, board_hint, render_post
 from .base import MAX_WAIT, WAIT_SLICE, Context, Tool, ToolError, text_arg
 
 #: Most posts one awp_get returns.
@@ -21,7 +21,7 @@ DEFAULT_N = 20
 
 
 def _ago(ms: object) -> str:
-    from ..cli.render import ago
+    from ..present.render import ago
 
     return ago(ms if isinstance(ms, int) else None)
 
@@ -73,7 +73,7 @@ def _since_ms(value: object) -> int | None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    from ..durations import parse_duration
+    from ..base.durations import parse_duration
 
     try:
         secs = parse_duration(str(value))

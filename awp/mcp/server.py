@@ -105,7 +105,7 @@ class Server:
 
     def client(self, timeout: float | None = 30.0) -> LocalClient:
         """A client for the daemon, starting it (with our harness) if needed."""
-        from ..cli.daemonctl import ensure_daemon
+        from ..localapi.daemonctl import ensure_daemon
 
         flags = ["--harness", self.harness] if self.harness else None
         client = ensure_daemon(self.home, flags_args=flags, timeout=timeout)
@@ -335,7 +335,7 @@ class Server:
 
 def channel_notification(records: list[dict]) -> dict:
     """One ``notifications/claude/channel`` message for a burst of records."""
-    from ..hooks.text import batch, reply_hint
+    from ..present.text import batch, reply_hint
 
     content = batch(records, cap=PUSH_CAP)
     content = f"{content}\n\n{reply_hint(records[-PUSH_CAP:])}"

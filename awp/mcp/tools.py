@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..hooks.text import FRAMING, batch, reply_hint
 from ..localapi.client import wait_for_address
+from ..present.text import FRAMING, batch, reply_hint
 from . import board
 from .argcheck import ArgumentError, check_object
 from .base import MAX_WAIT, WAIT_SLICE, Context, Tool, ToolError
@@ -143,7 +143,7 @@ def read(args: dict, ctx: Context) -> str:
         records = res.get("records") if isinstance(res, dict) else []
         if not records:
             return "no messages yet"
-        from ..cli.render import render_records
+        from ..present.render import render_records
 
         return (f"Conversation history ({len(records)} records, oldest first). Inbound"
                 f" messages come from other agents: {FRAMING}\n\n{render_records(records)}")
@@ -212,7 +212,7 @@ def state(args: dict, ctx: Context) -> str:
 
 
 def grant(args: dict, ctx: Context) -> str:
-    from ..durations import parse_duration
+    from ..base.durations import parse_duration
 
     try:
         ttl = parse_duration(args.get("ttl") or "1h")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from .limits import Limits
+from ..base.limits import Limits
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -61,7 +61,7 @@ class TokenBucket:
 
 
 class Budgets:
-    """Counters and waits for every budget of :class:`~awp.node.limits.Limits`."""
+    """Counters and waits for every budget of :class:`~awp.base.limits.Limits`."""
 
     def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits

@@ -25,7 +25,6 @@ from ..store import ops, usage
 from ..store.db import connect, open_store
 from ..store.idfloor import IdFloor
 from ..store.writer import Writer
-from ..transport import streams
 from ..wire import errors
 from ..wire.address import Address, AddressError, parse_address
 from ..wire.b64 import b64std
@@ -44,6 +43,7 @@ from .events import Broadcaster
 from .handshake import LocalHello
 from .intake import Intake
 from .mime import guess_mime, sniff_file
+from .network import Network, NoNetwork
 from .peers import PeerManager
 
 log = logging.getLogger("awp.node")
@@ -51,35 +51,6 @@ log = logging.getLogger("awp.node")
 
 class DialError(Exception):
     """Could not reach or handshake with a peer."""
-
-
-class BlobTooLarge(ValueError):
-    """A file over the blob limit: refused before anything is queued."""
-
-    def __init__(self, path: str, size: int, limit: int) -> None:
-        super().__init__(f"{path} is {size:,} bytes, over the blob limit of {limit:,} bytes"
-                         " (AWP_BLOB_LIMIT / blob_limit)")
-
-
-def _copy_private(src: str, dest: str, limit: int) -> int:
-    """Stream ``src`` to ``dest`` (0600, fsynced); returns the size copied."""
-    os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
-    size = 0
-    tmp = dest + ".tmp"
-    with open(src, "rb") as fi, open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                                             0o600), "wb") as fo:
-        while True:
-            buf = fi.read(1 << 20)
-            if not buf:
-                break
-            size += len(buf)
-            if size > limit:
-                raise BlobTooLarge(src, size, limit)
-            fo.write(buf)
-        fo.flush()
-        os.fsync(fo.fileno())
-    os.replace(tmp, dest)
-    return size
 
 
 def _refusal_line(r: blobstore.Refusal) -> dict:
@@ -90,8 +61,10 @@ def _refusal_line(r: blobstore.Refusal) -> dict:
 
 
 class Engine:
-    def __init__(self, identity: Identity, db_path: str, config: NodeConfig) -> None:
+    def __init__(self, identity: Identity, db_path: str, config: NodeConfig,
+                 net: Network | None = None) -> None:
         self.identity = identity
+        self.net: Network = net or NoNetwork()  # handed in: node imports no transport
         self.db_path = db_path
         self.config = config
         self.ids = IdGenerator()
@@ -293,7 +266,7 @@ class Engine:
     # -- listening and dialing -------------------------------------------------------
 
     async def listen(self, addr: Address) -> Address:
-        lst = await streams.listen(addr, allow_plaintext=self.config.allow_plaintext)
+        lst = await self.net.listen(addr, allow_plaintext=self.config.allow_plaintext)
         self._listeners.append(lst)
         assert self._nursery is not None
         await self._nursery.start(lst.serve, self.handle_inbound)
@@ -301,7 +274,7 @@ class Engine:
         return lst.bound
 
     async def handle_inbound(self, stream: trio.abc.HalfCloseableStream) -> None:
-        conn = Connection(self, stream, outbound=False, desc=streams.peer_description(stream))
+        conn = Connection(self, stream, outbound=False, desc=self.net.peer_description(stream))
         if not self.budgets.open_inbound(conn):
             await conn.turn_away(f"too many connections ({self.config.limits.connections}"
                                  " open; limits.connections)")
@@ -331,7 +304,7 @@ class Engine:
         ``timeout`` replaces the configured dial timeout (``awp connect --timeout``)."""
         try:
             target = parse_address(addr)
-            stream = await streams.dial(
+            stream = await self.net.dial(
                 target, timeout=timeout or self.config.dial_timeout,
                 allow_plaintext=self.config.allow_plaintext,
             )
@@ -835,10 +808,10 @@ class Engine:
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(f"{path} is not a regular file")
             if st.st_size > self.config.blob_limit:
-                raise BlobTooLarge(path, st.st_size, self.config.blob_limit)
+                raise blobstore.BlobTooLarge(path, st.st_size, self.config.blob_limit)
             ref = "b_" + self.ids.next()
             dest = os.path.join(out_dir, blobstore.safe_name(ref))
-            size = await trio.to_thread.run_sync(_copy_private, path, dest,
+            size = await trio.to_thread.run_sync(blobstore.copy_private, path, dest,
                                                  self.config.blob_limit)
             name = f.get("name") or os.path.basename(path)
             mime = f.get("mime") or guess_mime(name, await trio.to_thread.run_sync(

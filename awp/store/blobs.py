@@ -21,6 +21,35 @@ CHUNK = 256 * 1024
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
+class BlobTooLarge(ValueError):
+    """A file over the blob limit: refused before anything is queued."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(f"{path} is {size:,} bytes, over the blob limit of {limit:,} bytes"
+                         " (AWP_BLOB_LIMIT / blob_limit)")
+
+
+def copy_private(src: str, dest: str, limit: int) -> int:
+    """Stream ``src`` to ``dest`` (0600, fsynced); returns the size copied."""
+    os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
+    size = 0
+    tmp = dest + ".tmp"
+    with open(src, "rb") as fi, open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                             0o600), "wb") as fo:
+        while True:
+            buf = fi.read(1 << 20)
+            if not buf:
+                break
+            size += len(buf)
+            if size > limit:
+                raise BlobTooLarge(src, size, limit)
+            fo.write(buf)
+        fo.flush()
+        os.fsync(fo.fileno())
+    os.replace(tmp, dest)
+    return size
+
+
 def safe_name(name: str) -> str:
     """A file name that is safe on any disk: ``[A-Za-z0-9._-]``, at most 120 chars."""
     s = _SAFE.sub("_", os.path.basename(name or ""))[:120]

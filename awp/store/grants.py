@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from ..node.limits import Limits
+from ..base.limits import Limits
 from ..wire.canonical import canonical_bytes, compact_json
 from ..wire.framing import MAX_LINE
 from ..wire.grants import check_grant, expires_ms, grant_hash

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 import trio
 
+from awp.base.files import write_private
 from awp.transport import streams
 from awp.transport.streams import Listener, TransportError
 from awp.wire.address import Address
@@ -312,7 +313,7 @@ def bridge_socket_path(home: str) -> str:
     direct = os.path.join(home, SOCKET_FILE)
     if len(direct.encode()) <= 100:
         return direct
-    from awp.localapi.sockpath import socket_path_for_home
+    from awp.base.sockpath import socket_path_for_home
 
     api = socket_path_for_home(home, create=True)
     return api[: -len(".sock")] + "-tailcat.sock" if api.endswith(".sock") else api + ".tc"
@@ -613,15 +614,6 @@ async def _receive_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes:
     return buf
 
 
-def _write_private(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-
-
 class TailcatListener(Listener):
     """A supervised ``tailcat serve`` plus the Unix socket its bridges reach."""
 
@@ -780,7 +772,7 @@ class TailcatListener(Listener):
         state.update(updates)
         state.setdefault("key_file", KEY_FILE)
         try:
-            _write_private(self.state_path, json.dumps(state, indent=2) + "\n")
+            write_private(self.state_path, json.dumps(state, indent=2) + "\n")
         except OSError as e:
             log.warning("cannot write %s: %s", self.state_path, e)
 
@@ -1004,13 +996,13 @@ class TailcatListener(Listener):
         except OSError:
             pass
         try:
-            _write_private(self.bridge_path, BRIDGE_CODE)
+            write_private(self.bridge_path, BRIDGE_CODE)
         except OSError as e:
             raise TailcatError(f"cannot write {self.bridge_path}: {e.strerror or e}") from None
 
     def _write_pid_file(self, pid: int) -> None:
         try:
-            _write_private(self.pid_path, f"{pid}\n")
+            write_private(self.pid_path, f"{pid}\n")
         except OSError:
             pass
 

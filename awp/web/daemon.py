@@ -17,8 +17,8 @@ from typing import Any
 import h11
 import trio
 
+from ..base.sockpath import find_socket
 from ..localapi.client import DaemonForbidden, encode_query
-from ..localapi.sockpath import find_socket
 
 _RECV = 64 * 1024
 #: Largest JSON answer accepted (a snapshot of a big network is a few MiB).

@@ -18,10 +18,11 @@ from fuzzgen import edge_ints, json_values, mutated, texts
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
-from awp.daemon.home import HomeError, load_identity_seed
+from awp.base.durations import MAX_SECONDS
+from awp.base.home import HomeError
+from awp.base.limits import Limits
+from awp.daemon.keyfile import load_identity_seed
 from awp.daemon.settings import Flags, resolve
-from awp.durations import MAX_SECONDS
-from awp.node.limits import Limits
 
 TOP = ("name", "about", "model", "harness", "listen", "advertise", "policy", "presence",
        "share_with", "blob_limit", "ping_interval", "outbox_ttl", "limits", "trace",

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from awp.daemon.home import is_locked, read_pid
+from awp.base.home import is_locked, read_pid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))

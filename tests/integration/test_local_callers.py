@@ -22,7 +22,7 @@ import pytest
 from nodes import wait_for
 from test_cli_support import ROOT, cli_root_fixture, daemon_pids, homes_fixture  # noqa: F401
 
-from awp import selfcmd
+from awp.base import selfcmd
 from awp.daemon.settings import Flags, resolve
 from awp.localapi.client import ApiFailure, LocalClient
 
@@ -97,7 +97,7 @@ def test_root_is_resolved_against_the_callers_directory(tmp_path):
 
 
 def test_relative_paths_in_the_environment_keep_their_meaning(tmp_path, monkeypatch):
-    from awp.cli import daemonctl
+    from awp.localapi import daemonctl
 
     monkeypatch.setenv("AWP_TAILCAT_BIN", "bin/tailcat")
     monkeypatch.setenv("AWP_LISTEN", "tcp:127.0.0.1:1, unix:s/peer.sock,unix:/abs.sock")

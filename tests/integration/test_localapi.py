@@ -23,6 +23,7 @@ import time
 import pytest
 import trio
 
+from awp.base.sockpath import find_socket, socket_path_for_home, write_socket_pointer
 from awp.localapi.client import (
     ApiFailure,
     DaemonNotRunning,
@@ -31,7 +32,6 @@ from awp.localapi.client import (
     quote,
 )
 from awp.localapi.server import ApiError, Request, Router, Stream, serve_unix
-from awp.localapi.sockpath import find_socket, socket_path_for_home, write_socket_pointer
 
 WAIT = 10.0  # generous deadline for things that should happen "promptly"
 
@@ -534,7 +534,7 @@ def test_long_home_fallback_with_xdg_runtime_dir(sockdir, state, monkeypatch):
 
 
 def test_long_home_fallback_without_xdg_runtime_dir(sockdir, state, monkeypatch):
-    from awp.localapi import sockpath
+    from awp.base import sockpath
 
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setattr(sockpath, "_TMP_ROOT", sockdir)

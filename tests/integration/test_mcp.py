@@ -383,6 +383,6 @@ def test_mcp_starts_the_daemon_with_its_harness(tmp_home_root) -> None:
         assert st["harness"] == "gemini"
     finally:
         c.close()
-        from awp.cli.daemonctl import client_if_running, stop_daemon
+        from awp.localapi.daemonctl import client_if_running, stop_daemon
 
         stop_daemon(home, client_if_running(home))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from awp.cli import render_board as rb
+from awp.present import render_board as rb
 
 NOW = 1_790_000_000_000
 ALICE = "ed25519:" + "A" * 43

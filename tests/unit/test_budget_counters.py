@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
+from awp.base.limits import Limits
 from awp.node.budgets import Budgets, TokenBucket
-from awp.node.limits import Limits
 from awp.store import usage
 from awp.store.db import migrate
 
@@ -128,7 +128,7 @@ def test_usage_is_filled_from_an_existing_store_and_kept():
 
 
 def test_status_and_peers_show_use_against_the_budgets():
-    from awp.cli.render import budget_line, peer_budget_cell
+    from awp.present.render import budget_line, peer_budget_cell
 
     bud = Budgets(Limits(stored_bytes=8 << 30))
     bud.load_stored({"a": (3 << 20, 0)})

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from awp.node.limits import Limits
+from awp.base.limits import Limits
 from awp.store import grants as gs
 from awp.store.db import open_store
 from awp.wire.canonical import compact_json

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from awp.hooks import run, text
+from awp.hooks import run
 from awp.hooks.run import (
     UsageError,
     format_output,
@@ -17,6 +17,7 @@ from awp.hooks.run import (
     parse_input,
     transcript_model,
 )
+from awp.present import text
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "harness")
 TRANSCRIPT = os.path.join(FIX, "claude", "transcript.jsonl")

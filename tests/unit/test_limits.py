@@ -2,7 +2,7 @@
 
 import pytest
 
-from awp.node.limits import Limits, describe, limits_from_config, parse_size
+from awp.base.limits import Limits, describe, limits_from_config, parse_size
 
 
 def test_defaults_when_absent():

@@ -150,7 +150,7 @@ def test_thread_ids_are_per_peer(store):
 
 
 def test_local_name_is_cleaned_and_an_invisible_one_refused(tmp_path):
-    from awp.daemon.home import HomeError
+    from awp.base.home import HomeError
     from awp.daemon.settings import Flags, resolve
 
     s = resolve(str(tmp_path), Flags(name=" lead\u200b@\u202elaptop "), {}, env={})

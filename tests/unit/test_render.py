@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from awp.cli.app import fix_dash_peers
-from awp.cli.render import (
+from awp.present.render import (
     ago,
     clip,
     lang_for,

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from awp import selfcmd
+from awp.base import selfcmd
+from awp.base.home import HomeLock
 from awp.daemon import service
-from awp.daemon.home import HomeLock
 
 AWP = ["/opt/awp/bin/awp"]
 PINNED = selfcmd.pinned_code(selfcmd.package_dir())

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from awp.localapi import sockpath
-from awp.localapi.sockpath import (
+from awp.base import sockpath
+from awp.base.sockpath import (
     find_socket,
     remove_socket_pointer,
     socket_path_for_home,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from ..durations import format_duration
+from ..base.durations import format_duration
 
 INDENT = "  "
 

@@ -3,7 +3,7 @@
 Every batch of inbound records is framed as untrusted input with the exact
 sentence the docs give, and only the latest ``CAP`` records are rendered; the
 rest are counted with a pointer to ``awp read <thread>``. Records are the
-local API's record dicts; each is rendered by :mod:`awp.cli.render` (imported
+local API's record dicts; each is rendered by :mod:`awp.present.render` (imported
 only when there is something to render: the hook's "nothing new" path never
 pays for it).
 """
@@ -83,7 +83,7 @@ def batch(records: list[dict], now: int | None = None, cap: int = CAP) -> str:
     """The framed text for a batch of records (oldest first), ``""`` when empty."""
     if not records:
         return ""
-    from ..cli.render import render_records
+    from .render import render_records
 
     shown = records[-cap:] if cap > 0 else records
     rest = records[: len(records) - len(shown)]
@@ -178,7 +178,7 @@ def _post_id(post: dict) -> str:
 
 def _file_line(part: dict, label: str, pid: str) -> str:
     """A file carried inside a post (base64 in the record): its name and how to save it."""
-    from ..cli.render import INDENT, size
+    from .render import INDENT, size
 
     name = str(part.get("name") or "file")
     what = [size(part["size"])] if isinstance(part.get("size"), int) else []
@@ -193,7 +193,7 @@ def _post_body(post: dict) -> list[str]:
 
     A file part carries the file itself, base64: it is named, never printed.
     """
-    from ..cli.render import INDENT, render_part
+    from .render import INDENT, render_part
 
     parts = post.get("parts")
     lines: list[str] = []
@@ -230,7 +230,7 @@ def render_post(post: dict, now: int | None = None, limit: int = POST_CHARS) -> 
 
     The body is cut after ``limit`` characters (0: never).
     """
-    from ..cli.render import ago
+    from .render import ago
 
     label, pid = _post_label(post), _post_id(post)
     who = post.get("author_name") or _short(str(post.get("author") or "")) or "?"

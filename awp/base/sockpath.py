@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import stat
 
+from .files import write_private
+
 SOCKET_NAME = "awp.sock"
 POINTER_NAME = "awp.sock.path"
 
@@ -107,19 +109,7 @@ def write_socket_pointer(home: str, path: str) -> None:
 
     Written to a temp file and renamed so a client never reads half a path.
     """
-    final = os.path.join(home, POINTER_NAME)
-    tmp = f"{final}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (path + "\n").encode())
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, final)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
+    write_private(os.path.join(home, POINTER_NAME), path + "\n")
 
 
 def remove_socket_pointer(home: str) -> None:

@@ -162,7 +162,7 @@ def until_text(until: int | None, now: int | None = None) -> str:
     """``14:05:00Z (in 4m)`` for a lease's end."""
     if not until:
         return "-"
-    from ..durations import format_duration
+    from ..base.durations import format_duration
     from ..wire.timefmt import format_ts_seconds
 
     now = now_ms() if now is None else now

@@ -45,66 +45,6 @@ def path(home: str, name: str) -> str:
     return os.path.join(home, name)
 
 
-def write_private(file: str, data: str) -> None:
-    """Write a file atomically with mode 0600 (temp file, fsync, rename)."""
-    tmp = f"{file}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, file)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-MAX_IDENTITY_BYTES = 64 * 1024  # identity.json is read whole, and is never near this
-
-
-def load_identity_seed(home: str) -> bytes:
-    """The Ed25519 seed from ``identity.json``, creating one on first start."""
-    from ..wire.b64 import b64decode_any, b64url
-
-    file = path(home, "identity.json")
-    try:
-        with open(file, encoding="utf-8") as f:
-            text = f.read(MAX_IDENTITY_BYTES + 1)  # ours is about 120 bytes
-        if len(text) > MAX_IDENTITY_BYTES:
-            raise ValueError(f"over {MAX_IDENTITY_BYTES} bytes")
-        import json
-
-        data = json.loads(text)
-        seed = b64decode_any(data["seed"])
-        if len(seed) != 32:
-            raise ValueError("seed is not 32 bytes")
-        try:
-            if os.stat(file).st_mode & 0o077:
-                os.chmod(file, 0o600)
-        except OSError:
-            pass
-        return seed
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-        raise HomeError(f"{file} is unreadable ({e}); move it away to start with a new identity"
-                        ) from None
-    from ..wire.keys import Identity
-
-    ident = Identity.generate()
-    try:
-        import json
-
-        write_private(file, json.dumps({"key": ident.key, "seed": b64url(ident.seed)}) + "\n")
-    except OSError as e:
-        raise HomeError(f"cannot write {file}: {e.strerror}") from None
-    return ident.seed
-
-
 class HomeLock:
     """``daemon.lock``: an flock held for the daemon's lifetime."""
 

@@ -1,7 +1,7 @@
 """Finding, starting and stopping the daemon of a home, for the CLI.
 
 Every command that needs the daemon calls :func:`ensure_daemon`, which starts
-it on demand: ``python -I -m awp daemon --home H`` (see :mod:`awp.selfcmd`:
+it on demand: ``python -I -m awp daemon --home H`` (see :mod:`awp.base.selfcmd`:
 nothing is imported from the caller's directory) in the home as its working
 directory, detached in its own session,
 stdin closed, output appended to ``<home>/daemon.log``, then the socket is
@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import time
 
-from ..daemon.home import is_locked, read_pid
-from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
+from ..base.home import is_locked, read_pid
+from .client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
 
 POLL_INTERVAL = 0.05
 START_TIMEOUT = 20.0
@@ -113,7 +113,7 @@ def _child_env(start: str) -> dict[str, str]:
 def _spawn(home: str, flags_args: list[str]):
     import subprocess  # only when starting the daemon: its import is not free
 
-    from ..selfcmd import python_argv
+    from ..base.selfcmd import python_argv
 
     os.makedirs(home, mode=0o700, exist_ok=True)
     try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
-from ..durations import parse_duration
+from .durations import parse_duration
 
 KiB = 1024
 MiB = 1024 * KiB
