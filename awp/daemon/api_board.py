@@ -185,9 +185,14 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                                for k, (can, until) in sorted(p.members.items())]}
         subscribed = c.execute("SELECT 1 FROM board_subs WHERE topic = ?",
                                (topic,)).fetchone() is not None
+        gap = board.gap(c, topic) if owner != me else None
+        head = None if gap is None else {
+            "ts": board.heads[topic]["ts"], "doc": board.heads[topic]["doc"],
+            "policy_behind": gap.policy_behind, "missing": gap.missing, "differs": gap.differs}
         return {"topic": topic, "label": label(c, topic), "owner": owner,
                 "owner_name": owner_name(c, owner), "name": name, "mine": owner == me,
                 "subscribed": subscribed, "known": pol is not None, **sb.topic_stats(c, topic),
+                "head": head,
                 "unread": sb.unread_count(c, topic, me) if subscribed else 0, "policy": pol}
 
     async def topic_answer(topic: str) -> dict:

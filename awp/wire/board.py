@@ -371,6 +371,52 @@ def check_ask(obj: object) -> dict:
     return obj
 
 
+# -- the owner's signed head: what a subscriber should hold -------------------------------
+
+MAX_HEAD = 4096  # bytes of a head's canonical JSON
+HEAD_RANGES = 16
+
+
+def make_head(owner: Identity, topic: str, ts_ms: int, doc_seq: int, floor: int,
+              ranges: list[dict]) -> dict:
+    """The owner's signed statement of its topic: its document's ``seq`` and a summary
+    of the records it holds (the digest's ranges), so a subscriber can tell what a relay
+    withheld."""
+    body = {"k": "head", "topic": topic, "author": owner.key, "ts": format_ts(ts_ms),
+            "doc": doc_seq, "floor": floor, "ranges": ranges}
+    body["sig"] = owner.sign(canonical_bytes(body))
+    return body
+
+
+def check_head(obj: object) -> dict:
+    """The head, checked (signed by the topic's owner, in shape); :class:`BoardError` if not."""
+    if not isinstance(obj, dict) or obj.get("k") != "head":
+        raise BoardError("head must be an object with k = head")
+    owner, _name = parse_topic(obj.get("topic"))
+    if obj.get("author") != owner:
+        raise BoardError("a head is signed by the topic's owner")
+    ranges = obj.get("ranges")
+    if not isinstance(ranges, list) or len(ranges) > HEAD_RANGES:
+        raise BoardError(f"head ranges: a list of at most {HEAD_RANGES}")
+    for r in [obj.get("doc"), obj.get("floor")] + [
+            r.get(f) if isinstance(r, dict) else None for r in ranges for f in ("lo", "hi", "n")]:
+        if isinstance(r, bool) or not isinstance(r, int) or abs(r) >= 2 ** 63:
+            raise BoardError("head numbers must be integers")
+    if not all(isinstance(r.get("fp"), str) and len(r["fp"]) <= 32 for r in ranges):
+        raise BoardError("head fingerprints must be short strings")
+    try:
+        parse_ts(obj.get("ts"))  # type: ignore[arg-type]
+        body = canonical_bytes({k: v for k, v in obj.items() if k != "sig"})
+    except (ValueError, TypeError, RecursionError):
+        raise BoardError("bad head") from None
+    sig = obj.get("sig")
+    if len(body) > MAX_HEAD or not isinstance(sig, str) or not _SIG.match(sig):
+        raise BoardError("head too large or unsigned")
+    if not verify(owner, body, sig):
+        raise BoardError("head signature does not verify")
+    return obj
+
+
 # -- topic policy ---------------------------------------------------------------------------
 
 

@@ -59,6 +59,12 @@ def test_grant_by_key_travels_over_the_mesh_and_revoke_reaches_two_hops(homes):
              sorted([ckey, key_of(b)]), 30, "carol's membership at carol")
     # carol reads the backlog and posts; alice gets her post through bob
     wait_for(lambda: "before carol" in c.ok("get", topic).stdout, 30, "the backlog at carol")
+
+    def head_clean():  # the owner's signed head reached carol through bob, and nothing is missing
+        h = json.loads(c.ok("topic", "show", topic, "--json").stdout).get("head") or {}
+        return h.get("ts") and h["missing"] == 0 and not h["policy_behind"]
+
+    wait_for(head_clean, 30, "alice's head at carol, with no gap")
     pid = posted(c.ok("post", topic, "hi from carol"))
     wait_for(lambda: "hi from carol" in a.ok("get", "ops").stdout, 30, "carol's post at alice")
     assert pid in a.ok("get", "ops").stdout
