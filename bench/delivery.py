@@ -54,6 +54,13 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return cur, peak
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pin(pid: int, cpu: int) -> None:
     """Hold every thread of a process to one CPU (threads it starts later inherit it)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -205,17 +212,22 @@ def main() -> int:
         wait_for(lambda: a.peer_state(b.key).startswith("connected"), 30, "reconnect",
                  interval=0.002)
         t1 = time.perf_counter()
+        cpu_a, cpu_b = cpu_s(a.proc.pid), cpu_s(b.proc.pid)
 
         def drained() -> bool:
             return a.api("GET", "/v1/status")["queued"] == 0
 
         wait_for(drained, 300, "backlog drain", interval=0.01)
         t2 = time.perf_counter()
+        cpu_a, cpu_b = cpu_s(a.proc.pid) - cpu_a, cpu_s(b.proc.pid) - cpu_b
         got = b.api("GET", "/v1/status")["unread"] - before
         assert got == args.backlog, (got, args.backlog)
         print(f"backlog of {args.backlog} x {args.size} B drained (acked, durable) in "
               f"{t2 - t1:.2f} s after reconnect: {args.backlog / (t2 - t1):,.0f} msg/s "
               f"({t2 - t0:.2f} s including the sender's restart and redial)")
+        print(f"CPU over the drain: receiver {cpu_b:.2f} s ({cpu_b / args.backlog * 1e6:.0f} us"
+              f" a message), sender {cpu_a:.2f} s ({cpu_a / args.backlog * 1e6:.0f} us a message)"
+              " (includes the status polls)")
         pa, pb = rss_mb(a.proc.pid), rss_mb(b.proc.pid)
         print(f"RSS idle: a {idle_a:.1f} MB, b {idle_b:.1f} MB; after drain: "
               f"a {pa[0]:.1f} MB (peak {pa[1]:.1f}), b {pb[0]:.1f} MB (peak {pb[1]:.1f})")

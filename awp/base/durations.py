@@ -6,6 +6,8 @@ uses this form, so the CLI and the daemon parse it the same way.
 
 from __future__ import annotations
 
+from .echo import echo
+
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0,
           "d": 86400.0}
 _PART_RE = r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)"
@@ -36,8 +38,8 @@ def parse_duration(text: str | int | float) -> float:
     except OverflowError:  # an integer of hundreds of digits
         v = float("inf")
     if not 0 <= v <= MAX_SECONDS:  # NaN fails this too
-        raise ValueError(f"duration {text!r} is over 100 years" if v > MAX_SECONDS
-                         else f"invalid duration {text!r}")
+        raise ValueError(f"duration {echo(text)} is over 100 years" if v > MAX_SECONDS
+                         else f"invalid duration {echo(text)}")
     return v
 
 
@@ -76,7 +78,7 @@ def _parse(text: str | int | float) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if pos != len(s):
-        raise ValueError(f"invalid duration {text!r} (use forms like 30s, 5m, 1h30m)")
+        raise ValueError(f"invalid duration {echo(text)} (use forms like 30s, 5m, 1h30m)")
     return total
 
 

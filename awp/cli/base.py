@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 
+from ..base.echo import cut_message
 from ..base.home import HomeError, resolve_home
 from ..localapi.client import (
     ApiFailure,
@@ -72,13 +73,43 @@ def compact(obj: object) -> str:
     return cjson.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+USAGE = 2  # the exit status of a usage error: a bad option value, as click's own
+
+
 def parse_seconds(text: str, flag: str) -> float:
+    """A duration flag's seconds; a malformed one is a usage error (exit 2)."""
     from ..base.durations import parse_duration
 
     try:
         return parse_duration(text)
     except ValueError as e:
-        raise CliError(f"{flag}: {e}") from None
+        raise CliError(f"{flag}: {e}", USAGE) from None
+
+
+def invoked_as() -> str:
+    """``awp`` as the user ran it, for hints: ``awp`` when that finds this same
+    program on PATH, else the path they typed (``.venv/bin/awp``), or
+    ``python -m awp``."""
+    import os
+    import shutil
+
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "awp"
+    if os.path.basename(argv0) == "__main__.py":
+        exe = os.path.basename(sys.executable)
+        found = shutil.which(exe)
+        py = exe if found and os.path.realpath(found) == os.path.realpath(sys.executable) \
+            else sys.executable
+        return f"{py} -m awp"
+    base = os.path.basename(argv0)
+    found = shutil.which(base)
+    if found and os.path.realpath(found) == os.path.realpath(argv0):
+        return base
+    if os.path.isabs(argv0):
+        cwd = os.getcwd()
+        rel = os.path.relpath(argv0, cwd)
+        if not rel.startswith(".."):
+            return os.path.join(".", rel) if os.sep not in rel else rel
+    return argv0
 
 
 def daemon(home: str, *, timeout: float | None = 30.0) -> LocalClient:
@@ -119,6 +150,7 @@ def failure_code(cmd: str, e: BaseException) -> int | None:
 
 def _fail(cmd: str, message: str, code: int = 1) -> int:
     first, _, rest = message.partition("\n")
+    first = cut_message(first)  # the backstop: no error repeats a huge argument
     sys.stderr.write(f"awp {cmd}: {first}\n")
     if rest:
         # Only the daemon's log tail continues past the first line.

@@ -14,8 +14,10 @@ replaced.  Pure functions and small file operations, unit-tested.
 
 from __future__ import annotations
 
-import base64
 import os
+
+from ..base.echo import echo
+from ..base.filename import safe_name
 
 #: A record's fixed bound (SPEC.md section 14), and each topic's default ``max_post``.
 MAX_RECORD = 64 * 1024
@@ -25,7 +27,6 @@ MIN_MAX_POST = 1024
 #: the author's grant (about 600 bytes when the topic is not open to post).
 RECORD_OVERHEAD = 1024
 
-_NAME_MAX = 200  # bytes kept of a saved file's name (most file systems allow 255)
 
 
 def file_part(path: str, mime: str | None = None) -> dict:
@@ -56,7 +57,7 @@ def file_part(path: str, mime: str | None = None) -> dict:
         return {"k": "file", "name": name, "mime": mime, "size": max(size, len(body)),
                 "data": None}
     return {"k": "file", "name": name, "mime": mime, "size": len(body),
-            "data": base64.b64encode(body).decode("ascii")}
+            "data": _b64().b64encode(body).decode("ascii")}
 
 
 def encoded_size(parts: list[dict]) -> int:
@@ -93,30 +94,6 @@ def too_big(parts: list[dict], limit: int, where: str) -> str | None:
     return (f"{what}: the post would be about {fmt_size(size)}, over the"
             f" {fmt_size(limit)} a post on {where} may have{hint};"
             " send big files with awp send --file instead")
-
-
-def safe_name(name: object) -> str:
-    """One plain file name from a name another host chose.
-
-    Only the last path component is kept (either slash), control characters
-    and a leading dot are replaced (no hidden files, no ``..``), and the
-    result is at most 200 bytes; an empty name becomes ``file``.
-    """
-    text = str(name or "").replace("\\", "/").rsplit("/", 1)[-1]
-    text = "".join("_" if ord(c) < 32 or ord(c) == 127 else c for c in text).strip()
-    while text.startswith("."):
-        text = "_" + text[1:]
-    if not text:
-        return "file"
-    raw = text.encode("utf-8")
-    if len(raw) > _NAME_MAX:
-        stem, dot, ext = text.rpartition(".")
-        if dot and 0 < len(ext.encode()) <= 16:
-            keep = _NAME_MAX - len(ext.encode()) - 1
-            text = stem.encode()[:keep].decode("utf-8", "ignore") + "." + ext
-        else:
-            text = raw[:_NAME_MAX].decode("utf-8", "ignore")
-    return text
 
 
 def _candidates(name: str):
@@ -165,7 +142,7 @@ def save_files(posts: list[dict], directory: str) -> list[dict]:
                 continue
             entry = {"post": p.get("hash") or p.get("id") or "", "name": str(part.get("name") or "")}
             try:
-                data = base64.b64decode(str(part.get("data") or ""), validate=True)
+                data = _b64().b64decode(str(part.get("data") or ""), validate=True)
             except ValueError:
                 saved.append({**entry, "error": "its data is not valid base64"})
                 continue
@@ -186,5 +163,13 @@ def parse_since(text: str, now_ms: int) -> int:
     try:
         return parse_ts(text.strip())
     except ValueError:
-        raise ValueError(f"{text!r} is neither a duration (30m, 2h, 7d) nor an RFC 3339 time"
+        raise ValueError(f"{echo(text)} is neither a duration (30m, 2h, 7d) nor an RFC 3339 time"
                          " (2026-09-21T14:00:00Z)") from None
+
+
+def _b64():
+    """The base64 module, imported only for posts with files: it imports ``re``,
+    which costs a bare ``awp get`` more than its request does."""
+    import base64
+
+    return base64

@@ -7,6 +7,7 @@ import typer
 from ..localapi.client import wait_for_address
 from ..localapi.daemonctl import client_if_running, ensure_daemon, stop_daemon
 from . import verbs
+from .base import invoked_as
 from .common import (
     CliError,
     command,
@@ -81,27 +82,33 @@ def up(
         if on:
             flags.append(flag)
             given.append(flag)
+    me = invoked_as()
     client = client_if_running(h)  # another user's daemon: permission denied, here
+    started = client is None
     if client is None:
         _check_config(h)
         client = ensure_daemon(h, flags_args=flags)
     elif given:
         note(f"awp up: the daemon is already running; {', '.join(given)} take"
              f"{'s' if len(given) == 1 else ''} effect from its next start:"
-             " run awp down, then awp up with them again")
+             f" run {me} down, then {me} up with them again")
     st = wait_for_address(client, UP_WAIT)
     addr = st.get("address") or ""
+    if not addr:
+        after = _no_address_after(h, client, st, started, me)
     if as_json:
         out_json({k: st.get(k) for k in ("name", "key", "address", "addresses", "reachable",
                                           "listen", "tailcat_error", "listen_errors", "pid",
                                           "home")})
         if not addr:
+            note(after.strip())
             raise typer.Exit(1)
         return
     out(f"awp is up as {st.get('name')}")
     out(f"  key      {st.get('key')}")
     if not addr:
-        raise CliError(f"nothing listens: {verbs.no_address_reason(st)}{_listen_hint(st)}")
+        raise CliError(f"nothing listens: {verbs.no_address_reason(st)}"
+                       f"{_listen_hint(st, me, running='still runs' in after)}{after}")
     out(f"  address  {addr}  ← hand this to the other agent")
     others = [a for a in st.get("reachable") or [] if a != addr]
     if others:
@@ -134,16 +141,43 @@ def _check_listen(item: str) -> None:
                        code=2) from None
 
 
-def _listen_hint(st: dict) -> str:
-    """How to get going when tailcat is the listener that failed."""
-    if not st.get("tailcat_error") and any(
-            k.strip().lower() == "tailcat" for k in (st.get("listen") or {}).get("configured", [])):
-        return " (tailcat has not come up yet; awp status shows when it does)"
+def _tailcat_pending(st: dict) -> bool:
+    """tailcat is configured and has neither come up nor failed: it may still."""
+    return not st.get("tailcat_error") and any(
+        k.strip().lower() == "tailcat" for k in (st.get("listen") or {}).get("configured", []))
+
+
+def _listen_hint(st: dict, me: str = "awp", running: bool = True) -> str:
+    """How to get going when tailcat is the listener that failed (``me``: how awp was run)."""
+    if _tailcat_pending(st):
+        return f" (tailcat has not come up yet; {me} status shows when it does)"
     if st.get("tailcat_error"):
+        down = f"{me} down && " if running else ""
         return ("\nwithout a tailcat relay, listen on TCP or a Unix socket instead:\n"
-                "  awp down && awp up --listen tcp:127.0.0.1:7000 --no-tailcat\n"
+                f"  {down}{me} up --listen tcp:127.0.0.1:7000 --no-tailcat\n"
                 "  (or --listen unix:/tmp/awp.sock; peers then run awp connect with that address)")
     return ""
+
+
+def _no_address_after(home: str, client, st: dict, started: bool, me: str) -> str:
+    """What became of the daemon when nothing listens: said on the lines after the error.
+
+    One this command started is stopped again, unless tailcat may still come
+    up; one that was running before is left as it was.  Either way the user is
+    told, with the command as they ran it.
+    """
+    pid = st.get("pid")
+    if started and not _tailcat_pending(st):
+        try:
+            stop_daemon(home, client)
+        except TimeoutError:
+            return f"\nthe daemon this started (pid {pid}) did not stop: {me} down stops it"
+        return "\nthe daemon this started is stopped again"
+    if started:
+        return (f"\nthe daemon still runs (pid {pid}): tailcat may still come up, and local"
+                f" commands work meanwhile; {me} down stops it")
+    return (f"\nthe daemon was running before this and still runs (pid {pid});"
+            f" {me} down stops it")
 
 
 # -- listen --------------------------------------------------------------------------

@@ -6,7 +6,6 @@ import typer
 
 from . import verbs
 from .common import (
-    CliError,
     command,
     home_opt,
     json_opt,
@@ -90,24 +89,7 @@ def state(
       awp state thr_9k2abcd failed -n "the staging database is down"
       awp state thr_9k2abcd closed
     """
-    if len(args) == 2:
-        peer, th, word = None, args[0], args[1]
-    elif len(args) == 3:
-        peer, th, word = args
-    else:
-        raise typer.BadParameter("give THREAD STATE, or PEER THREAD STATE",
-                                 param_hint="'[PEER] THREAD STATE'")
-    verbs.check_thread(th)
-    if not word.strip():
-        raise CliError("the state word is empty")
-    body: dict = {"th": th, "state": word}
-    if peer:
-        body["peer"] = peer
-    if note_text:
-        body["note"] = note_text
-    res = verbs.post_delivery(home, "/v1/state", body, wait_ack, as_json)
-    if res is not None:
-        verbs.delivery_line(res, f"state {res.get('state') or word} sent")
+    verbs.state(args, note_text, wait_ack, home, as_json)
 
 
 # -- tail ----------------------------------------------------------------------------

@@ -13,33 +13,10 @@ from __future__ import annotations
 
 import typer
 
-from ..localapi.client import ApiFailure
-from ..present import render_board
-from ..present.render import INDENT, now_ms
-from .cmd_board import HTTP_SLACK, client_for, peer_names
-from .common import (
-    CliError,
-    CliExit,
-    command,
-    home_opt,
-    json_opt,
-    note,
-    out,
-    out_json,
-    parse_seconds,
-)
+from . import queue_verbs
+from .common import command, home_opt, json_opt
 
 CLAIM_WAIT = "10s"
-
-# op -> (the state it leads to, the past tense shown)
-OPS = {"renew": "renewed", "release": "released", "complete": "completed", "fail": "failed"}
-
-
-def _item_lines(item: dict) -> list[str]:
-    lines: list[str] = []
-    for part in item.get("parts") or []:
-        lines += render_board.part_lines(part)
-    return lines
 
 
 @command("claim", short_help="Take the oldest open item of a queue topic (exit 2: none)")
@@ -63,53 +40,7 @@ def claim_cmd(
       awp claim alice/jobs
       awp claim alice/jobs --json
     """
-    secs = parse_seconds(timeout, "--timeout")
-    client = client_for(home, secs)
-    try:
-        res = client.request("POST", "/v1/board/claim", {"topic": topic, "timeout": secs},
-                             timeout=secs + HTTP_SLACK)
-    except ApiFailure as e:
-        if e.code == "no_owner":
-            raise CliError(f"{e.message}; try again later", 2) from None
-        if e.status == 504 or e.code == "timeout":
-            raise CliError(f"the owner of {topic} did not answer within {timeout.strip()}"
-                           " (try again later)", 2) from None
-        raise
-    assert isinstance(res, dict)
-    if as_json:
-        out_json(res)
-        if res.get("state") != "claimed":
-            raise CliExit(2)
-        return
-    if res.get("state") != "claimed":
-        raise CliError(f"the queue {topic} has no open item", 2)
-    item = res.get("item") if isinstance(res.get("item"), dict) else {}
-    lease = res.get("lease", "?")
-    out(f"claimed {item.get('id') or str(item.get('hash', ''))[:10]}"
-        f" (posted by {render_board.author(item)}): lease {lease},"
-        f" until {render_board.until_text(res.get('until'))}")
-    out("\n".join(_item_lines(item)))
-    out(f"{INDENT}when done: awp complete {topic} {lease}  (or fail, release; renew for more"
-        " time)")
-
-
-def lease_op(op: str, topic: str, lease: str, home: str | None, as_json: bool) -> None:
-    """``renew``, ``release``, ``complete`` or ``fail`` a lease we hold."""
-    res = client_for(home).post("/v1/board/lease", {"topic": topic, "lease": lease, "op": op})
-    assert isinstance(res, dict)
-    if as_json:
-        out_json(res)
-        return
-    item = res.get("item") if isinstance(res.get("item"), dict) else {}
-    what = item.get("id") or str(item.get("hash", ""))[:10] or lease
-    if res.get("queued"):
-        out(f"{op} of lease {lease} queued: the owner is not connected; the daemon retries"
-            f" until the lease ends at {render_board.until_text(res.get('until'))}")
-    elif op == "renew":
-        out(f"renewed {what}: lease {res.get('lease', lease)},"
-            f" until {render_board.until_text(res.get('until'))}")
-    else:
-        out(f"{OPS[op]} {what} (lease {lease})")
+    queue_verbs.claim(topic, timeout, home, as_json)
 
 
 def _lease_command(op: str, short: str, doc: str):
@@ -119,7 +50,7 @@ def _lease_command(op: str, short: str, doc: str):
         home: str = home_opt(),
         as_json: bool = json_opt(),
     ) -> None:
-        lease_op(op, topic, lease, home, as_json)
+        getattr(queue_verbs, op)(topic, lease, home, as_json)
 
     run.__doc__ = doc
     run.__name__ = f"{op}_cmd"
@@ -171,18 +102,4 @@ def queue_cmd(
     Example:
       awp queue alice/jobs
     """
-    client = client_for(home)
-    res = client.get("/v1/board/queue", topic=topic)
-    assert isinstance(res, dict)
-    if as_json:
-        out_json(res)
-        return
-    items = res.get("items") or []
-    if not items:
-        note(f"no items on {topic}")
-        return
-    st = client.get("/v1/status")
-    me = st.get("key", "") if isinstance(st, dict) else ""
-    out(render_board.queue_table(items, peer_names(client), me, now_ms()))
-    if not res.get("arbiter"):
-        note("(as this host sees it from the lease records it holds; the owner's daemon decides)")
+    queue_verbs.queue(topic, home, as_json)

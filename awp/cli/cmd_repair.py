@@ -28,7 +28,7 @@ def repair(
       awp repair --check
       awp repair
     """
-    from ..daemon.repair import RepairError, repair_home
+    from ..daemon.repair import RepairError, intake_lines, repair_home
 
     h = home_of(home)
     try:
@@ -36,12 +36,21 @@ def repair(
     except RepairError as e:
         raise CliError(str(e)) from None
     if found.damage is None:
-        out("awp.db is sound (quick_check ok, write-ahead log intact): nothing to do")
+        out("awp.db is sound (quick_check ok, every row reads, write-ahead log intact):"
+            " nothing to do")
         return
-    if found.salvage is None:
-        raise CliError(found.damage)
+    if found.salvage is None and found.journal is None:
+        raise CliError(found.damage)  # --check, or nothing repair can do
     out(f"damaged: {found.damage}")
+    if found.journal is not None:
+        j = found.journal
+        out(f"intake.journal: {j.read} line(s) read, {j.stored} stored; kept aside: {j.kept}")
+        for line in intake_lines(j.lost):
+            out(f"  acked line lost: {line}")
     result = found.salvage
+    if result is None:
+        out("start the daemon again with awp up")
+        return
     for path in result.moved:
         out(f"kept aside: {path}")
     total = sum(result.kept.values())
@@ -53,7 +62,10 @@ def repair(
         out("  nothing could be read from the damaged file")
     elif result.lost_tables:
         out(f"  unreadable: {', '.join(result.lost_tables)}")
-    if result.wal is not None and result.wal.damaged:
+    if result.wal is not None and result.wal.lost_commits:
         out(f"  the write-ahead log held {result.wal.lost_commits} committed transaction(s)"
             " after its damaged frame: they are in the kept -wal file, not in the new store")
+    if result.wal is not None and result.wal.cut >= 0:
+        out(f"  the write-ahead log was cut short inside frame {result.wal.cut + 1}: what was"
+            " committed before the cut is kept; what came after it is gone")
     out("start the daemon again with awp up")

@@ -1,97 +1,113 @@
-"""The common verbs without typer: parse a plain command line, run the verb.
+"""The everyday commands without typer: parse a plain command line, run the verb.
 
-``awp status``, ``send``, ``read``, ``threads``, ``peers``, ``tail`` and
-``wait`` are what agents run all day, and importing typer and click cost
-three times what the request to the daemon does.  This parser takes the
-command lines those verbs are normally given (long and short options, ``=``
-values, repeated options, positionals, ``--``) and hands the values to the
-same functions the typer commands call (:mod:`awp.cli.verbs`).
+Agents run ``awp send``, ``status``, ``get``, ``post``, ``claim`` and the
+like many times a turn, and importing typer and click costs several times
+what the request to the daemon does.  This parser takes the command lines
+those commands are normally given (long and short options, ``=`` values,
+repeated options, positionals, ``--``, ``--help``) and hands the values to
+the same functions the typer commands call (:mod:`awp.cli.verbs`,
+:mod:`awp.cli.board_verbs`, :mod:`awp.cli.queue_verbs`).
+
+It has no option list of its own: every command's options, arguments and
+defaults come from :mod:`awp.cli.clitable`, and its help from
+:mod:`awp.cli.clihelp`, both generated from the typer commands by
+:mod:`awp.cli.gentable` (a test fails when they drift).
 
 Anything it is not sure of returns ``None``, and the full typer app takes
-the line instead: help, an unknown option, a missing or malformed value, too
-many positionals, a positional that starts with ``-`` (a key prefix, which
-``run_app`` knows how to place).  So every usage error, and every help text,
-is still click's; this path only ever runs lines typer would have accepted,
-with the values typer would have passed.
+the line instead: an unknown option, a missing or malformed value, too many
+or too few positionals, a positional that starts with ``-`` (a key prefix,
+which ``run_app`` knows how to place), help on a terminal of another width
+than the one the help was rendered for.  So every usage error is still
+click's; this path only ever runs lines typer would have accepted, with the
+values typer would have passed, and prints the help click would print.
 """
 
 from __future__ import annotations
 
-FLAG, VALUE, MULTI, INT = "flag", "value", "multi", "int"
+import os
+import sys
 
-_COMMON = {"--home": ("home", VALUE), "--json": ("as_json", FLAG)}
-
-# verb -> (options: spelling -> (parameter, kind), defaults, positional parameter, how many)
-_SPECS: dict[str, tuple[dict[str, tuple[str, str]], dict[str, object], str | None, int]] = {
-    "status": ({}, {}, None, 0),
-    "peers": ({}, {}, None, 0),
-    "threads": (
-        {"--open": ("open_only", FLAG), "--wide": ("wide", FLAG),
-         "-p": ("peer", VALUE), "--peer": ("peer", VALUE)},
-        {"open_only": False, "wide": False, "peer": None}, None, 0),
-    "read": (
-        {"-n": ("last", INT), "--last": ("last", INT), "-p": ("peer", VALUE),
-         "--peer": ("peer", VALUE), "--no-mark": ("no_mark", FLAG)},
-        {"last": 50, "peer": None, "no_mark": False}, "target", 1),
-    "tail": (
-        {"--once": ("once", FLAG), "--all": ("all_", FLAG), "--mark": ("mark", FLAG),
-         "-p": ("peer", VALUE), "--peer": ("peer", VALUE),
-         "-t": ("thread", VALUE), "--thread": ("thread", VALUE)},
-        {"once": False, "all_": False, "mark": False, "peer": None, "thread": None}, None, 0),
-    "wait": (
-        {"-t": ("thread", VALUE), "--thread": ("thread", VALUE), "-p": ("peer", VALUE),
-         "--peer": ("peer", VALUE), "--state": ("states", VALUE),
-         "--timeout": ("timeout", VALUE)},
-        {"thread": None, "peer": None, "states": None, "timeout": "5m"}, None, 0),
-    "send": (
-        {"-s": ("subject", VALUE), "--subject": ("subject", VALUE),
-         "-t": ("thread", VALUE), "--thread": ("thread", VALUE), "--to": ("to", VALUE),
-         "--re": ("re_id", VALUE), "--code": ("code", MULTI), "--lang": ("lang", VALUE),
-         "--data": ("data", MULTI), "--mime": ("mime", VALUE),
-         "-f": ("files", MULTI), "--file": ("files", MULTI), "--wait-ack": ("wait_ack", VALUE)},
-        {"subject": None, "thread": None, "to": None, "re_id": None, "code": [], "lang": None,
-         "data": [], "mime": "application/json", "files": [], "wait_ack": None},
-        "args", -1),
+# command path -> (module under awp.cli, function): the bodies both doors call.
+# Each function's parameters are exactly the command's, as clitable lists them.
+RUNNERS: dict[str, tuple[str, str]] = {
+    **{v: ("verbs", v) for v in ("status", "peers", "threads", "read", "tail", "wait", "send",
+                                 "state")},
+    **{v: ("board_verbs", v) for v in ("topics", "subscribe", "unsubscribe", "post", "reply",
+                                       "get", "edit", "delete", "hide")},
+    **{f"topic {v}": ("board_verbs", f"topic_{v}")
+       for v in ("create", "set", "show", "grant", "revoke", "ban")},
+    **{v: ("queue_verbs", v) for v in ("claim", "renew", "release", "complete", "fail",
+                                       "queue")},
 }
 
-VERBS = frozenset(_SPECS)
+HELP = object()  # parse's answer for a line that asks for the help
 
 
-def parse(verb: str, args: list[str]) -> dict | None:
-    """The verb's keyword arguments for ``args``, or ``None`` to leave it to typer."""
-    spec = _SPECS.get(verb)
-    if spec is None:
+def _lookup(words: list[str]) -> tuple[str, dict, list[str], dict] | None:
+    """(command path, its table entry, its own arguments, the group's values)."""
+    from .clitable import COMMANDS
+
+    name = words[0]
+    entry = COMMANDS.get(name)
+    if entry is None:
         return None
-    options, defaults, positional, count = spec
-    table = {**options, **_COMMON}
-    values: dict[str, object] = {"home": None, "as_json": False, **defaults}
-    for k, v in values.items():
-        if isinstance(v, list):
-            values[k] = []
+    if not entry.get("group"):
+        return name, entry, words[1:], {}
+    # A group (awp topic): its own options, then the subcommand.
+    rest = words[1:]
+    group_vals = _options(entry, rest, stop_at_positional=True)
+    if group_vals is None or group_vals is HELP:
+        return None if group_vals is None else (name, entry, [], {"help": True})
+    consumed = group_vals.pop("__consumed__")
+    if consumed >= len(rest):
+        return None  # no subcommand: typer prints the group's help
+    sub = f"{name} {rest[consumed]}"
+    sub_entry = COMMANDS.get(sub)
+    if sub_entry is None:
+        return None
+    return sub, sub_entry, rest[consumed + 1:], group_vals
+
+
+def _options(entry: dict, args: list[str], *, stop_at_positional: bool = False):
+    """Parse ``args`` against ``entry``: the values (with ``__rest__``, the
+    positionals), ``HELP``, or ``None`` when typer should decide."""
+    from .clitable import HELP_OPTIONS
+
+    table = entry["opts"]
+    values: dict[str, object] = {}
+    for k, v in entry["defaults"].items():
+        values[k] = list(v) if isinstance(v, list) else v
     rest: list[str] = []
     i = 0
     while i < len(args):
         tok = args[i]
         i += 1
         if tok == "--":
+            if stop_at_positional:
+                return None
             rest += args[i:]
             break
         if tok == "-" or not tok.startswith("-"):
+            if stop_at_positional:
+                values["__consumed__"] = i - 1
+                return values
             rest.append(tok)
             continue
+        if tok in HELP_OPTIONS:
+            return HELP
         if tok.startswith("--"):
             name, eq, attached = tok.partition("=")
         else:
             name, attached = tok[:2], tok[2:]
             eq = "=" if attached else ""
-        entry = table.get(name)
-        if entry is None:
-            return None  # help, an unknown option, or a key prefix: typer decides
-        param, kind = entry
-        if kind == FLAG:
+        spec = table.get(name)
+        if spec is None:
+            return None  # an unknown option, or a key prefix: typer decides
+        param, kind = spec[0], spec[1]
+        if kind == "flag":
             if eq:
                 return None
-            values[param] = True
+            values[param] = spec[2]
             continue
         if eq:
             value = attached
@@ -100,25 +116,63 @@ def parse(verb: str, args: list[str]) -> dict | None:
             i += 1
         else:
             return None  # a missing value is click's usage error
-        if kind == INT:
+        if kind == "int":
             try:
                 values[param] = int(value)
             except ValueError:
                 return None
-        elif kind == MULTI:
+        elif kind == "multi":
             values[param].append(value)  # type: ignore[union-attr]
         else:
             values[param] = value
-    if positional is None:
-        if rest:
-            return None
-    elif count == 1:
-        if len(rest) > 1:
-            return None
-        values[positional] = rest[0] if rest else None
-    else:
-        values[positional] = rest or None
+    if stop_at_positional:
+        values["__consumed__"] = len(args)
+        return values
+    values["__rest__"] = rest
     return values
+
+
+def _positionals(entry: dict, values: dict) -> bool:
+    """Place the positionals as click would; False when click would refuse them."""
+    rest: list[str] = values.pop("__rest__")  # type: ignore[assignment]
+    spec = entry["args"]
+    if any(n == -1 for _, n, _ in spec):
+        if len(spec) != 1:
+            return False  # not a shape any of our commands has: typer decides
+        name, _, required = spec[0]
+        if required and not rest:
+            return False
+        if rest:
+            values[name] = rest
+        return True
+    if len(rest) > len(spec):
+        return False
+    for (name, _, required), value in zip(spec, [*rest, *[None] * len(spec)], strict=False):
+        if value is None and required:
+            return False
+        if value is not None:
+            values[name] = value
+    return True
+
+
+def parse(words: list[str]) -> tuple[str, object] | None:
+    """(command path, keyword arguments or ``HELP``) for ``awp WORDS``; None: typer's."""
+    found = _lookup(words)
+    if found is None:
+        return None
+    path, entry, args, group_vals = found
+    if group_vals.get("help"):
+        return path, HELP
+    if entry.get("opaque") or entry.get("group"):
+        return None
+    values = _options(entry, args)
+    if values is None or values is HELP:
+        return None if values is None else (path, HELP)
+    if not _positionals(entry, values):
+        return None
+    if values.get("home") is None and group_vals.get("home") is not None:
+        values["home"] = group_vals["home"]  # awp topic --home H create ...
+    return path, values
 
 
 def home_first(args: list[str]) -> list[str]:
@@ -130,27 +184,91 @@ def home_first(args: list[str]) -> list[str]:
     return args
 
 
-def run(args: list[str]) -> int | None:
-    """Run a common verb without typer; ``None`` when the full CLI should take the line."""
-    args = home_first(list(args))
-    if not args or args[0] not in VERBS:
+def _columns() -> int:
+    """The terminal width click would wrap help to (shutil's rule, without shutil)."""
+    try:
+        cols = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        cols = 0
+    if cols <= 0:
+        try:
+            cols = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            cols = 0
+    return cols or 80
+
+
+def help_text(path: str) -> str | None:
+    """What ``awp PATH --help`` prints here, or None when only click can say it."""
+    from .clihelp import HELP as TEXTS
+    from .clihelp import WIDTH
+
+    if min(_columns(), 100) != min(WIDTH, 100):
+        return None  # wrapped for another width: click renders it
+    return TEXTS.get(path)
+
+
+def _help_words(rest: list[str]) -> list[str] | None:
+    """``awp help [--home H] [COMMAND]``: the command word (may be none)."""
+    words = []
+    skip = False
+    for tok in rest:
+        if skip:
+            skip = False
+        elif tok == "--home":
+            skip = True
+        elif tok.startswith("--home="):
+            continue
+        elif tok.startswith("-"):
+            return None
+        else:
+            words.append(tok)
+    return words[:1]
+
+
+def _print_help(path: str) -> int | None:
+    text = help_text(path)
+    if text is None:
         return None
-    verb = args[0]
-    kwargs = parse(verb, args[1:])
-    if kwargs is None:
-        return None
-    from . import verbs
-    from .base import failure_code
+    from .base import StdoutGone, out, quiet_pipe
 
     try:
-        getattr(verbs, verb)(**kwargs)
-    except KeyboardInterrupt:
-        import sys
+        out(text.rstrip("\n"))
+    except StdoutGone:
+        quiet_pipe()
+    return 0
 
+
+def run(args: list[str]) -> int | None:
+    """Run an everyday command without typer; ``None`` when typer should take the line."""
+    args = home_first(list(args))
+    if not args:
+        return None
+    if args[0] in ("-h", "--help") and len(args) == 1:
+        return _print_help("")
+    if args[0] == "help":
+        words = _help_words(args[1:])
+        return None if words is None else _print_help(" ".join(words))
+    parsed = parse(args)
+    if parsed is None:
+        return None
+    path, kwargs = parsed
+    if kwargs is HELP:
+        return _print_help(path)
+    runner = RUNNERS.get(path)
+    if runner is None:
+        return None
+    from .base import failure_code
+
+    module = __import__(f"awp.cli.{runner[0]}", fromlist=[runner[1]])
+    fn = getattr(module, runner[1])
+    try:
+        fn(**kwargs)  # type: ignore[arg-type]
+    except KeyboardInterrupt:
         sys.stderr.write("Aborted!\n")  # what click says
         return 1
     except Exception as e:
-        code = failure_code(verb, e)
+        code = failure_code(path, e)
         if code is None:
             raise
         return code

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from ..base.echo import echo
 from ..localapi.client import LocalClient
 from ..present.render import (
     budget_line,
@@ -247,7 +248,7 @@ def send(args: list[str] | None, subject: str | None, thread: str | None, to: st
     if not parts and not paths:
         if peer and to is None and thread is None and args:
             # One positional word: it was taken as the peer, so there is no text.
-            raise CliError(f"only one argument ({peer!r}), taken as the peer: name the peer,"
+            raise CliError(f"only one argument ({echo(peer)}), taken as the peer: name the peer,"
                            f" then the text (awp send PEER {_quote(peer)})", code=2)
         raise CliError("nothing to send: give a text, --code FILE, --data JSON or --file FILE")
     body: dict = {"parts": parts}
@@ -264,6 +265,28 @@ def send(args: list[str] | None, subject: str | None, thread: str | None, to: st
     res = post_delivery(home, "/v1/send", body, wait_ack, as_json)
     if res is not None:
         delivery_line(res, f"sent {res.get('id')}")
+
+
+def state(args: list[str], note_text: str | None, wait_ack: str | None, home: str | None,
+          as_json: bool) -> None:
+    """``awp state``: see its typer command for the options."""
+    if len(args) == 2:
+        peer, th, word = None, args[0], args[1]
+    elif len(args) == 3:
+        peer, th, word = args
+    else:
+        raise CliError("give THREAD STATE, or PEER THREAD STATE", 2)
+    check_thread(th)
+    if not word.strip():
+        raise CliError("the state word is empty")
+    body: dict = {"th": th, "state": word}
+    if peer:
+        body["peer"] = peer
+    if note_text:
+        body["note"] = note_text
+    res = post_delivery(home, "/v1/state", body, wait_ack, as_json)
+    if res is not None:
+        delivery_line(res, f"state {res.get('state') or word} sent")
 
 
 def tail(once: bool, all_: bool, mark: bool, peer: str | None, thread: str | None,
@@ -355,13 +378,13 @@ def read(target: str | None, last: int, peer: str | None, no_mark: bool, home: s
             th = target
         elif peer:
             if not _is_thread(client, target):
-                raise CliError(f"{target!r} is not a known thread, and -p names the peer"
+                raise CliError(f"{echo(target)} is not a known thread, and -p names the peer"
                                " already")
             th = target
         elif _is_thread(client, target):
             # Thread ids are any string a peer picks: one spelled like a peer never shadows it.
             if _is_peer(client, target):
-                raise CliError(f"{target!r} is both a peer and a thread id here: awp read -p"
+                raise CliError(f"{echo(target)} is both a peer and a thread id here: awp read -p"
                                f" {target} for the peer, awp read {target} -p PEER for the"
                                " thread")
             th = target

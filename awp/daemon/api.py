@@ -15,6 +15,7 @@ import trio
 
 from .. import PROTOCOL_VERSION, __version__
 from ..base.durations import MAX_SECONDS
+from ..base.echo import echo
 from ..localapi.server import ApiError, Request, Router, Stream
 from ..node.engine import DialError, Engine
 from ..store import blobs as blobstore
@@ -28,6 +29,7 @@ from ..wire.keys import KeyError_, normalize_key, short_key
 from ..wire.names import clean_name
 from ..wire.timefmt import now_ms
 from .app import DaemonState
+from .facade import Door
 
 
 def _lookup(fn):
@@ -35,7 +37,8 @@ def _lookup(fn):
     try:
         return fn()
     except LookupFailed as e:
-        status = 409 if e.code.startswith("ambiguous") else 404
+        status = (409 if e.code.startswith(("ambiguous", "lookalike"))
+                  else 400 if e.code.startswith("bad") else 404)
         raise ApiError(status, str(e), e.code) from None
 
 
@@ -83,6 +86,7 @@ def peer_state(engine: Engine, key: str, parked: bool) -> str:
 
 def build_router(engine: Engine, state: DaemonState) -> Router:
     r = Router()
+    door = Door(engine, state.parts)
 
     async def connect_address(text: str, timeout: float) -> tuple[bool, str]:
         """Connect to an address; returns (already connected, peer key)."""
@@ -99,12 +103,14 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(502, f"cannot connect to {addr}: {e}", "unreachable") from None
         return conn is None, key
 
-    async def resolve(ref: str, *, connect_timeout: float = 30.0) -> str:
+    async def resolve(ref: str, *, connect_timeout: float = 30.0,
+                      introduced: bool = False) -> str:
         """A peer reference to a key; an address is connected to first."""
         _check_address_form(ref)
         if looks_like_address(ref):
             return (await connect_address(ref, connect_timeout))[1]
-        return await engine.read(lambda c: _lookup(lambda: queries.resolve_peer(c, ref)))
+        return await engine.read(lambda c: _lookup(
+            lambda: queries.resolve_peer(c, ref, introduced=introduced)))
 
     @r.route("GET", "/v1/status")
     async def status(req: Request) -> dict:
@@ -113,6 +119,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
 
         counts, peers = await engine.read(q)
         s = state.settings
+        presence = state.parts.presence
         peer_list = []
         for p in peers:
             conn = engine.peers.active(p["key"])
@@ -135,13 +142,11 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "listen_errors": state.listen_errors, "tailcat_error": tailcat_error,
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
             "presence": {"publishing": s.presence,
-                         "lines_sent": getattr(getattr(engine, "presence", None), "sent_lines", 0),
-                         "lines_by_peer": dict(getattr(getattr(engine, "presence", None),
-                                                       "lines_to", {})),
-                         "origins": await engine.read(
-                             lambda c: c.execute("SELECT count(*) FROM presence").fetchone()[0])},
+                         "lines_sent": presence.sent_lines if presence else 0,
+                         "lines_by_peer": dict(presence.lines_to) if presence else {},
+                         "origins": await engine.read(queries.presence_origins)},
             "shares": list(engine.shares or []),
-            "board": board.status() if (board := getattr(engine, "board", None)) else None,
+            "board": board.status() if (board := state.parts.board) else None,
             "store": {"commits": engine.writer.commits,
                       "sent_before_commit": engine.writer.early_batches,
                       "inline": engine.writer.inline_batches,
@@ -173,7 +178,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         if looks_like_address(target):
             already, key = await connect_address(target, timeout)
         else:
-            key = await resolve(target)
+            key = await resolve(target, introduced=True)  # a name an introduction gave
             already = engine.peers.active(key) is not None
             if not already:
                 addrs = await engine.dial_addresses(key)
@@ -226,9 +231,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "an alias is one word that is not a key or an address, without"
                            " control or invisible characters", "bad_request")
         key = await resolve(_str(body, "peer") or "")
-        await engine.writer.run(lambda c: c.execute(
-            "INSERT INTO aliases (alias, key) VALUES (?, ?) ON CONFLICT (alias)"
-            " DO UPDATE SET key = excluded.key", (name, key)))
+        await door.set_alias(name, key)
         return {"alias": name, "key": key}
 
     async def _target(body: dict, how: str, starts: bool = False) -> tuple[str, str | None]:
@@ -341,7 +344,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             raise ApiError(400, "caps must be a list of capability names", "bad_request")
         bad = [c for c in caps if c not in CAPABILITIES]
         if bad:
-            raise ApiError(400, f"unknown capability {bad[0]!r}: choose from "
+            raise ApiError(400, f"unknown capability {echo(bad[0])}: choose from "
                            + ", ".join(CAPABILITIES), "bad_request")
         return list(dict.fromkeys(caps))
 
@@ -373,7 +376,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         if len(prefix) < 4 or any(ch not in "0123456789abcdef" for ch in prefix):
             raise ApiError(400, "give the grant's hash (at least 4 hex digits, see awp grants)",
                            "bad_request")
-        hits = await engine.writer.run(lambda c: grantstore.revoke(c, prefix))
+        hits = await door.revoke(prefix)
         if not hits:
             raise ApiError(404, f"no grant with hash {prefix} (see awp grants)", "unknown_grant")
         if len(hits) > 1:
@@ -515,7 +518,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     async def _mark(records: list[dict]) -> None:
         seqs = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
         if seqs:
-            await engine.writer.run(lambda c: ops.mark_read(c, seqs))
+            await door.mark_read(seqs)
             for x in records:
                 if x["seq"] in seqs:
                     x["read"] = True
@@ -573,9 +576,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             key = await engine.read(lambda c: _bind(c, bound_key, th, how))
 
         def their_state(c: sqlite3.Connection) -> str | None:
-            row = c.execute("SELECT theirs FROM threads WHERE peer = ? AND th = ?",
-                            (key, th)).fetchone()
-            return row[0] if row else None
+            return queries.their_state(c, key, th)
 
         def pending(c: sqlite3.Connection) -> tuple[str | None, list[dict]]:
             """Unread records in scope (a thread is bound to its peer by now)."""

@@ -25,12 +25,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..base.echo import echo
 from ..localapi.server import ApiError, Request, Router
 from ..node.engine import Engine
-from ..store import ops, queries
+from ..store import queries
+from ..wire.numbers import is_count
 from ..wire.timefmt import now_ms
 from .api import json_body as _body
 from .app import DaemonState
+from .facade import Door
 
 log = logging.getLogger("awp.daemon")
 
@@ -48,6 +51,18 @@ ACTING_ROUTES = (
 
 MAX_MODEL = 200
 MAX_SOURCE = 40
+#: Most records one /v1/activity answer carries for a hook, and their line bytes.
+MAX_NEWEST = 500
+MAX_NEWEST_BYTES = 4 << 20
+#: Most record numbers (and board topics) one /v1/seen marks.
+MAX_SEEN = 10_000
+
+
+def _count(body: dict, key: str, default: int, most: int) -> int:
+    v = body.get(key, default)
+    if not is_count(v) or v < 1:
+        raise ApiError(400, f"{key} must be a positive whole number", "bad_request")
+    return min(v, most)
 
 
 def _clean(value: object, what: str, limit: int) -> str:
@@ -65,8 +80,8 @@ def _clean(value: object, what: str, limit: int) -> str:
 
 def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None:
     """Register the agent routes and make the acting routes record activity."""
-    act: dict[str, Any] = getattr(engine, "activity", None) or {"at": 0, "source": ""}
-    engine.activity = act
+    act: dict[str, Any] = engine.activity
+    door = Door(engine, state.parts)
     settings = state.settings
     if settings.harness:
         act["harness_source"] = "set"  # explicit or remembered
@@ -88,7 +103,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
         }
 
     async def remember(key: str, value: str) -> None:
-        await engine.writer.run(lambda c: ops.set_meta(c, "remember." + key, value))
+        await door.remember(key, value)
 
     def changed(what: str) -> None:
         """Tell listeners (presence publishes soon after a change) that we changed."""
@@ -109,7 +124,7 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
             return
         found = settings.harnesses.id_of(raw)
         if found is None:
-            raise ApiError(400, f"unknown harness {raw!r}: choose from"
+            raise ApiError(400, f"unknown harness {echo(raw)}: choose from"
                                 f" {', '.join(settings.harnesses.known)}",
                            "bad_request")
         if explicit:
@@ -137,16 +152,46 @@ def add_agent_routes(router: Router, engine: Engine, state: DaemonState) -> None
         await set_model(model)
         touch(source)
         out = view()
-        if body.get("inbox"):
-            # The hook's one round trip: what /v1/inbox {"mark": true} answers, too.
+        if body.get("inbox") and body.get("mark", True) is False:
+            # The hook's one round trip: the newest unread records, marked read
+            # only when the hook confirms it printed them (POST /v1/seen).
+            newest = _count(body, "newest", 50, MAX_NEWEST)
+            size = _count(body, "bytes", 256 * 1024, MAX_NEWEST_BYTES)
+            out["records"], out["unread_total"] = await door.read(
+                lambda c: queries.unread_newest(c, newest, size))
+        elif body.get("inbox"):
+            # What /v1/inbox {"mark": true} answers, too (hooks before /v1/seen).
             out["records"] = await take_unread()
         return out
+
+    @router.route("POST", "/v1/seen")
+    async def seen(req: Request) -> dict:
+        """Mark read what a hook printed: log records by seq, board topics up to a seq.
+
+        The hook asks for records without marking them, prints them, then
+        says here what it printed: a hook that gives up on a slow daemon
+        marks nothing, so what it never showed stays unread (a duplicate is
+        possible, a loss is not).
+        """
+        body = _body(req)
+        seqs = body.get("seqs") or []
+        upto = body.get("board") or {}
+        if (not isinstance(seqs, list) or len(seqs) > MAX_SEEN
+                or not all(is_count(s) for s in seqs)):
+            raise ApiError(400, f"seqs must be a list of at most {MAX_SEEN} record numbers",
+                           "bad_request")
+        if (not isinstance(upto, dict) or len(upto) > MAX_SEEN
+                or not all(isinstance(t, str) and is_count(n) for t, n in upto.items())):
+            raise ApiError(400, "board must map topics to post numbers", "bad_request")
+
+        marked = await door.mark_seen(seqs, upto) if seqs or upto else 0
+        return {"marked": marked}
 
     async def take_unread() -> list[dict]:
         records = await engine.read(lambda c: queries.unread(c))
         seqs = [x["seq"] for x in records if not x["read"] and x["dir"] != "out"]
         if seqs:
-            await engine.writer.run(lambda c: ops.mark_read(c, seqs))
+            await door.mark_read(seqs)
             for x in records:
                 x["read"] = True
         return records

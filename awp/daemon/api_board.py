@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from ..base.echo import echo
 from ..board import view
 from ..localapi.server import ApiError, Request, Router
 from ..node.board import Board, TooMany
@@ -28,10 +29,13 @@ from ..wire.numbers import INT64_MAX
 from ..wire.timefmt import format_ts, now_ms
 from .api import json_body
 from .app import DaemonState
+from .facade import Door
 
 MIN_PREFIX = 6
 MAX_BATCH = 1000  # posts in one request to /v1/board/post
-MAX_WAIT_S = 3600.0
+MAX_WAIT_S = 3600.0  # a server-side wait (post, claim, wait) is cut to this
+DEFAULT_GRANT_TTL_S = 30 * 86400.0
+MAX_GRANT_TTL_S = 10 * 366 * 86400.0  # a board grant lasts at most ten years
 POLICY_FIELDS = {  # request field -> what it must be
     "title": str, "read": str, "post": str, "keep": int, "keep_days": int, "keep_bytes": int,
     "rate": int, "max_post": int, "queue": bool, "lease_s": int, "attempts": int}
@@ -57,10 +61,25 @@ def _int(body: dict, key: str, default: int, lo: int = 0, hi: int = INT64_MAX) -
 
 
 def _secs(body: dict, key: str, default: float) -> float:
+    """A wait in seconds, cut to ``MAX_WAIT_S`` (a longer one is a caller's loop)."""
+    return min(_seconds(body, key, default), MAX_WAIT_S)
+
+
+def _seconds(body: dict, key: str, default: float) -> float:
     v = body.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v or v < 0:
         raise _bad(f"{key} must be a non-negative number of seconds")
-    return min(float(v), MAX_WAIT_S)
+    return float(v)
+
+
+def _ttl(body: dict) -> float:
+    """A grant's lifetime: what was asked, never cut short; past ten years an error."""
+    ttl = _seconds(body, "ttl", DEFAULT_GRANT_TTL_S)
+    if ttl <= 0:
+        raise _bad("ttl must be positive")
+    if ttl > MAX_GRANT_TTL_S:
+        raise _bad(f"ttl is at most {int(MAX_GRANT_TTL_S // 86400)} days")
+    return ttl
 
 
 def _parts(body: dict) -> list[dict]:
@@ -86,13 +105,16 @@ def text_of(parts: list) -> str:
 
 
 def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
-    board: Board = engine.board  # type: ignore[attr-defined]
+    assert state.parts.board is not None, "the board routes need the board extension"
+    board: Board = state.parts.board
+    door = Door(engine, state.parts)
     me = engine.identity.key
 
     # -- references ----------------------------------------------------------------
 
     def _peer(c: sqlite3.Connection, ref: str) -> str:
-        if ref in ("me", "self", me):
+        # Our own name is what every label of our topics shows (alice/ops on alice).
+        if ref in ("me", "self", me) or ref == owner_name_me():
             return me
         try:
             return queries.resolve_peer(c, ref)
@@ -112,7 +134,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         try:
             return wb.topic_id(owner, name)
         except wb.BoardError as e:
-            raise _bad(f"topic {ref!r}: {e}", "bad_topic") from None
+            raise _bad(f"topic {echo(ref)}: {e}", "bad_topic") from None
 
     async def topic_of(ref: object) -> str:
         if isinstance(ref, str) and (ref.startswith(wb.KEY_PREFIX) or "/" not in ref):
@@ -136,9 +158,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         prefix = ref.strip().lower()
         found = {r.hash: r for r in sb.record(c, prefix) if r.hash.startswith(prefix)}
         if not found:
-            raise ApiError(404, f"no post {ref!r} here (see awp get TOPIC)", "unknown_post")
+            raise ApiError(404, f"no post {echo(ref)} here (see awp get TOPIC)", "unknown_post")
         if len(found) > 1:
-            raise ApiError(409, f"{ref!r} names {len(found)} records: give more of its id",
+            raise ApiError(409, f"{echo(ref)} names {len(found)} records: give more of its id",
                            "ambiguous_post")
         return next(iter(found.values()))
 
@@ -183,8 +205,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                    "banned": sorted(p.banned),
                    "members": [{"key": k, "can": can, "until": until}
                                for k, (can, until) in sorted(p.members.items())]}
-        subscribed = c.execute("SELECT 1 FROM board_subs WHERE topic = ?",
-                               (topic,)).fetchone() is not None
+        subscribed = sb.is_subscribed(c, topic)
         gap = board.gap(c, topic) if owner != me else None
         head = None if gap is None else {
             "ts": board.heads[topic]["ts"], "doc": board.heads[topic]["doc"],
@@ -230,7 +251,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         try:
             topic = wb.topic_id(me, name)
         except wb.BoardError as e:
-            raise _bad(f"topic name {name!r}: {e}", "bad_topic") from None
+            raise _bad(f"topic name {echo(name)}: {e}", "bad_topic") from None
         changes: dict[str, Any] = {}
         for f, kind in POLICY_FIELDS.items():
             if f in body and body[f] is not None:
@@ -288,14 +309,35 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         except TooMany as e:
             raise ApiError(409, str(e), "too_many") from None
 
+    def matching(c: sqlite3.Connection, name: str) -> list[str]:
+        """Labels of the topics held here named ``name`` (for "did you mean")."""
+        return sorted(label(c, t) for t in sb.known_topics(c) if t.split("/", 1)[1] == name)
+
     async def ready_topic(topic: str, timeout: float) -> wb.Policy | None:
-        """Subscribed, with the owner's document (waiting for it up to ``timeout``)."""
-        await subscribe_to(topic)
-        if topic.split("/", 1)[0] != me and not await await_doc(topic, timeout):
+        """Subscribed, with the owner's document (waiting for it up to ``timeout``).
+
+        One of our own topics must exist: posting never creates it.  A topic
+        of a peer's whose document does not come in time is an error, and the
+        subscription this call made is taken back, so a failed post leaves
+        nothing behind.
+        """
+        owner, name = topic.split("/", 1)
+        if owner == me:
+            if await board.policy(topic) is None:
+                others = await engine.read(lambda c: matching(c, name))
+                hint = f" (topics of that name here: {', '.join(others)})" if others else ""
+                raise ApiError(404, f"you have no topic {name}: create it with"
+                               f" `awp topic create {name}`{hint}", "unknown_topic")
+            return await board.policy(topic)
+        added = await subscribe_to(topic)
+        if not await await_doc(topic, timeout):
+            if added:
+                await board.unsubscribe(topic)
             lab = await engine.read(lambda c: label(c, topic))
-            raise ApiError(404, f"no topic document for {lab} yet: its owner, or a peer that"
-                           " subscribes to it, must be connected (a relay that may not read the"
-                           " topic never carries its posts)", "unknown_topic")
+            raise ApiError(404, f"no topic document for {lab} yet: its owner (or a peer that"
+                           " subscribes to it) must be connected and have that topic; a relay"
+                           " that may not read the topic never carries its posts",
+                           "unknown_topic")
         return await board.policy(topic)
 
     async def sign(doc: dict) -> tuple[wb.Record, sb.Taken]:
@@ -456,7 +498,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         # is new; the mark (a write) is only for what this answer carries.
         answer, upto = await engine.read(q)
         if body.get("mark", True) and upto:
-            await engine.writer.run(lambda c: sb.mark_read(c, upto))
+            await door.mark_posts_read(upto)
         return answer
 
     # -- changing records ------------------------------------------------------------
@@ -525,10 +567,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         key = await engine.read(lambda c: _peer(c, _str(body, "peer")))
         if key == me:
             raise _bad("the owner needs no grant")
-        ttl = _secs(body, "ttl", 30 * 86400.0) if "ttl" in body else 30 * 86400.0
-        if ttl <= 0:
-            raise _bad("ttl must be positive")
         cap = f"board:{what}:{scope}"
+        ttl = _ttl(body)
         if scope.endswith("/*"):
             res = await engine.grant(key, [cap], ttl)
             return {**res, "peer": key, "cap": cap}
@@ -572,9 +612,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         def find(c: sqlite3.Connection) -> list[dict]:
             out = []
-            for raw, h in c.execute("SELECT grant, hash FROM grants WHERE kind = 'issued'"
-                                    " AND iss = ?", (me,)):
-                g = json.loads(raw)
+            for g, h in grantstore.issued_by(c, me):
                 if prefix and not h.startswith(prefix):
                     continue
                 if peer and g.get("sub") != peer:
@@ -598,7 +636,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             revoked += [{"grant": h, "at": at} for h in hashes]
             changes["revoked"] = revoked[-wb.MAX_LIST:]
         await publish(topic, changes)
-        await engine.writer.run(lambda c: [grantstore.revoke(c, h) for h in hashes])
+        await door.revoke_all(hashes)
         return {"revoked": hashes, "member": member,
                 "topic": await topic_answer(topic)}
 
@@ -692,8 +730,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         from ..wire.timefmt import parse_ts
 
         best = 0
-        for (raw,) in c.execute("SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease'"
-                                " AND author = ? ORDER BY ts", (topic, topic.split("/")[0])):
+        for raw in sb.lease_raws(c, topic, topic.split("/")[0]):
             d = json.loads(raw)
             if d.get("lease") == lease_id:
                 best = parse_ts(d["until"])
@@ -704,7 +741,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         topic = await topic_of(req.query.get("topic"))
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
-        snap = await engine.writer.run(lambda c: board.queue.snapshot(c, topic)) if arbiter else None
+        snap = await door.queue_snapshot(topic) if arbiter else None
 
         def q(c: sqlite3.Connection) -> dict:
             names: dict[str, str] = {}

@@ -14,7 +14,8 @@ shows comes from these routes on the daemon's socket.
 - ``GET /v1/web/blob?peer=KEY&dir=in|out&ref=REF``: where a recorded file is.
 - ``GET /v1/web/board``: every topic this host knows, as ``/v1/board/topics``.
 - ``GET /v1/web/topic?topic=KEY/NAME&n=N``: one topic and its newest posts, as
-  ``/v1/board/get`` gives them (``n`` up to 2000).
+  ``/v1/board/get`` gives them (``n`` up to 2000); for a work queue also
+  ``queue``, its items as ``/v1/board/queue`` gives them.
 - ``GET /v1/web/changes``: an NDJSON stream of the engine's change hints,
   with a ``tick`` every 15 s so a reader notices a dead daemon.
 
@@ -29,16 +30,16 @@ import os
 import socket
 import sqlite3
 from typing import Any
+from urllib.parse import urlencode
 
 import trio
 
 from .. import __version__
 from ..localapi.server import ApiError, Request, Router, Stream
 from ..node.engine import Engine
-from ..store import queries
+from ..store import queries, views
 from ..wire.address import AddressError, parse_address
 from ..wire.keys import KEY_PREFIX
-from ..wire.names import clean_name
 from ..wire.numbers import is_count
 from ..wire.timefmt import now_ms
 from .app import DaemonState
@@ -80,73 +81,9 @@ def _transport(conn: Any) -> str:
     return word if word in ("tailcat", "tcp", "unix") else ""
 
 
-def _publishes(engine: Engine, state: DaemonState) -> bool:
-    for ext in getattr(engine, "extensions", []):
-        if type(ext).__name__ == "Presence":
-            return bool(getattr(ext, "publish", False))
-    return bool(getattr(state.settings, "presence", False))
-
-
-def _mirror_summary(c: sqlite3.Connection) -> list[dict]:
-    """Shared threads: one row per (sharer, th) with both sides' last states."""
-    out: dict[tuple[str, str], dict] = {}
-    for r in c.execute(
-        "SELECT sharer, th, max(of) AS of, max(of_name) AS of_name, max(subject) AS subject,"
-        " count(*) AS n, min(at) AS first_at, max(at) AS last_at FROM mirrors"
-        " GROUP BY sharer, th"
-    ):
-        out[(r["sharer"], r["th"])] = {
-            "sharer": r["sharer"], "th": r["th"], "of": r["of"], "of_name": r["of_name"],
-            "subject": r["subject"], "lines": r["n"], "first_at": r["first_at"],
-            "last_at": r["last_at"], "sharer_state": "", "of_state": "",
-        }
-    # The last state line of each side, in arrival order.
-    for r in c.execute(
-        "SELECT sharer, th, dir, line FROM mirrors WHERE json_valid(line)"
-        " AND json_extract(line, '$.t') = 'state' ORDER BY at, rowid"
-    ):
-        m = out.get((r["sharer"], r["th"]))
-        try:
-            line = json.loads(r["line"])
-        except ValueError:
-            continue
-        if m is None or not isinstance(line, dict) or line.get("t") != "state":
-            continue
-        word = line.get("state")
-        if isinstance(word, str):
-            m["sharer_state" if r["dir"] == "out" else "of_state"] = word[:40]
-    return list(out.values())
-
-
-def _subjects(c: sqlite3.Connection, pairs: set[tuple[str, str]]) -> dict[str, str]:
-    subjects = {}
-    for peer, th in pairs:
-        row = c.execute("SELECT subject FROM threads WHERE peer = ? AND th = ?",
-                        (peer, th)).fetchone()
-        if row is not None:
-            subjects[f"{peer} {th}"] = row[0]
-    return subjects
-
-
-def _mirror_rows(c: sqlite3.Connection, where: str, args: tuple, limit: int,
-                 newest: bool = False) -> list[dict]:
-    order = "DESC" if newest else ""
-    rows = c.execute(
-        f"SELECT rowid AS seq, sharer, id, th, of, of_name, subject, dir, line, at FROM mirrors"
-        f" WHERE {where} ORDER BY rowid {order} LIMIT ?", (*args, limit)).fetchall()
-    out = []
-    for r in rows:
-        try:
-            line = json.loads(r["line"])
-        except ValueError:
-            line = {}
-        out.append({"seq": r["seq"], "sharer": r["sharer"], "id": r["id"], "th": r["th"],
-                    "of": r["of"], "of_name": r["of_name"], "subject": r["subject"],
-                    "dir": r["dir"], "line": line if isinstance(line, dict) else {},
-                    "at": r["at"]})
-    if newest:
-        out.reverse()
-    return out
+def _publishes(state: DaemonState) -> bool:
+    presence = state.parts.presence
+    return presence.publish if presence is not None else state.settings.presence
 
 
 def _strip_paths(records: list[dict]) -> list[dict]:
@@ -204,32 +141,18 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
 
         def q(c: sqlite3.Connection) -> dict:
             cutoff = now - PRESENCE_MAX_AGE_MS
-            presence = []
-            for r in c.execute(
-                "SELECT origin, name, seq, doc, doc_ts, received, via, hops FROM presence"
-                " WHERE doc_ts >= ? ORDER BY origin", (cutoff,)
-            ):
-                try:
-                    doc = json.loads(r["doc"])
-                except ValueError:
-                    continue
-                if not isinstance(doc, dict):
-                    continue
-                doc.pop("sig", None)
-                presence.append({"origin": r["origin"], "name": clean_name(r["name"]), "seq": r["seq"],
-                                 "doc": doc, "doc_ts": r["doc_ts"], "received": r["received"],
-                                 "via": r["via"], "hops": r["hops"]})
+            presence = views.presence_docs(c, cutoff)
             return {
                 "counts": queries.counts(c),
                 "peers": queries.peer_rows(c),
                 "threads": queries.thread_rows(c, limit=MAX_THREADS),
                 "presence": presence,
-                "mirrors": _mirror_summary(c),
+                "mirrors": views.mirror_summary(c),
             }
 
         snap = await engine.read(q)
         s = state.settings
-        act = getattr(engine, "activity", None) or {}
+        act = engine.activity
         for p in snap["peers"]:
             conn = engine.peers.active(p["key"])
             up = conn is not None and conn.established.is_set()
@@ -251,7 +174,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
             "key": engine.identity.key, "name": engine.config.name,
             "about": engine.config.about, "version": __version__,
             "harness": s.harness, "model": s.model, "host": socket.gethostname(),
-            "presence": _publishes(engine, state),
+            "presence": _publishes(state),
             "address": _share_address(engine),
             "listeners": [str(a) for a in engine.listen_addrs],
             "listen_errors": dict(state.listen_errors), "tailcat_error": tailcat_error,
@@ -270,23 +193,18 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
 
         def q(c: sqlite3.Connection) -> dict:
             log_max = queries.max_seq(c)
-            mirror_max = c.execute("SELECT coalesce(max(rowid), 0) FROM mirrors").fetchone()[0]
-            labels = queries.Labels(c)
+            mirror_max = views.mirror_max(c)
             if after is None or after == "":
-                rows = c.execute("SELECT * FROM log ORDER BY seq DESC LIMIT ?",
-                                 (tail,)).fetchall() if tail else []
-                records = [queries.record(c, r, labels) for r in reversed(rows)]
+                records = views.log_records(c, after=None, limit=tail)
             else:
-                rows = c.execute("SELECT * FROM log WHERE seq > ? ORDER BY seq LIMIT ?",
-                                 (int(after), limit)).fetchall()
-                records = [queries.record(c, r, labels) for r in rows]
+                records = views.log_records(c, after=int(after), limit=limit)
             if mafter is None or mafter == "":
-                mirrors = _mirror_rows(c, "1", (), tail, newest=True) if tail else []
+                mirrors = views.mirror_rows_newest(c, tail) if tail else []
             else:
-                mirrors = _mirror_rows(c, "rowid > ?", (int(mafter),), limit)
+                mirrors = views.mirror_rows_after(c, int(mafter), limit)
             pairs = {(r["peer"], r["th"]) for r in records if r["th"]}
             return {"records": _strip_paths(records), "mirrors": mirrors,
-                    "subjects": _subjects(c, pairs), "log_max": log_max,
+                    "subjects": views.subjects(c, pairs), "log_max": log_max,
                     "mirror_max": mirror_max}
 
         if after not in (None, ""):
@@ -303,20 +221,11 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
             raise ApiError(400, "th is required", "bad_request")
 
         def q(c: sqlite3.Connection) -> dict | None:
-            row = c.execute("SELECT * FROM threads WHERE peer = ? AND th = ?",
-                            (peer, th)).fetchone()
-            if row is not None:
-                rows = c.execute(
-                    "SELECT * FROM log WHERE peer = ? AND th = ? ORDER BY seq DESC LIMIT ?",
-                    (peer, th, THREAD_LINES)).fetchall()
-                labels = queries.Labels(c)
-                records = [queries.record(c, r, labels) for r in reversed(rows)]
-                return {"kind": "local", "peer": peer, "th": th, "subject": row["subject"],
-                        "mine": row["mine"], "my_note": row["my_note"], "theirs": row["theirs"],
-                        "their_note": row["their_note"], "updated": row["updated"],
-                        "private": bool(row["private"]), "records": _strip_paths(records)}
-            lines = _mirror_rows(c, "sharer = ? AND th = ?", (peer, th), THREAD_LINES,
-                                 newest=True)
+            mine = views.local_thread(c, peer, th, THREAD_LINES)
+            if mine is not None:
+                records = _strip_paths(mine.pop("records"))
+                return {"kind": "local", "peer": peer, "th": th, **mine, "records": records}
+            lines = views.mirror_rows_of(c, peer, th, THREAD_LINES)
             if not lines:
                 return None
             first = lines[-1]
@@ -341,9 +250,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
             raise ApiError(400, "dir must be in or out", "bad_request")
         if not ref or len(ref) > 200:
             raise ApiError(400, "ref is required", "bad_request")
-        row = await engine.read(lambda c: c.execute(
-            "SELECT name, mime, size, status, path FROM blobs WHERE peer = ? AND dir = ?"
-            " AND ref = ?", (peer, direction, ref)).fetchone())
+        row = await engine.read(lambda c: views.blob_row(c, peer, direction, ref))
         if row is None or not row["path"] or (direction == "in" and row["status"] != "complete"):
             raise ApiError(404, "no such file here", "not_found")
         path = os.path.realpath(row["path"])
@@ -360,12 +267,14 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
     # asks them, through the router, rather than shaping them a second time. Both
     # are reads: neither marks anything read, and neither is an acting route.
 
-    async def _board(method: str, path: str, body: dict | None = None) -> Any:
+    async def _board(method: str, path: str, body: dict | None = None,
+                     query: dict[str, str] | None = None) -> Any:
         try:
             handler, params = router.resolve(method, path)
         except ApiError:
             raise ApiError(404, "this daemon has no board", "not_found") from None
-        inner = Request(method, path, {}, json.dumps(body).encode() if body else b"")
+        target = f"{path}?{urlencode(query)}" if query else path
+        inner = Request(method, target, {}, json.dumps(body).encode() if body else b"")
         inner.params = params
         # the route itself, not the wrapper that counts an agent's acts
         return await getattr(handler, "_awp_inner", handler)(inner)
@@ -386,8 +295,16 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
         t = found.get("topic") or {}
         if not (t.get("known") or t.get("subscribed") or t.get("records")):
             raise ApiError(404, "no such topic here", "not_found")
-        return {"topic": t, "posts": _without_file_data(found.get("posts") or []),
-                "self": engine.identity.key}
+        answer = {"topic": t, "posts": _without_file_data(found.get("posts") or []),
+                  "self": engine.identity.key}
+        if (t.get("policy") or {}).get("queue"):
+            # a work queue: each item's state, holder and lease too (the queue view)
+            q = await _board("GET", "/v1/board/queue", None, {"topic": topic})
+            items = q.get("items") or []
+            for e in items:
+                e["item"] = _without_file_data([e.get("item") or {}])[0]
+            answer["queue"] = {"items": items, "arbiter": q.get("arbiter") is True}
+        return answer
 
     @router.route("GET", "/v1/web/changes")
     async def web_changes(req: Request) -> Stream:

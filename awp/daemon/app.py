@@ -18,6 +18,7 @@ from ..base import home as homes
 from ..base.files import write_private
 from ..base.sockpath import remove_socket_pointer, socket_path_for_home, write_socket_pointer
 from ..localapi.server import serve_unix
+from ..node import intake
 from ..node.board import Board
 from ..node.board_queue import BoardQueue
 from ..node.config import NodeConfig
@@ -30,6 +31,7 @@ from ..store.db import StoreError, open_store
 from ..transport import streams
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import Identity
+from .facade import Parts
 from .keyfile import load_identity_seed
 from .settings import REMEMBERED, Flags, Settings, resolve
 
@@ -46,6 +48,7 @@ class DaemonState:
     listen_errors: dict[str, str] = field(default_factory=dict)
     started_ms: int = 0
     stop: trio.Event = field(default_factory=trio.Event)
+    parts: Parts = field(default_factory=Parts)  # the extensions, for the routes
 
 
 def setup_logging(trace: bool) -> None:
@@ -109,6 +112,7 @@ def run(home: str, flags: Flags) -> int:
         db_path = homes.path(home, "awp.db")
         seed = load_identity_seed(home)
         warning = check.verify(db_path, hint=hint)
+        intake.check(home)  # a journal that lost acked lines: awp repair names them first
         settings = resolve(home, flags, remembered_values(db_path))
         setup_logging(settings.trace)
         if warning:
@@ -127,7 +131,7 @@ def run(home: str, flags: Flags) -> int:
         found = check.damage_in(e)
         if found is None:
             raise
-        why = found if isinstance(found, StoreError) else f"awp.db is damaged ({found}){hint}"
+        why = found if isinstance(found, StoreError) else f"awp.db is damaged ({check.describe(found)}){hint}"
         print(f"awp daemon: {why}", file=sys.stderr)
         return 1
     finally:
@@ -150,7 +154,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
     engine.board = Board(engine)
     engine.board.queue = BoardQueue(engine.board)
     engine.extensions.append(engine.board)
-    state = DaemonState(home=home, settings=settings, started_ms=engine.started_at)
+    state = DaemonState(home=home, settings=settings, started_ms=engine.started_at,
+                        parts=Parts(presence=engine.presence, board=engine.board,
+                                    queue=engine.board.queue, mirror=engine.mirror))
     log.info("awp %s starting as %s (%s) in %s", __version__, settings.name, identity.key, home)
     async with trio.open_nursery() as nursery:
         await nursery.start(engine.run)

@@ -21,7 +21,7 @@ log = logging.getLogger("awp.daemon")
 
 
 def damaged_error(home: str, e: BaseException) -> ApiError:
-    return ApiError(500, f"the store is damaged ({e}); stop the daemon (awp down) and run"
+    return ApiError(500, f"the store is damaged ({check.describe(e)}); stop the daemon (awp down) and run"
                          f" 'awp repair --home {home}'", "store_damaged")
 
 
@@ -36,7 +36,8 @@ def guard(router: Router, home: str) -> None:
                 found = check.damage_in(e)
                 if found is None:
                     raise
-                log.error("store damaged, %s %s failed: %s", req.method, req.path, found)
+                log.error("store damaged, %s %s failed: %s", req.method, req.path,
+                          check.describe(found))
                 raise damaged_error(home, found) from None
         return guarded
 

@@ -12,8 +12,11 @@ import os
 from dataclasses import dataclass
 
 from ..base.home import HomeError, HomeLock
+from ..node import intake
 from ..store import check, salvage
-from ..store.db import StoreError
+from ..store.db import StoreError, open_store
+
+intake_lines = intake.describe  # the lost lines, one per line, for the CLI
 
 
 class RepairError(Exception):
@@ -27,6 +30,7 @@ class Outcome:
 
     damage: str | None = None
     salvage: salvage.Salvage | None = None
+    journal: intake.JournalRepair | None = None  # the intake journal had lost acked lines
 
 
 def repair_home(home: str, *, check_only: bool = False) -> Outcome:
@@ -43,13 +47,36 @@ def repair_home(home: str, *, check_only: bool = False) -> Outcome:
         try:
             check.verify(db)
         except check.StoreDamaged as e:
-            damage = str(e)
+            damage: str | None = str(e)
         except StoreError as e:
             raise RepairError(str(e)) from None
         else:
-            return Outcome()
-        if check_only:
-            return Outcome(damage)
-        return Outcome(damage, salvage.repair(db))
+            damage = None
+        try:
+            intake.check(home)
+        except StoreError as e:
+            lost: str | None = str(e)
+        else:
+            lost = None
+        if check_only or (damage is None and lost is None):
+            return Outcome(damage or lost)
+        found = Outcome(damage or lost, salvage.repair(db) if damage else None)
+        if lost:
+            found.journal = _repair_journal(home, db)
+        return found
     finally:
         lock.release()
+
+
+def _repair_journal(home: str, db: str) -> intake.JournalRepair | None:
+    """Store what the journal still holds into the (sound or rebuilt) store."""
+    try:
+        conn = open_store(db)
+    except StoreError as e:
+        raise RepairError(f"cannot open the store to keep the journal's lines: {e}") from None
+    try:
+        return intake.repair(home, conn)
+    except OSError as e:
+        raise RepairError(f"cannot repair the intake journal: {e}") from None
+    finally:
+        conn.close()

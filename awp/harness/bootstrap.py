@@ -7,14 +7,17 @@ claude        the plugin (skill, MCP server, hooks) in ``~/.claude/skills/awp``
 opencode      skill; MCP server in ``~/.config/opencode/opencode.json`` (or
               ``opencode.jsonc`` when the first has comments); the plugin
               ``~/.config/opencode/plugins/awp.js``
-codex         skill; MCP server via ``codex mcp add``
+codex         skill; MCP server via ``codex mcp add``; hooks in
+              ``~/.codex/hooks.json`` (Codex runs them once the user trusts them)
 cursor        skill; MCP server and hooks in ``~/.cursor/mcp.json`` and
               ``~/.cursor/hooks.json``
 gemini        skill; MCP server and hooks in ``~/.gemini/settings.json`` (which
               may have comments: Gemini CLI accepts them, and so do we)
 copilot       skill; MCP server in ``~/.copilot/mcp-config.json`` (the Copilot
               CLI has no ``mcp add`` command: it adds servers interactively
-              with ``/mcp add`` or reads that file)
+              with ``/mcp add`` or reads that file); no hooks: the Copilot CLI
+              reads hooks only from a repository's ``.github/hooks/*.json``,
+              none from the user's home
 grok          skill; MCP server via ``grok mcp add``
 pi            skill
 ============  ==============================================================
@@ -26,7 +29,8 @@ user's comments, layout and key order stay; the first change to an existing conf
 ``<file>.awp-backup``; every write is atomic (temp file, fsync, rename); a
 config that does not parse is left alone and reported; ``X mcp add`` runs
 only when ``X`` is on PATH. Running it again changes nothing, and
-``--uninstall`` removes only what it added: a directory only if awp created
+``--uninstall`` removes only what it added (and a backup once the file it
+copied is back byte for byte): a directory only if awp created
 it (recorded in the harness directory's ``.awp-dirs.json``) or it is awp's
 own ``awp`` directory. Every path is under ``$HOME``.
 """
@@ -58,6 +62,9 @@ COMMAND_TIMEOUT = 60.0
 CURSOR_HOOKS = (("sessionStart", "session-start"), ("postToolUse", "inbox"), ("stop", "stop"))
 GEMINI_HOOKS = (("SessionStart", "session-start", None), ("BeforeAgent", "inbox", None),
                 ("AfterTool", "inbox", "*"))
+#: Codex's ~/.codex/hooks.json (groups as Gemini's; ``timeout`` in seconds). Codex runs
+#: a hook only after the user trusts it (its /hooks), so these wait for that.
+CODEX_HOOKS = (("SessionStart", "session-start"), ("PostToolUse", "inbox"), ("Stop", "stop"))
 
 # "... awp hook inbox ...", also for a binary named like awp-dev or awp2.
 _OURS = re.compile(r"""[^\s/'"]*awp[^\s/'"]*['"]?\s+hook\s+(session-start|inbox|stop)\b""")
@@ -275,6 +282,45 @@ def _drop_nested(lst: list) -> int | None:
     return at
 
 
+def _has_nested_hooks(data: object) -> bool:
+    """Whether a Gemini- or Codex-style config holds one of our hooks."""
+    hooks = _get(data, ("hooks",))
+    return isinstance(hooks, dict) and any(
+        isinstance(g, dict) and isinstance(g.get("hooks"), list)
+        and any(isinstance(x, dict) and is_our_hook(x.get("command")) for x in g["hooks"])
+        for lst in hooks.values() if isinstance(lst, list) for g in lst)
+
+
+def without_ours(data: object) -> object:
+    """``data`` with awp's own entries taken out (its MCP server, its hooks), and the
+    containers that held only those: what of a config file is the user's."""
+    if not isinstance(data, dict):
+        return data
+    d = copy.deepcopy(data)
+    for key in ("mcpServers", "mcp"):
+        servers = d.get(key)
+        if isinstance(servers, dict) and "awp" in servers:
+            del servers["awp"]
+            if not servers:
+                del d[key]
+    hooks = d.get("hooks")
+    if isinstance(hooks, dict):
+        emptied = False
+        for event in list(hooks):
+            lst = hooks[event]
+            if not isinstance(lst, list) or not lst:
+                continue
+            lst[:] = [e for e in lst if not (isinstance(e, dict)
+                                              and is_our_hook(e.get("command")))]
+            _drop_nested(lst)
+            if not lst:
+                del hooks[event]
+                emptied = True
+        if emptied and not hooks:
+            del d["hooks"]
+    return d
+
+
 def put_nested_hook(hooks: dict, event: str, group: dict) -> None:
     """Gemini style: ``hooks[event]`` is a list of ``{"matcher"?, "hooks": [...]}``."""
     lst = hooks.get(event)
@@ -435,12 +481,57 @@ class Files:
                 except ValueError:
                     jf.why = f"cannot change it and keep its comments ({e})"
                     return "error", ""
-        backup = self.backup(jf.path) if jf.exists else ""
+        if jf.exists:
+            text = self.as_backup(jf.path, text, data)
+        # A file of awp's entries and nothing else (awp made it, and has no backup of
+        # it) needs none: taking awp out of it again removes it.
+        users = without_ours(jf.data) if jf.exists else None
+        mine_only = jf.exists and users != jf.data and users in drop_if
+        backup = self.backup(jf.path) if jf.exists and not mine_only else ""
         if not self.dry_run:
             if not jf.exists:
                 self._note_new_dirs(jf.path)
             atomic_write(jf.path, text)
+            if not backup:
+                self.drop_exact_backup(jf.path, text)
         return ("create" if not jf.exists else "update"), backup
+
+    @staticmethod
+    def as_backup(path: str, text: str, data: dict) -> str:
+        """The backup's own text when ``text`` says the same as it, spaces aside.
+
+        Taking our entries out cannot always tell the line breaks the user had
+        around them (``{}`` and ``{\\n}`` both become an object with ours); the
+        backup can.  Only whitespace may differ, so a comment the user changed
+        since is never undone.
+        """
+        try:
+            with open(path + BACKUP_SUFFIX, encoding="utf-8", newline="") as f:
+                before = f.read()
+        except (OSError, UnicodeDecodeError):
+            return text
+        if before == text or "".join(before.split()) != "".join(text.split()):
+            return text
+        try:
+            same = jsonc.loads(before) == data
+        except jsonc.EditError:
+            return text
+        return before if same else text
+
+    def drop_exact_backup(self, path: str, text: str) -> None:
+        """Remove our backup of ``path`` once the file is byte for byte what it holds:
+        the user's own file is back, so the copy says nothing more."""
+        backup = path + BACKUP_SUFFIX
+        try:
+            with open(backup, "rb") as f:
+                same = f.read() == text.encode("utf-8")
+        except OSError:
+            return
+        if same:
+            try:
+                os.unlink(backup)
+            except OSError:
+                pass
 
 
 # -- the harnesses --------------------------------------------------------------------------
@@ -513,6 +604,9 @@ class Bootstrap:
         argv = self.mcp_argv(h)
         return {"command": argv[0], "args": argv[1:]}
 
+    def codex_hooks_path(self) -> str:
+        return self.p(".codex", "hooks.json")
+
     def copilot_config(self) -> str:
         return self.p(".copilot", "mcp-config.json")
 
@@ -561,13 +655,11 @@ class Bootstrap:
         if h == "gemini":
             data = load_json(self.p(".gemini", "settings.json"), comments_ok=True).data
             mcp = isinstance(_get(data, ("mcpServers", "awp")), dict)
-            hooks = _get(data, ("hooks",))
-            has = isinstance(hooks, dict) and any(
-                isinstance(g, dict) and isinstance(g.get("hooks"), list)
-                and any(isinstance(x, dict) and is_our_hook(x.get("command")) for x in g["hooks"])
-                for lst in hooks.values() if isinstance(lst, list) for g in lst)
-            return {"skill": skill, "mcp": mcp, "hooks": has}
-        if h in ("codex", "copilot", "grok"):
+            return {"skill": skill, "mcp": mcp, "hooks": _has_nested_hooks(data)}
+        if h == "codex":
+            hooks = _has_nested_hooks(load_json(self.codex_hooks_path()).data)
+            return {"skill": skill, "mcp": self.registered_mcp(h) is not None, "hooks": hooks}
+        if h in ("copilot", "grok"):
             return {"skill": skill, "mcp": self.registered_mcp(h) is not None, "hooks": None}
         return {"skill": skill, "mcp": None, "hooks": None}
 
@@ -655,9 +747,19 @@ class Bootstrap:
         elif h in ("codex", "grok"):
             self.command_step(h, files, out, uninstall=False)
             if h == "codex":
-                out.notes.append("Codex hooks must be trusted before they run, so none are"
-                                 " installed: Codex agents pull messages with awp tail --once"
-                                 " and awp wait, or the MCP tools.")
+                def codex_hooks(d: dict) -> None:
+                    table = d.get("hooks")
+                    if not isinstance(table, dict):
+                        table = d["hooks"] = {}
+                    for event, ours in CODEX_HOOKS:
+                        put_nested_hook(table, event, {"hooks": [{
+                            "type": "command", "command": self.hook_command(ours, "codex"),
+                            "timeout": 10}]})
+
+                self.json_step(files, out, "hooks", self.codex_hooks_path(), codex_hooks)
+                out.notes.append("Codex runs hooks only once you trust them: open /hooks in"
+                                 " Codex and trust awp's three (until then, awp tail --once,"
+                                 " awp wait or the MCP tools bring messages in).")
         elif h == "pi":
             out.notes.append("pi has no MCP: the skill teaches it the awp commands.")
 
@@ -860,6 +962,19 @@ class Bootstrap:
                            lambda d: _delete(d, ("mcpServers", "awp"), had))
         elif h in ("codex", "grok"):
             self.command_step(h, files, out, uninstall=True)
+            if h == "codex":
+                had = self.existed(self.codex_hooks_path())
+
+                def codex_hooks(d: dict) -> None:
+                    table = d.get("hooks")
+                    if isinstance(table, dict):
+                        for event, _ in CODEX_HOOKS:
+                            drop_nested_hooks(table, event, had(("hooks", event)))
+                        if not table and not had(("hooks",)):
+                            del d["hooks"]
+
+                self.json_step(files, out, "hooks", self.codex_hooks_path(), codex_hooks,
+                               drop_if=({}, {"hooks": {}}))
 
     # directories awp created, per harness, in <root>/.awp-dirs.json
 

@@ -261,39 +261,68 @@ class _Editor:
         else:
             self.edits.append((item.start, item.start, self.dump_inline(piece) + ", "))
 
-    def delete(self, container: Node, nodes: list[Node], starts: list[int], k: int) -> None:
-        """Cut child ``k`` (its value ``nodes[k]``, starting at ``starts[k]``)."""
+    def delete(self, container: Node, nodes: list[Node], starts: list[int],
+               gone: set[int]) -> None:
+        """Cut the children ``gone`` (indexes into ``nodes``, values starting at ``starts``).
+
+        Neighbours are cut together, run by run: cutting them one by one
+        would have two cuts claim the same comma when the last two go.
+        """
+        runs: list[list[int]] = []
+        for k in sorted(gone):
+            if runs and k == runs[-1][1] + 1:
+                runs[-1][1] = k
+            else:
+                runs.append([k, k])
+        for i, j in runs:
+            self.delete_run(container, nodes, starts, i, j)
+
+    def cut_child(self, nodes: list[Node], starts: list[int], k: int) -> None:
+        """Cut child ``k`` with its own comma: it is not the last, or has a trailing one."""
         start, node = starts[k], nodes[k]
+        comma, line_end = self.after_value(node)
+        if self.starts_line(start) and line_end >= 0:
+            self.edits.append((self.line_start(start), min(line_end + 1, len(self.s)), ""))
+        else:
+            end = starts[k + 1] if k + 1 < len(nodes) else comma + 1
+            self.edits.append((start, end, ""))
+
+    def delete_run(self, container: Node, nodes: list[Node], starts: list[int], i: int,
+                   j: int) -> None:
+        """Cut children ``i`` to ``j`` (inclusive), neighbours in ``nodes``."""
+        n = len(nodes)
         inside = (container.start + 1, container.end - 1)
-        if len(nodes) == 1 and not (self.s[inside[0]:start].strip()
-                                    or self.s[node.end:inside[1]].strip(" \t\r\n,")):
+        if n == 1 and not (self.s[inside[0]:starts[0]].strip()
+                           or self.s[nodes[0].end:inside[1]].strip(" \t\r\n,")):
             self.edits.append((inside[0], inside[1], ""))  # nothing else inside: "{}"
             return
-        comma, line_end = self.after_value(node)
-        whole_lines = self.starts_line(start) and line_end >= 0
-        if k + 1 < len(nodes) or comma >= 0:
-            # Not last, or last with a trailing comma: cut it with its own comma.
-            if whole_lines:
-                self.edits.append((self.line_start(start), min(line_end + 1, len(self.s)), ""))
-            else:
-                end = starts[k + 1] if k + 1 < len(nodes) else comma + 1
-                self.edits.append((start, end, ""))
+        comma, line_end = self.after_value(nodes[j])
+        if j + 1 < n or comma >= 0:
+            # Not the last, or the last with a trailing comma: each goes with its own comma.
+            for k in range(i, j + 1):
+                self.cut_child(nodes, starts, k)
             return
-        if k == 0:  # the only child
-            if whole_lines:
-                self.edits.append((self.line_start(start), min(line_end + 1, len(self.s)), ""))
+        whole_lines = self.starts_line(starts[i]) and line_end >= 0
+        if i == 0:  # every child goes: each with its comma, the last has none
+            for k in range(0, j):
+                self.cut_child(nodes, starts, k)
+            last_start = starts[j]
+            if self.starts_line(last_start) and line_end >= 0:
+                self.edits.append((self.line_start(last_start),
+                                   min(line_end + 1, len(self.s)), ""))
             else:
-                self.edits.append((start, node.end, ""))
+                self.edits.append((last_start, nodes[j].end, ""))
             return
-        # The last of several, without a trailing comma: the previous one's comma goes.
-        prev_comma, _ = self.after_value(nodes[k - 1])
+        # The run ends the container, without a trailing comma: the comma after the
+        # child before it goes, and the run is cut in one piece.
+        prev_comma, _ = self.after_value(nodes[i - 1])
         if prev_comma >= 0:
             self.edits.append((prev_comma, prev_comma + 1, ""))
         if whole_lines:
-            self.edits.append((self.line_start(start), min(line_end + 1, len(self.s)), ""))
+            self.edits.append((self.line_start(starts[i]), min(line_end + 1, len(self.s)), ""))
         else:
-            self.edits.append((nodes[k - 1].end if prev_comma < 0 else prev_comma + 1,
-                               node.end, ""))
+            self.edits.append((nodes[i - 1].end if prev_comma < 0 else prev_comma + 1,
+                               nodes[j].end, ""))
 
     # the comparison
 
@@ -317,8 +346,7 @@ class _Editor:
         kept = [k for k in keys if k in new]
         if kept != [k for k in new if k in keys]:
             raise EditError("the keys were reordered")
-        for i in gone:
-            self.delete(node, values, starts, i)
+        self.delete(node, values, starts, set(gone))
         for i, k in enumerate(keys):
             if k in new:
                 self.diff(values[i], new[k])
@@ -342,9 +370,7 @@ class _Editor:
             ahead = next((m for m in range(j + 1, len(old)) if old[m].value == want), None)
             nxt = new[k + 1] if k + 1 < len(new) else None
             if ahead is not None:
-                for m in range(j, ahead):
-                    self.delete(node, old, starts, m)
-                    gone.add(m)
+                gone.update(range(j, ahead))
                 j = ahead + 1
             elif (j < len(old) and old[j].value != nxt
                   and (j + 1 >= len(old) or old[j + 1].value == nxt)):
@@ -355,9 +381,8 @@ class _Editor:
                 self.insert_before(old[j], want)
             else:
                 appended.append(want)
-        for m in range(j, len(old)):
-            self.delete(node, old, starts, m)
-            gone.add(m)
+        gone.update(range(j, len(old)))
+        self.delete(node, old, starts, gone)
         if appended:
             if j and j - 1 in gone:
                 raise EditError("cannot append after a removed item")

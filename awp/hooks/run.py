@@ -10,18 +10,24 @@ Each run, when a daemon answers:
 
 1. reads the hook's JSON input on stdin (malformed, huge or missing input
    is tolerated: the few fields used are then looked for by pattern);
-2. in one request (``POST /v1/activity`` with ``"inbox": true``) records
-   activity, with the model (the input's ``model``, or for Claude Code the
-   newest assistant entry's ``message.model`` in the transcript at
-   ``transcript_path``) and the harness detected from the environment, and
-   takes the unread records, marking them read;
+2. in one request (``POST /v1/activity`` with ``"inbox": true, "mark":
+   false``) records activity, with the model (the input's ``model``, or for
+   Claude Code the newest assistant entry's ``message.model`` in the
+   transcript at ``transcript_path``) and the harness detected from the
+   environment, and takes the newest unread records, without marking them;
 3. takes the new posts of subscribed board topics (``POST /v1/board/unread``,
-   marking them read): at session start and after tool calls always, before
-   stopping only when there are messages to stop for (a broadcast is not a
-   reason to keep an agent from finishing; its posts wait for the next hook);
-4. prints them framed as untrusted input in the harness's format (``stop``:
-   a one-time block, and nothing at all when the input says a stop hook is
-   already active).
+   not marking them either): at session start and after tool calls always,
+   before stopping only when there are messages to stop for (a broadcast is
+   not a reason to keep an agent from finishing; its posts wait for the
+   next hook);
+4. prints the newest of them that fit what the harness shows
+   (``present.text.HOOK_LIMITS``), framed as untrusted input in the
+   harness's format, saying how many more wait (``stop``: a one-time block,
+   and nothing at all when the input says a stop hook is already active);
+5. only then marks read exactly what it printed (``POST /v1/seen``). A hook
+   that gave up on a slow daemon printed nothing and marks nothing; a
+   confirm lost after printing shows the same records again next time: a
+   duplicate, never a loss.
 
 A daemon without board routes (404), or one whose board answer fails or comes
 too late, costs the hook its posts only: the messages it already took are
@@ -62,8 +68,14 @@ DAEMON_BUDGET = 0.3
 #: Transcript tail read per step, and at most in all, looking for the model.
 TRANSCRIPT_BLOCK = 64 * 1024
 TRANSCRIPT_MAX = 8 << 20
-#: Most board posts one hook run takes (and marks read); the daemon counts the rest.
+#: Most board posts one hook run asks for; the daemon counts the rest.
 BOARD_LIMIT = 20
+#: Most unread records one hook run asks for (the newest), and their line bytes:
+#: enough to fill any harness's bound, small enough for the budget.
+FETCH_NEWEST = 40
+FETCH_BYTES = 256 * 1024
+#: Time for telling the daemon what was printed, after printing it.
+CONFIRM_BUDGET = 0.2
 
 USAGE = (
     "usage: awp hook [session-start|inbox|stop] [--format claude|codex|gemini|cursor|text]"
@@ -275,9 +287,11 @@ def format_output(fmt: str, event: str, hook_event: str, text: str) -> str:
             return cjson.dumps({"followup_message": text})
         return cjson.dumps({"decision": "block", "reason": text})
     if not hook_event:
-        if event == "inbox":
-            return text  # no event name to answer to: plain text in any format
-        hook_event = "SessionStart"
+        if event == "inbox" and fmt != "gemini":
+            return text  # no event name to answer to: plain text (context where shown)
+        # Gemini CLI parses stdout as JSON and nothing else: name the event our
+        # bootstrap wires the hook to.
+        hook_event = "SessionStart" if event == "session-start" else "AfterTool"
     if fmt == "cursor":
         return cjson.dumps({"additional_context": text})
     return cjson.dumps(
@@ -342,17 +356,20 @@ class _Budgeted(LocalClient):
         return super().request(*args, **kwargs)
 
 
+_FAILURES = (DaemonNotRunning, ApiFailure, ProtocolError, ConnectionError, TimeoutError,
+             OSError)
+
+
 def _board(client: LocalClient) -> tuple[list[dict], int]:
-    """New posts of subscribed topics, marked read; ``([], 0)`` on any failure.
+    """New posts of subscribed topics, not marked read; ``([], 0)`` on any failure.
 
     Only the board part is lost then: a daemon from before the board (404), a
     board error or the budget running out must not cost the messages already
     taken.
     """
     try:
-        res = client.post("/v1/board/unread", {"mark": True, "limit": BOARD_LIMIT})
-    except (DaemonNotRunning, ApiFailure, ProtocolError, ConnectionError, TimeoutError,
-            OSError):
+        res = client.post("/v1/board/unread", {"mark": False, "limit": BOARD_LIMIT})
+    except _FAILURES:
         return [], 0
     if not isinstance(res, dict):
         return [], 0
@@ -362,18 +379,65 @@ def _board(client: LocalClient) -> tuple[list[dict], int]:
     return posts, more if isinstance(more, int) and not isinstance(more, bool) else 0
 
 
-def run(event: str, fmt: str, home: str, data: dict) -> str:
-    """Talk to the daemon and return what to print (``""`` for nothing)."""
+class Outcome:
+    """What to print, and what to mark read once it is printed.
+
+    A plain class, not a dataclass: ``dataclasses`` imports ``inspect``, a
+    cost the hook would pay after every tool call.
+    """
+
+    def __init__(self, text: str = "", seqs: list[int] | None = None,
+                 board: dict[str, int] | None = None, sock: str = "") -> None:
+        self.text = text
+        self.seqs = seqs or []
+        self.board = board or {}
+        self.sock = sock
+
+    def confirm(self) -> None:
+        """Tell the daemon what was printed (``POST /v1/seen``), within its own budget.
+
+        Called only after the text is written: if this fails, the records
+        stay unread and the next hook shows them again (a duplicate, never a
+        loss). A daemon from before ``/v1/seen`` marked them when it answered.
+        """
+        if not (self.seqs or self.board) or not self.sock:
+            return
+        try:
+            with _Budgeted(self.sock, CONFIRM_BUDGET) as client:
+                client.post("/v1/seen", {"seqs": self.seqs, "board": self.board})
+        except _FAILURES:
+            pass
+
+
+def _take(client: LocalClient, report: dict, silenced: bool) -> dict | None:
+    """One round trip: record activity (and the model), and take the newest unread records.
+
+    Nothing is marked read here (``"mark": false``); :meth:`Outcome.confirm` marks
+    what was printed.
+    """
+    ask = {"inbox": not silenced, "mark": False, "newest": FETCH_NEWEST,
+           "bytes": FETCH_BYTES}
+    try:
+        res = client.post("/v1/activity", {**report, **ask})
+    except ApiFailure:
+        res = None  # an older daemon, or a model it refused
+    if not silenced and not (isinstance(res, dict) and "records" in res):
+        res = client.post("/v1/inbox", {"mark": False})
+    return res if isinstance(res, dict) else None
+
+
+def run(event: str, fmt: str, home: str, data: dict) -> Outcome:
+    """Talk to the daemon and say what to print (an empty text for nothing)."""
     hook_event = _text_field(data, "hook_event_name")
     if not event:
         event = infer_event(hook_event)
     try:
         sock = find_socket(home)
         if not os.path.exists(sock):
-            return ""  # no daemon (and none is started): nothing to say
+            return Outcome()  # no daemon (and none is started): nothing to say
         client = _Budgeted(sock, DAEMON_BUDGET)
     except OSError:
-        return ""
+        return Outcome()
     posts: list[dict] = []
     more = 0
     with client:
@@ -391,34 +455,36 @@ def run(event: str, fmt: str, home: str, data: dict) -> str:
             model = input_model(data)
             if model:
                 report["model"] = model
-            # One round trip: record activity (and the model), and take the unread
-            # records, marking them read.
-            try:
-                res = client.post("/v1/activity", {**report, "inbox": not silenced})
-            except ApiFailure:
-                res = None  # an older daemon, or a model it refused
-            if not silenced and not (isinstance(res, dict) and "records" in res):
-                res = client.post("/v1/inbox", {"mark": True})
-        except (DaemonNotRunning, ApiFailure, ProtocolError, ConnectionError, TimeoutError,
-                OSError):
-            return ""
+            res = _take(client, report, silenced)
+        except _FAILURES:
+            return Outcome()
         if silenced:
-            return ""
-        records = res.get("records") if isinstance(res, dict) else None
+            return Outcome()
+        records = res.get("records") if res else None
         records = ([r for r in records if isinstance(r, dict)] if isinstance(records, list)
                    else [])
+        total = res.get("unread_total") if res else None
+        total = total if isinstance(total, int) and not isinstance(total, bool) else 0
         if event != "stop" or records:
             posts, more = _board(client)
     from ..present import text as texts
 
-    board = texts.board_text(posts, more)
+    room = texts.HOOK_LIMITS[fmt]
+    parts: list[str] = []
     if event == "session-start":
-        body = texts.session_text(status if isinstance(status, dict) else {}, records)
-    elif event == "stop":
-        body = texts.stop_text(records)
-    else:
-        body = texts.inbox_text(records)
-    return format_output(fmt, event, hook_event, texts.join_texts(body, board))
+        ident = texts.identity_text(status if isinstance(status, dict) else {})
+        parts.append(ident)
+        room -= texts.measure(ident) + 2
+    body, shown = texts.fit_messages(records, total, room, stop=event == "stop")
+    if body:
+        parts.append(body)
+        room -= texts.measure(body) + 2
+    board, upto = texts.fit_board(posts, more, room)
+    if board:
+        parts.append(board)
+    seqs = [r["seq"] for r in shown if isinstance(r.get("seq"), int) and not r.get("read")]
+    text = format_output(fmt, event, hook_event, texts.join_texts(*parts))
+    return Outcome(text, seqs, upto, sock) if text else Outcome()
 
 
 def main(args: list[str]) -> int:
@@ -429,7 +495,9 @@ def main(args: list[str]) -> int:
         return 1
     try:
         data = parse_input(read_stdin())
-        _write(run(event, fmt, _home(home_flag), data))
+        outcome = run(event, fmt, _home(home_flag), data)
+        _write(outcome.text)
+        outcome.confirm()  # only once printed: a hook that gave up marks nothing
     except Exception as e:  # noqa: BLE001 - a hook must never break its harness
         if os.environ.get("AWP_HOOK_DEBUG"):
             sys.stderr.write(f"awp hook: {type(e).__name__}: {e}\n")

@@ -27,6 +27,7 @@ from urllib.parse import parse_qsl, unquote
 import h11
 import trio
 
+from ..base.echo import cut_message
 from ..base.limits import Limits
 from ..wire.canonical import compact_json
 from ..wire.strictjson import loads as strict_loads
@@ -75,6 +76,7 @@ class ApiError(Exception):
         *,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message = cut_message(message)  # the backstop: no error repeats a huge input
         super().__init__(message)
         self.status = status
         self.message = message

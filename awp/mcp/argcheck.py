@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..base.echo import echo
+
 #: Keywords this module enforces, and the ones that only describe.
 CHECKED = frozenset({"type", "enum", "minimum", "maximum", "minLength", "maxLength",
                      "properties", "required", "additionalProperties", "items"})
@@ -64,7 +66,7 @@ def check_value(value: Any, schema: dict, name: str) -> None:
             raise ArgumentError(f"{name} must be {_what(schema)}")
     enum = schema.get("enum")
     if enum is not None and value not in enum:
-        raise ArgumentError(f"{name}: unknown value {value!r}; choose from "
+        raise ArgumentError(f"{name}: unknown value {echo(value)}; choose from "
                             + ", ".join(str(e) for e in enum))
     if _TYPES["number"](value):
         lo, hi = schema.get("minimum"), schema.get("maximum")
@@ -107,7 +109,7 @@ def check_object(args: dict, schema: dict, prefix: str = "") -> None:
         spec = props.get(key)
         if spec is None:
             if extra is False:
-                raise ArgumentError(f"unknown argument {prefix + key!r}; this tool takes: "
+                raise ArgumentError(f"unknown argument {echo(prefix + key)}; this tool takes: "
                                     + (", ".join(props) or "no arguments"))
             if isinstance(extra, dict) and value is not None:
                 check_value(value, extra, f"{prefix}{key}")

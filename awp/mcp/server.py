@@ -23,6 +23,7 @@ import time
 from typing import Any, BinaryIO
 
 from .. import __version__
+from ..base.echo import cut_message, echo
 from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
 from ..wire.strictjson import loads as strict_loads
 from ..wire.strictjson import without_lone_surrogates
@@ -160,7 +161,7 @@ class Server:
             # id or a tool argument) could not be written back at all
             msg = without_lone_surrogates(line, strict_loads(line))
         except (ValueError, RecursionError) as e:
-            self.send(self.error(None, PARSE_ERROR, f"Parse error: {e}"))
+            self.send(self.error(None, PARSE_ERROR, cut_message(f"Parse error: {e}")))
             return
         if isinstance(msg, list):
             if not msg:
@@ -208,8 +209,8 @@ class Server:
             if method == "tools/call":
                 return self.tools_call(ident, params, inline=batch)
         except Exception as e:  # noqa: BLE001 - one bad message must not end the server
-            return self.error(ident, INTERNAL_ERROR, f"Internal error: {e}")
-        return self.error(ident, METHOD_NOT_FOUND, f"Method not found: {method}")
+            return self.error(ident, INTERNAL_ERROR, cut_message(f"Internal error: {e}"))
+        return self.error(ident, METHOD_NOT_FOUND, f"Method not found: {echo(method)}")
 
     def notification(self, method: str, params: dict) -> None:
         if method == "notifications/initialized":
@@ -244,7 +245,7 @@ class Server:
         if args is None:
             args = {}
         if not isinstance(name, str) or name not in tools.BY_NAME:
-            return self.error(ident, INVALID_PARAMS, f"Unknown tool: {name}")
+            return self.error(ident, INVALID_PARAMS, f"Unknown tool: {echo(name)}")
         if not isinstance(args, dict):
             return self.result(ident, _tool_result("arguments must be an object", True))
         cancelled = threading.Event()
@@ -356,6 +357,8 @@ def channel_notification(records: list[dict]) -> dict:
 
 
 def _tool_result(text: str, is_error: bool) -> dict:
+    if is_error:
+        text = cut_message(text)  # the backstop: no error repeats a huge argument
     return {"content": [{"type": "text", "text": text}], "isError": is_error}
 
 

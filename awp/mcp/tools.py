@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..base.echo import echo
 from ..localapi.client import wait_for_address
 from ..present.text import FRAMING, batch, reply_hint
 from . import board
@@ -91,7 +92,7 @@ def send(args: dict, ctx: Context) -> str:
 
     for f in files:
         if not os.path.isabs(f):
-            raise ToolError(f"files must be absolute paths: {f}")
+            raise ToolError(f"files must be absolute paths: {echo(f)}")
     if not parts and not files:
         raise ToolError("nothing to send: give text, code, data or files")
     body: dict[str, Any] = {"parts": parts}

@@ -114,8 +114,16 @@ class _Link:
         self.subs: dict[str, tuple[object, object]] = {}  # topic -> (grant, via) they sent
         self.heard_sub = False  # their first board-sub came (the one sent on connect)
 
+    def full(self) -> bool:
+        return self.size >= self.max_bytes
+
     def push(self, data: bytes, topic: str = "") -> bool:
-        """Queue a line; False (and a resync of ``topic``) when the queue is full."""
+        """Queue a line; False (and a resync of ``topic``) when the queue is full.
+
+        Every line about a topic passes ``topic``, answers to the peer's own
+        lines above all (a ``board-sub`` of 256 topics asks for 512 lines):
+        only our own ``board-sub`` goes past the bound.
+        """
         if self.size + len(data) > self.max_bytes and topic:
             self.resync.add(topic)
             self.wake.set()
@@ -343,7 +351,7 @@ class Board:
                         topics, link.resync = sorted(link.resync), set()
                         for topic in topics:
                             if topic in self.subs and await self._may_read(link, topic):
-                                link.push(await self._opening(topic))
+                                link.push(await self._opening(topic), topic)
                         continue
                     await link.wake.wait()
                     link.wake = trio.Event()
@@ -444,14 +452,18 @@ class Board:
             for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
                 del link.subs[topic]
         heard, link.heard_sub = link.heard_sub, True
-        for topic in added:
+        for topic in dict.fromkeys(added):
             if topic not in self.subs:
+                continue
+            if link.full():  # an answer now would only be dropped: sync once it drains
+                link.resync.add(topic)
+                link.wake.set()
                 continue
             await self.policy(topic)
             if self._may_see_doc(link, topic):
                 doc = await self.engine.read(lambda c, t=topic: sb.topic_doc(c, t))
                 if doc is not None:
-                    link.push(self._line("board-topic", '"hops":0,"doc":' + doc))
+                    link.push(self._line("board-topic", '"hops":0,"doc":' + doc), topic)
             if not await self._may_read(link, topic):
                 continue
             if topic in self.heads:
@@ -460,7 +472,7 @@ class Board:
             # On connect the smaller key opens; a later board-sub (a new
             # subscription, a new grant) is answered by whoever receives it.
             if heard or self.me < link.conn.peer_key:
-                link.push(await self._opening(topic))
+                link.push(await self._opening(topic), topic)
 
     async def _on_topic(self, link: _Link, line: dict, raw: bytes) -> None:
         hops = line.get("hops")
@@ -615,7 +627,7 @@ class Board:
 
         step, push = await self.engine.writer.run(job)
         if step.reply is not None:
-            link.push(self._digest_line(topic, step.reply))
+            link.push(self._digest_line(topic, step.reply), topic)
         if step.truncated:  # the reply was as large as allowed: start afresh after it
             link.resync.add(topic)
         push = self._serve(link, push) if push else []
@@ -623,7 +635,7 @@ class Board:
             await self._forward(topic, push, 0, only=link)
         for i in range(0, len(step.want), MAX_WANT):
             link.push(self._line("board-want", f'"topic":{json.dumps(topic)},"ids":'
-                                 + json.dumps(step.want[i:i + MAX_WANT])))
+                                 + json.dumps(step.want[i:i + MAX_WANT])), topic)
 
     async def _on_want(self, link: _Link, line: dict) -> None:
         topic, ids = line.get("topic"), line.get("ids")
@@ -763,7 +775,8 @@ class Board:
                        if await self._may_read(link, topic)])
 
     def status(self) -> dict:
-        return {**self.stats, "subscribed": len(self.subs), "links": len(self.links)}
+        return {**self.stats, "subscribed": len(self.subs), "links": len(self.links),
+                "queued_bytes": sum(link.size for link in list(self.links.values()))}
 
 
 def _groups(raws: Iterable[str]) -> list[tuple[list[str], int]]:

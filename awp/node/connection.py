@@ -18,12 +18,13 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
 
-from ..store import ops
+from ..store import ops, usage
+from ..store.writer import lines_weight
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
@@ -43,6 +44,10 @@ trace_log = logging.getLogger("awp.trace")
 _SEND_BATCH = 256
 _SEND_BATCH_BYTES = 1 << 20  # and at most this much per write, so others get the lock
 _WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
+# A run of content lines stored as one job holds at most this many (with the
+# writer's weight per line, see awp.store.writer.lines_weight): a read of
+# tiny lines was one job of hundreds of rows (docs/threat-model.md, "Budgets").
+_RUN_LINES = 32
 
 
 class ConnectionClosed(Exception):
@@ -77,7 +82,9 @@ class Connection:
         self.failure = ""  # why the handshake failed, for `connect` to report
         self.rtt_ms: float | None = None
         self._cancel = trio.CancelScope()
-        self._send_lock = trio.Lock()
+        # A semaphore, not a Lock: the rest of a line written before its commit
+        # is finished by another task, which then releases it (send_first).
+        self._send_lock = trio.Semaphore(1, max_value=1)
         self._wake_sender = trio.Event()
         self._last_sent_seq = 0
         self._rescan = True
@@ -317,8 +324,8 @@ class Connection:
             raw = storable(raw, line)
             t = line["t"]
             if t in ACKED_TYPES:
-                if acks:
-                    await self._flush_runs([], acks)
+                if acks or len(contents) >= _RUN_LINES:
+                    await self._flush_runs(contents, acks)
                 contents.append((line, raw))
                 self._seen_line(t)
             elif t == "ack":
@@ -346,7 +353,8 @@ class Connection:
             batch, now = list(contents), now_ms()
             contents.clear()
             if (len(batch) > 1 or self.quota_refused
-                    or self.engine.budgets.over_stored(self.peer_key, len(batch[0][1]))
+                    or self.engine.budgets.over_stored(  # the most it can cost
+                        self.peer_key, usage.line_cost(len(batch[0][1]), new_thread=True))
                     or not await self._take_in_journaled(*batch[0], now)):
                 await self._store_run(batch, now)
         if acks:
@@ -361,6 +369,7 @@ class Connection:
         self._inflight += len(batch)
         texts = [(line, raw.decode("utf-8")) for line, raw in batch]
         nbytes = sum(len(raw) for _line, raw in batch)
+        weight = lines_weight(nbytes, len(batch))
         # Copies for dashboard hosts are handed over in commit order, like
         # our own sends, so a host's lines leave in outbox order.  With
         # nothing of ours waiting for the store, the job may go ahead of
@@ -368,7 +377,7 @@ class Connection:
         pending = self.engine.writer.submit(
             lambda c: self.engine.store_inbound_run(c, self, texts, now),
             self._hand_over_copies if self.engine.shares else None,
-            weight=nbytes, urgent=not self._post_inflight)
+            weight=weight, urgent=not self._post_inflight)
         await self._post(pending, self._after_store_batch, batch, nbytes)
 
     async def _take_in_journaled(self, line: dict, raw: bytes, now: int) -> bool:
@@ -383,7 +392,7 @@ class Connection:
         ordinary way.
         """
         eng, intake = self.engine, self.engine.intake
-        if (intake is None or self._post_inflight or self._held or self._send_lock.locked()
+        if (intake is None or self._post_inflight or self._held or self._send_busy()
                 or not intake.eligible(line, len(raw), mirrored=bool(eng.shares))
                 or not eng.writer.healthy() or not eng.writer.hold()):
             return False
@@ -669,37 +678,44 @@ class Connection:
     async def send_first(self, text: str) -> bool:
         """Write a line before it is stored (the caller holds the store, see Engine).
 
-        Usually the socket takes it at once, with no trip through the event
-        loop.  Returns False when the connection broke or the write stalled
-        for a second; the connection is then closed (part of the line may be
-        out), and the line is replayed on the next resume.
+        Only what the socket takes at once is written here, with no trip
+        through the event loop and no wait: the caller holds the store.
+        False, with nothing written, when another write is under way or the
+        socket takes none of it; the line then goes the ordinary way after
+        its commit.  When the socket takes part of it, the rest is finished
+        by a task of its own under the send lock, within ``write_timeout``
+        like every write (a stall closes the connection and the line is
+        replayed on the next resume), and this returns True.
         """
+        if self._send_busy() or self.closed.is_set():
+            return False
         data = text.encode("utf-8") + b"\n"
+        self._send_lock.acquire_nowait()
+        rest = self._write_now(data)
+        if len(rest) == len(data):
+            self._send_lock.release()
+            return False
         self._gaps.sent(line_id(text))
+        if not rest:
+            self._send_lock.release()
+            _give_way()
+            return True
         self._sending = True
+        self.engine.spawn(lambda: self._finish_first(rest))
+        return True
+
+    async def _finish_first(self, rest: bytes) -> None:
+        """The rest of a line :meth:`send_first` began; releases the send lock."""
         try:
-            if self._send_lock.locked():
-                return await self._send_within_a_second(data, self._send_raw)
-            self._send_lock.acquire_nowait()
-            try:
-                rest = self._write_now(data)
-                _give_way()
-                return not rest or await self._send_within_a_second(rest, self.stream.send_all)
-            finally:
-                self._send_lock.release()
+            await self._write_all(rest)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.close("a write failed")
         finally:
             self._sending = False
+            self._send_lock.release()
 
-    async def _send_within_a_second(self, data: bytes,
-                                    send: Callable[[bytes], Awaitable[None]]) -> bool:
-        with trio.move_on_after(1):
-            try:
-                await send(data)
-                return True
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return False
-        self.close("a write stalled")
-        return False
+    def _send_busy(self) -> bool:
+        return self._send_lock.value == 0
 
     def sent_first(self, seq: int) -> None:
         """The line written by :meth:`send_first` got outbox position ``seq``."""
@@ -880,7 +896,7 @@ class Connection:
         self._trace_out(data)
         # An uncontended lock is taken without a trip through the scheduler
         # (``async with`` yields before it returns), so the bytes leave now.
-        if self._send_lock.locked():
+        if self._send_busy():
             await self._send_lock.acquire()
         else:
             self._send_lock.acquire_nowait()

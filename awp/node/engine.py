@@ -34,7 +34,6 @@ from ..wire.grants import make_grant
 from ..wire.ids import IdGenerator, new_thread_id
 from ..wire.keys import Identity, KeyError_, normalize_key
 from ..wire.messages import default_subject
-from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
 from .budgets import Budgets
 from .config import NodeConfig
@@ -103,6 +102,7 @@ class Engine:
         await trio.to_thread.run_sync(floor.load, conn)
         self.intake = await trio.to_thread.run_sync(
             Intake.start, os.path.dirname(os.path.abspath(self.db_path)), conn)
+        await trio.to_thread.run_sync(usage.settle, conn)
         self.budgets.load_stored(await trio.to_thread.run_sync(usage.load, conn))
         self.writer = Writer(conn, policy=floor)
         self.writer.start()
@@ -456,13 +456,14 @@ class Engine:
         replies: list = []
         if self.intake is not None:
             self.intake.store_unstored(c)
-        nbytes = len(text.encode("utf-8"))
+        th = line.get("th") or ""
+        nbytes = usage.line_cost(len(text.encode("utf-8")), bool(th) and c.execute(
+            "SELECT 1 FROM seen WHERE peer = ? AND th = ?", (conn.peer_key, th)).fetchone() is None)
         refusal = self._over_stored(c, conn, line, nbytes)
         if refusal is not None:
             return -1, [refusal]
         if line["t"] in ("mirror", "private"):
             # Extension lines: kept by their extension, never in the agent's inbox.
-            th = line.get("th") or ""
             seen = c.execute("SELECT last_id FROM seen WHERE peer = ? AND th = ?",
                              (conn.peer_key, th)).fetchone()
             if th:
@@ -593,7 +594,7 @@ class Engine:
         """Held grants for our auth (a quick read on the event loop thread)."""
         try:
             return self.read_sync(lambda c: grantstore.to_present(
-                c, peer, now_ms(), self.config.limits))
+                c, peer, now_ms(), self.config.limits, self.config.trust))
         except sqlite3.Error as e:
             log.error("cannot read grants to present: %s", e)
             return []
@@ -628,7 +629,7 @@ class Engine:
             key = normalize_key(peer.get("key"))
         except (KeyError_, TypeError):
             return 0
-        nbytes = len(text.encode("utf-8"))
+        nbytes = usage.line_cost(len(text.encode("utf-8")), bool(th))
         if self._over_stored(c, conn, line, nbytes) is not None:
             return 0  # not seen: it comes again with the sender's next connection
         if th:
@@ -644,9 +645,9 @@ class Engine:
         grantstore.receive(c, line.get("grant"), self.identity.key, conn.peer_key, now,
                            self.config.limits)
         ops.ensure_peer(c, key, now)
-        name = clean_name(peer.get("name"))
-        if name:
-            c.execute("UPDATE peers SET name = ? WHERE key = ? AND name = ''", (name, key))
+        # The introduced name is not the peer's name: only the peer itself says
+        # that (hello). It stays in the logged line, where `connect NAME` finds
+        # it as a last resort, and never shadows or crowds a name.
         addr = peer.get("address")
         if isinstance(addr, str) and addr:
             try:
@@ -680,7 +681,7 @@ class Engine:
             def keep(c: sqlite3.Connection) -> int:
                 row = c.execute("SELECT th FROM log WHERE peer = ? AND dir = 'out' AND id = ?",
                                 (key, re)).fetchone()
-                nbytes = len(text.encode("utf-8"))
+                nbytes = usage.line_cost(len(text.encode("utf-8")))
                 if row is None or self.budgets.over_stored(key, nbytes):
                     return 0
                 n = c.execute(

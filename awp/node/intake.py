@@ -14,14 +14,77 @@ import logging
 import os
 import sqlite3
 import threading
+from dataclasses import dataclass, field
 
 from ..serve import requests as rq
 from ..store import ops
-from ..store.intake import IntakeJournal, Record
+from ..store.db import StoreError
+from ..store.intake import IntakeJournal, Lost, Record, Scan, decode_all
 
 log = logging.getLogger("awp.node")
 
 FILENAME = "intake.journal"
+
+
+class JournalLost(StoreError):
+    """The journal lost acked lines (both copies damaged): the daemon does not
+    start until ``awp repair`` has stored what reads and named what is gone."""
+
+
+def describe(lost: tuple[Lost, ...] | list[Lost]) -> list[str]:
+    """One line per lost record: its id and peer as far as its copies still say."""
+    return [f"id {x.id or '(unreadable)'} from {x.peer or '(an unreadable peer key)'}"
+            for x in lost]
+
+
+def check(home: str) -> None:
+    """Refuse (``JournalLost``) a journal that lost acked lines; read-only, before
+    the daemon starts.  A missing or sound journal passes."""
+    path = os.path.join(home, FILENAME)
+    try:
+        with open(path, "rb") as f:
+            scan = decode_all(f.read())
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}") from None
+    if scan.lost:
+        raise JournalLost(
+            f"{path} is damaged: {len(scan.lost)} acked line(s) lost both their copies"
+            f" ({'; '.join(describe(scan.lost)[:3])}{' ...' if len(scan.lost) > 3 else ''});"
+            f" run 'awp repair --home {home}' to store the {len(scan.records)} line(s) that"
+            " still read, keep the file, and list the lost lines")
+
+
+@dataclass
+class JournalRepair:
+    """What ``awp repair`` did with a damaged journal."""
+
+    read: int = 0  # lines that still read
+    stored: int = 0  # of those, lines not in the store yet
+    lost: list[Lost] = field(default_factory=list)
+    kept: str = ""  # where the damaged file was copied
+
+
+def repair(home: str, conn: sqlite3.Connection) -> JournalRepair | None:
+    """Store what a damaged journal still holds, keep a copy, clear it; ``None``
+    when there is no journal or it lost nothing (the daemon's start handles it)."""
+    path = os.path.join(home, FILENAME)
+    if not os.path.exists(path):
+        return None
+    journal = IntakeJournal.open(path)
+    try:
+        scan: Scan = journal.recover()
+        if not scan.lost:
+            return None
+        out = JournalRepair(read=len(scan.records), lost=list(scan.lost), kept=_keep(journal))
+        out.stored = replay(conn, scan.records) if scan.records else 0
+        for line in describe(scan.lost):
+            log.error("intake journal: acked line lost: %s", line)
+        journal.clear()
+        return out
+    finally:
+        journal.close()
 
 
 class Intake:
@@ -49,11 +112,13 @@ class Intake:
             return None
         try:
             scan = journal.recover()
+            if scan.lost:  # the start check refuses this first; never clear it here
+                raise JournalLost(f"{journal.path} lost acked lines: run awp repair")
             kept = _keep(journal) if scan.damaged or scan.torn else ""
             if scan.damaged:
                 log.error("the intake journal is damaged: %d stretch(es) failed their checksum;"
-                          " %d lines read around them; the file is kept as %s",
-                          scan.damaged, len(scan.records), kept)
+                          " every line read from its other copy (%d lines); the file is kept"
+                          " as %s", scan.damaged, len(scan.records), kept)
             elif scan.torn:
                 log.warning("the intake journal ends in a record that fails its checksum (a"
                             " write cut short by a crash, never acked, or damage to the last"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from ..base.durations import format_duration
+from ..base.filename import safe_name
 
 INDENT = "  "
 
@@ -106,7 +107,7 @@ def render_part(part: object, files: dict | None = None) -> list[str]:
         mime = part.get("mime") or "application/json"
         return [f"{INDENT}data {mime}: {_compact(part.get('data'))}"]
     if k == "blob":
-        name = part.get("name") or part.get("ref") or "file"
+        name = safe_name(part.get("name") or part.get("ref"))  # shown as it is saved
         size = part.get("size")
         extra = f" ({size} bytes)" if isinstance(size, int) else ""
         local = (files or {}).get(part.get("ref"))

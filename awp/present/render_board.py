@@ -14,6 +14,7 @@ Pure functions of the local API's post and topic objects
 
 from __future__ import annotations
 
+from ..base.filename import safe_name
 from .render import INDENT, ago, clip, now_ms, render_part, size, table
 
 
@@ -29,7 +30,7 @@ def part_lines(part: object, saved: dict | None = None) -> list[str]:
         what = [size(int(part["size"]))] if isinstance(part.get("size"), int) else []
         if part.get("mime"):
             what.append(str(part["mime"]))
-        line = f"{INDENT}file {name}" + (f" ({', '.join(what)})" if what else "")
+        line = f"{INDENT}file {safe_name(name)}" + (f" ({', '.join(what)})" if what else "")
         where = (saved or {}).get(name)
         return [line + (f": {where}" if where else "")]
     return render_part(part)
@@ -162,13 +163,16 @@ def until_text(until: int | None, now: int | None = None) -> str:
     """``14:05:00Z (in 4m)`` for a lease's end."""
     if not until:
         return "-"
+    import time
+
     from ..base.durations import format_duration
-    from ..wire.timefmt import format_ts_seconds
 
     now = now_ms() if now is None else now
     left = (int(until) - now) / 1000
     rel = f"in {format_duration(left)}" if left > 0 else "ended"
-    return f"{format_ts_seconds(int(until))[11:]} ({rel})"
+    # the time of day in UTC (wire.timefmt would import re and datetime for it)
+    t = time.gmtime(int(until) // 1000)
+    return f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}Z ({rel})"
 
 
 def queue_table(items: list[dict], names: dict, me: str = "", now: int | None = None) -> str:

@@ -58,8 +58,13 @@ def header(n: int) -> str:
     return f"New awp messages ({n}). {FRAMING}"
 
 
-def _pointer(rest: list[dict]) -> str:
-    """``12 earlier ones are not shown: awp read thr_a (7), awp read thr_b (5)``."""
+def _read_forms(rest: list[dict], most: int | None = None) -> tuple[list[str], int, int]:
+    """``awp read THREAD (n)`` for each (peer, thread) of ``rest``, the busiest first.
+
+    A thread id two peers used gets ``-p KEYPREFIX``. Returns the forms (at
+    most ``most``), how many threads were left out, and how many records
+    have no thread.
+    """
     per: dict[tuple[str, str], int] = {}
     loose = 0
     for r in rest:
@@ -70,8 +75,16 @@ def _pointer(rest: list[dict]) -> str:
         else:
             loose += 1
     ths = [th for _, th in per]
-    where = [f"awp read {th}{f' -p {_short(peer)}' if ths.count(th) > 1 else ''} ({n})"
-             for (peer, th), n in sorted(per.items(), key=lambda kv: -kv[1])]
+    ranked = sorted(per.items(), key=lambda kv: -kv[1])
+    kept = ranked if most is None else ranked[:most]
+    forms = [f"awp read {th}{f' -p {_short(peer)}' if ths.count(th) > 1 else ''} ({n})"
+             for (peer, th), n in kept]
+    return forms, len(ranked) - len(kept), loose
+
+
+def _pointer(rest: list[dict]) -> str:
+    """``12 earlier ones are not shown: awp read thr_a (7), awp read thr_b (5)``."""
+    where, _, loose = _read_forms(rest)
     if loose:
         where.append(f"awp read -n {max(50, len(rest))} ({loose} without a thread)")
     n = len(rest)
@@ -91,25 +104,6 @@ def batch(records: list[dict], now: int | None = None, cap: int = CAP) -> str:
     if rest:
         lines += ["", _pointer(rest)]
     return "\n".join(lines)
-
-
-def inbox_text(records: list[dict], now: int | None = None) -> str:
-    text = batch(records, now)
-    return f"{text}\n\n{reply_hint(records[-CAP:])}" if text else ""
-
-
-def stop_text(records: list[dict], now: int | None = None) -> str:
-    """Why the agent should not stop yet (``""`` when nothing is waiting)."""
-    text = batch(records, now)
-    if not text:
-        return ""
-    pairs = _pairs(records[-CAP:])
-    th = next(iter(pairs))[1] if len(pairs) == 1 else "THREAD"
-    return (
-        f"{text}\n\nBefore you finish: these awp messages arrived and are not handled yet."
-        f' Handle them first: reply with awp send --thread {th} "...", or tell your user'
-        " about them."
-    )
 
 
 def _short(key: str) -> str:
@@ -143,12 +137,6 @@ def identity_text(status: dict) -> str:
     return "\n".join(lines)
 
 
-def session_text(status: dict, records: list[dict], now: int | None = None) -> str:
-    text = identity_text(status)
-    msgs = inbox_text(records, now)
-    return f"{text}\n\n{msgs}" if msgs else text
-
-
 # -- the board -------------------------------------------------------------------------------
 #
 # Posts from subscribed topics come in beside messages, framed the same way and
@@ -178,9 +166,10 @@ def _post_id(post: dict) -> str:
 
 def _file_line(part: dict, label: str, pid: str) -> str:
     """A file carried inside a post (base64 in the record): its name and how to save it."""
+    from ..base.filename import safe_name
     from .render import INDENT, size
 
-    name = str(part.get("name") or "file")
+    name = safe_name(part.get("name"))  # shown as it would be saved: no bidi tricks
     what = [size(part["size"])] if isinstance(part.get("size"), int) else []
     if isinstance(part.get("mime"), str) and part["mime"]:
         what.append(part["mime"])
@@ -261,34 +250,140 @@ def board_hint(posts: list[dict]) -> str:
             f" the topic with: awp get {label}; post a new one with: awp post {label} \"...\"")
 
 
-def board_text(posts: list[dict], more: int = 0, now: int | None = None) -> str:
-    """The framed text for new board posts (oldest first), ``""`` when there are none.
-
-    ``more`` is how many further new posts the daemon still holds unread
-    (``/v1/board/unread`` marks only what it returns).
-    """
-    posts = [p for p in posts if isinstance(p, dict)]
-    if not posts:
-        return ""
-    more = more if isinstance(more, int) and not isinstance(more, bool) and more > 0 else 0
-    shown = posts[-CAP:]
-    cut = len(posts) - len(shown)
-    lines = [board_header(len(posts) + more), ""]
-    lines += [render_post(p, now) for p in shown]
-    if cut or more:
-        lines.append("")
-    if cut:
-        noun = "one is" if cut == 1 else "ones are"
-        lines.append(f"{cut} earlier {noun} not shown here (all are marked read): awp get"
-                     " TOPIC reads a topic")
-    if more:
-        noun = "post is" if more == 1 else "posts are"
-        lines.append(f"{more} more new {noun} still unread: they come next time, or read them"
-                     " now with awp get TOPIC (awp topics shows where)")
-    lines += ["", board_hint(shown)]
-    return "\n".join(lines)
-
-
 def join_texts(*texts: str) -> str:
     """Non-empty texts, a blank line apart."""
     return "\n\n".join(t for t in texts if t)
+
+
+# -- bounded hook output ---------------------------------------------------------------------
+#
+# What a hook prints must fit what its harness shows (see docs/mcp.md, "How much
+# a hook may print"): the newest records that fit are shown, the rest stay
+# unread and are pointed at. A record too big to fit alone is cut, with where
+# to read it whole, and counts as shown (else it would come back cut on every
+# tool call).
+
+#: Room in the harness for the text a hook prints, in UTF-8 bytes (never fewer
+#: than the characters the harness counts). Every harness we wire shows about
+#: 10,000 characters (Claude Code, Codex) or documents no bound (Gemini CLI,
+#: Cursor, opencode's plugin); the margin leaves room for the harness's own tag.
+HOOK_LIMITS = {"claude": 9_500, "codex": 9_500, "gemini": 9_500, "cursor": 9_500,
+               "text": 9_500}
+
+#: Most thread pointers named for what waits unread; the rest are counted.
+POINTER_THREADS = 4
+
+
+def measure(text: str) -> int:
+    """The size a bound is checked against: UTF-8 bytes (>= characters, >= UTF-16 units)."""
+    return len(text.encode("utf-8", "replace"))
+
+
+def cut_to(text: str, room: int) -> str:
+    """``text`` cut to at most ``room`` UTF-8 bytes, on a character boundary."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= room:
+        return text
+    return data[:max(0, room)].decode("utf-8", "ignore")
+
+
+def _waiting(left: list[dict], unknown: int) -> str:
+    """``7 older ones are not shown here and stay unread ...: awp read thr_a (5), ...``."""
+    n = len(left) + unknown
+    where, more, loose = _read_forms(left, POINTER_THREADS)
+    if more or loose or unknown:
+        where.append("awp tail --once (every unread one, marked read as it prints)")
+    noun = "older one is" if n == 1 else "older ones are"
+    return (f"{n} {noun} not shown here and stay unread (they come with the next hook): "
+            + ", ".join(where))
+
+
+def _cut_record(block: str, room: int, rec: dict) -> str:
+    th = _thread(rec)
+    where = f"awp read {th}" if th else "awp read"
+    lines = clip_lines(block.split("\n"), max(0, room - 120 - len(where)),
+                       f"read it whole with {where}")
+    return cut_to("\n".join(lines), room)
+
+
+def fit_messages(records: list[dict], total: int, room: int, stop: bool = False,
+                 now: int | None = None) -> tuple[str, list[dict]]:
+    """The framed text of the newest ``records`` that fit ``room`` bytes, and those records.
+
+    ``records`` are oldest first (the newest unread ones the daemon gave),
+    ``total`` is how many are unread in all. At most :data:`CAP` are shown;
+    the text says how many more wait and where to read them. ``stop`` adds
+    the stop hook's "handle these first". ``("", [])`` when nothing fits.
+    """
+    records = [r for r in records if isinstance(r, dict)]
+    if not records or room <= 0:
+        return "", []
+    from .render import now_ms, render_record
+
+    now = now_ms() if now is None else now
+    total = max(total, len(records))
+    blocks = [render_record(r, now) for r in records[-CAP:]]
+    recs = records[-CAP:]
+    count = len(recs)
+    while count > 0:
+        shown, shown_blocks = recs[-count:], blocks[-count:]
+        left = records[: len(records) - count]
+        tail = []
+        if len(left) + (total - len(records)):
+            tail.append(_waiting(left, total - len(records)))
+        tail.append(_stop_hint(shown) if stop else reply_hint(shown))
+        head = header(total)
+        fixed = measure(head) + sum(measure(t) + 2 for t in tail) + 2
+        body = "\n".join(shown_blocks)
+        if fixed + measure(body) <= room:
+            return "\n\n".join([head, body, *tail]), shown
+        if count == 1:
+            if room - fixed < 200:
+                return "", []  # not even a cut record fits: show nothing, mark nothing
+            body = _cut_record(body, room - fixed, shown[0])
+            return "\n\n".join([head, body, *tail]), shown
+        count -= 1
+    return "", []
+
+
+def _stop_hint(records: list[dict]) -> str:
+    pairs = _pairs(records)
+    th = next(iter(pairs))[1] if len(pairs) == 1 else "THREAD"
+    return ("Before you finish: these awp messages arrived and are not handled yet."
+            f' Handle them first: reply with awp send --thread {th} "...", or tell your user'
+            " about them.")
+
+
+def fit_board(posts: list[dict], more: int, room: int,
+              now: int | None = None) -> tuple[str, dict[str, int]]:
+    """The framed text of the oldest new posts that fit ``room`` bytes, and the read marks.
+
+    Board posts are read up to a mark per topic, so they are shown oldest
+    first and the first one that does not fit ends the batch; the marks
+    returned (topic to the newest seq shown) are what the hook confirms.
+    """
+    posts = [p for p in posts if isinstance(p, dict)]
+    more = more if isinstance(more, int) and not isinstance(more, bool) and more > 0 else 0
+    if not posts or room <= 0:
+        return "", {}
+    rendered = [render_post(p, now) for p in posts[:CAP]]
+    count = len(rendered)
+    while count > 0:
+        shown = posts[:count]
+        waiting = len(posts) - count + more
+        lines = [board_header(len(posts) + more), "", *rendered[:count]]
+        if waiting:
+            noun = "post is" if waiting == 1 else "posts are"
+            lines += ["", f"{waiting} more new {noun} still unread: they come next time, or"
+                      " read them now with awp get TOPIC (awp topics shows where)"]
+        lines += ["", board_hint(shown)]
+        text = "\n".join(lines)
+        if measure(text) <= room:
+            upto: dict[str, int] = {}
+            for p in shown:
+                topic, seq = p.get("topic"), p.get("seq")
+                if isinstance(topic, str) and isinstance(seq, int) and not isinstance(seq, bool):
+                    upto[topic] = max(upto.get(topic, 0), seq)
+            return text, upto
+        count -= 1
+    return "", {}

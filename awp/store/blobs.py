@@ -9,16 +9,15 @@ did not move, and the same bytes land at the same offset again).
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 from dataclasses import dataclass
 
+from ..base.filename import safe_name as _safe_name
 from ..wire.b64 import b64decode_any
 from ..wire.keys import short_key
 from ..wire.numbers import is_count
 
 CHUNK = 256 * 1024
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class BlobTooLarge(ValueError):
@@ -51,11 +50,12 @@ def copy_private(src: str, dest: str, limit: int) -> int:
 
 
 def safe_name(name: str) -> str:
-    """A file name that is safe on any disk: ``[A-Za-z0-9._-]``, at most 120 chars."""
-    s = _SAFE.sub("_", os.path.basename(name or ""))[:120]
-    if not s or s.startswith("."):
-        s = "b_" + s
-    return s
+    """A file name that is safe on any disk: ``[A-Za-z0-9._-]``, at most 120 bytes.
+
+    The shared sanitiser (:mod:`awp.base.filename`), ASCII only: these names
+    are the daemon's own paths.
+    """
+    return _safe_name(name, fallback="b_", ascii_only=True, max_bytes=120)
 
 
 def part_path(home_blobs: str, peer: str, ref: str) -> str:

@@ -90,6 +90,10 @@ def unsubscribe(c: sqlite3.Connection, topic: str) -> None:
     c.execute("DELETE FROM board_subs WHERE topic = ?", (topic,))
 
 
+def is_subscribed(c: sqlite3.Connection, topic: str) -> bool:
+    return c.execute("SELECT 1 FROM board_subs WHERE topic = ?", (topic,)).fetchone() is not None
+
+
 def subscriptions(c: sqlite3.Connection) -> list[str]:
     return [r[0] for r in c.execute("SELECT topic FROM board_subs ORDER BY topic")]
 
@@ -339,6 +343,13 @@ def enforce_retention(c: sqlite3.Connection, topic: str, pol: Policy, now: int) 
 
 
 # -- the queue arbiter's log -----------------------------------------------------------------
+
+
+def lease_raws(c: sqlite3.Connection, topic: str, author: str) -> list[str]:
+    """The raw lease records ``author`` wrote on ``topic``, oldest first."""
+    return [raw for (raw,) in c.execute(
+        "SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease' AND author = ?"
+        " ORDER BY ts", (topic, author))]
 
 
 def queue_items(c: sqlite3.Connection, topic: str) -> list[tuple[str, int]]:

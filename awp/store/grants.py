@@ -104,28 +104,47 @@ def issued_to(c: sqlite3.Connection, peer: str, now: int) -> list[dict]:
 
 
 def to_present(c: sqlite3.Connection, peer: str, now: int,
-               lim: Limits | None = None) -> list[dict]:
+               lim: Limits | None = None, trust: frozenset[str] | set[str] = frozenset()
+               ) -> list[dict]:
     """Held grants worth showing ``peer`` in our auth, within the presentation budget.
 
-    Unexpired, at most ``grant_bytes`` each, never one ``peer`` issued (it
-    knows its own), those addressed to ``peer`` first and then those meant
-    for anyone, newest first; at most ``present_count`` of them and
-    ``present_bytes`` together (never more than half the line limit).  The budget is applied here, when the auth
-    line is built, so that whatever the store holds (rows from before these
-    bounds, a changed config) our auth line stays small and one peer's grants
-    can never stop us from shaking hands with another.
+    Only grants that matter to ``peer``: those addressed to it, first; then
+    those for anyone whose issuer ``peer`` may honor and we vouch for (a key
+    we trust, or one the user dealt with: connected to, aliased, wrote to),
+    never one ``peer`` issued (it knows its own), and one per issuer (the
+    newest). So grants any peer hands us about itself (up to
+    ``present_count`` in an auth line) are never shown to every other peer.
+    Unexpired, at most ``grant_bytes`` each, newest first; at most
+    ``present_count`` of them and ``present_bytes`` together (never more
+    than half the line limit). The budget is applied here, when the auth line
+    is built, so that whatever the store holds our auth line stays small and
+    one peer's grants can never stop us from shaking hands with another.
     """
     lim = lim or Limits()
     budget = min(lim.present_bytes, MAX_LINE // 2)  # whatever config.json says
     out: list[dict] = []
+    issuers: set[str] = set()
     total = 0
-    rows = c.execute(
-        "SELECT grant FROM grants WHERE kind = 'held' AND exp > ? AND (aud = ? OR aud = '')"
+    addressed = c.execute(
+        "SELECT grant, iss FROM grants WHERE kind = 'held' AND exp > ? AND aud = ?"
         " AND iss != ? AND length(CAST(grant AS BLOB)) <= ?"
-        " ORDER BY aud = ? DESC, created DESC, rowid DESC LIMIT ?",
-        (now, peer, peer, lim.grant_bytes, peer, lim.present_count))
-    for (text,) in rows:
+        " ORDER BY created DESC, rowid DESC LIMIT ?",
+        (now, peer, peer, lim.grant_bytes, lim.present_count * 4)).fetchall()
+    anyone = c.execute(
+        "SELECT grant, iss FROM grants g WHERE kind = 'held' AND exp > ? AND aud = ''"
+        " AND iss != ? AND length(CAST(grant AS BLOB)) <= ?"
+        " AND (iss IN (SELECT key FROM aliases)"
+        " OR iss IN (SELECT peer FROM addresses WHERE source = 'connect')"
+        " OR EXISTS (SELECT 1 FROM log WHERE log.peer = g.iss AND log.dir = 'out')"
+        f" OR iss IN ({','.join('?' * len(trust))}))"
+        " ORDER BY created DESC, rowid DESC LIMIT ?",
+        (now, peer, lim.grant_bytes, *sorted(trust), lim.present_count * 4)).fetchall()
+    for text, iss in [*addressed, *anyone]:
+        if len(out) >= lim.present_count:
+            break
         n = len(text.encode("utf-8"))
+        if iss in issuers:
+            continue
         if total + n > budget:
             break
         try:
@@ -133,6 +152,7 @@ def to_present(c: sqlite3.Connection, peer: str, now: int,
         except ValueError:
             continue
         out.append(g)
+        issuers.add(iss)
         total += n
     return out
 
@@ -199,6 +219,12 @@ def listing(c: sqlite3.Connection, now: int) -> list[dict]:
                     "aud": r["aud"], "caps": json.loads(r["caps"]), "exp": r["exp"],
                     "expired": r["exp"] <= now, "via": r["via"]})
     return out
+
+
+def issued_by(c: sqlite3.Connection, iss: str) -> list[tuple[dict, str]]:
+    """``(grant, hash)`` for every grant ``iss`` issued that we keep."""
+    return [(json.loads(raw), h) for raw, h in c.execute(
+        "SELECT grant, hash FROM grants WHERE kind = 'issued' AND iss = ?", (iss,))]
 
 
 def revoke(c: sqlite3.Connection, prefix: str) -> list[str]:

@@ -14,19 +14,26 @@ before any peer is served, and storing it again is harmless (inbound lines
 are deduplicated by sender and id).  So the ack still promises what it
 always did: the line survives ``kill -9`` and power loss.
 
-File layout: records back to back from offset 0, each
+File layout: records back to back from offset 0, each written twice in a
+row (one ``pwrite``, one sync), each copy
 
     magic "AWPi" | payload length (u32) | serial (u64) | crc32 (u32) | payload
 
-with the payload ``peer key \\n received-at ms \\n raw line``.  Serials grow
+with the payload ``peer key \n received-at ms \n raw line``.  Serials grow
 by one from record to record, and across rounds.  Recovery reads from the
-start and follows the chain while magic, length, checksum and serial agree.
-Where the chain breaks it looks further: a record that checks out and
-carries a higher serial was written later in this round (acked), so the
-break was damage, and reading goes on from there; leftovers of earlier
-rounds carry lower serials and are ignored, as is a torn write (never acked)
-at the end.  What recovery met is counted (:class:`Scan`), so the caller
-can report it and keep the file for a closer look.
+start and follows the chain while magic, length, checksum and serial agree;
+a copy whose serial is the one just read is the record's second copy and is
+passed over.  Where the chain breaks it looks further for the next copy that
+checks out with a higher serial: the next serial means nothing was lost (the
+other copy of a damaged one, or the record after a damaged second copy); a
+serial further on means the records in between lost both copies, and those
+were acked (a later record was synced after them).  A round that ends in a
+record whose copies are both written out in full but fail their checks was
+damaged after its sync, so acked; one that ends in a partial write was never
+acked.  What recovery met is counted (:class:`Scan`), and each lost record is
+named by whatever its damaged copies still say (peer and id), so that
+``awp repair`` can say which acked lines are gone; the daemon refuses to
+start while the journal holds such a loss.
 
 The file is filled with zeros when created, so appends overwrite blocks the
 file already owns and the sync has no file size or block map to update.  A
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import struct
 import time
 import zlib
@@ -75,13 +83,22 @@ def encode(serial: int, rec: Record) -> bytes:
     return _HEADER.pack(MAGIC, len(payload), serial, crc) + payload
 
 
+class Lost(NamedTuple):
+    """An acked record neither of whose copies checks out, named as far as they tell."""
+
+    serial: int
+    peer: str  # "" when no copy still says
+    id: str  # "" when no copy still says
+
+
 class Scan(NamedTuple):
     """What recovery read from a journal."""
 
     records: list[Record]  # the lines of the current round, in order
     last: int  # the last serial read (0 if none)
-    damaged: int = 0  # breaks in the chain with good records of this round after them
-    torn: int = 0  # the round ends in a record of it that does not check out
+    damaged: int = 0  # breaks in the chain (a damaged copy or record), later ones read
+    torn: int = 0  # the round ends in a partial write (never acked)
+    lost: tuple[Lost, ...] = ()  # acked records with both copies damaged
 
 
 def _record_at(data: bytes, off: int) -> tuple[Record, int, int] | None:
@@ -105,9 +122,13 @@ def _record_at(data: bytes, off: int) -> tuple[Record, int, int] | None:
 def decode_all(data: bytes) -> Scan:
     """The records of the current round, in order, and what was met on the way."""
     out: list[Record] = []
+    lost: list[Lost] = []
     off, last, damaged, torn = 0, 0, 0, 0
     while True:
         got = _record_at(data, off)
+        if got is not None and out and got[1] == last:
+            off = got[2]  # the second copy of the record just read
+            continue
         if got is not None and (not out or got[1] == last + 1):
             out.append(got[0])
             last, off = got[1], got[2]
@@ -116,25 +137,86 @@ def decode_all(data: bytes) -> Scan:
             break  # zeros: never written, or cleared after the last round was stored
         later = _next_after(data, off + 1, last)
         if later is None:
-            # Offset 0 holds zeros or this round's first record; further on, a
-            # header with the next serial is this round's too: cut short or damaged.
-            if off == 0 or (off + _HEADER.size <= len(data) and data[off:off + 4] == MAGIC
-                            and _HEADER.unpack_from(data, off)[2] == last + 1):
-                torn = 1
+            gone = _written_out(data, off, last) if out else None
+            if gone is not None:
+                damaged += 1
+                lost.append(gone)
+            elif off == 0 or _header_serial(data, off) == last + 1:
+                torn = 1  # this round's next record, cut short: never acked
             break
         damaged += 1
-        rec, last, off = later
+        rec, serial, end, at = later
+        if out:  # serials between the last read and this one lost both copies
+            lost += [_name(data, off, end, n) for n in range(last + 1, serial)]
+        else:  # damage from offset 0: this record's first copy, or records before it?
+            copy = _record_at(data, end)
+            if at - off != end - at or (copy is not None and copy[1] == serial):
+                seen = {x for x in map(lambda a: _header_serial(data, a), _magics(data, off, at))
+                        if x is not None and serial - 64 < x < serial}
+                lost += [_name(data, off, at, n) for n in sorted(seen or {serial - 1})]
         out.append(rec)
-    return Scan(out, last, damaged, torn)
+        last, off = serial, end
+    return Scan(out, last, damaged, torn, tuple(lost))
 
 
-def _next_after(data: bytes, start: int, last: int) -> tuple[Record, int, int] | None:
-    """The next record from ``start`` on that checks out with a serial above ``last``."""
+def _header_serial(data: bytes, off: int) -> int | None:
+    if off + _HEADER.size > len(data) or data[off:off + 4] != MAGIC:
+        return None
+    return _HEADER.unpack_from(data, off)[2]
+
+
+def _written_out(data: bytes, off: int, last: int) -> Lost | None:
+    """The round's last record, if both its copies were written out in full but
+    fail their checks (damage after the sync: it was acked); None for a partial
+    write (never acked) or a damaged second copy of the record already read."""
+    for at in _magics(data, off, off + 2 * (_HEADER.size + MAX_RECORD)):
+        magic, length, serial, _crc = _HEADER.unpack_from(data, at)
+        if serial != last + 1 or length > MAX_RECORD:
+            continue
+        copy2 = at + _HEADER.size + length
+        end2 = copy2 + _HEADER.size + length
+        if end2 <= len(data) and data[copy2:copy2 + 4] == MAGIC and any(data[end2 - 8:end2]):
+            return _name(data, off, end2, serial)
+    return None
+
+
+def _magics(data: bytes, start: int, stop: int):
+    at = data.find(MAGIC, start, stop)
+    while at != -1:
+        if at + _HEADER.size <= len(data):
+            yield at
+        at = data.find(MAGIC, at + 1, stop)
+
+
+_ID = re.compile(rb'"id":"([0-9A-HJKMNP-TV-Z]{26})"')
+_KEY = re.compile(rb"ed25519:[A-Za-z0-9_-]{43}")
+
+
+def _name(data: bytes, start: int, end: int, serial: int) -> Lost:
+    """Name a lost record by what its damaged copies between ``start`` and ``end``
+    still say: the peer key and line id, or each copy's reading (``a or b``)
+    when the copies disagree."""
+    peers: dict[str, None] = {}
+    ids: dict[str, None] = {}
+    for at in _magics(data, start, end):
+        if _HEADER.unpack_from(data, at)[2] != serial:
+            continue
+        chunk = data[at + _HEADER.size:min(end, at + _HEADER.size + MAX_RECORD)]
+        if (m := _KEY.match(chunk)) is not None:
+            peers[m.group().decode()] = None
+        if (m := _ID.search(chunk)) is not None:
+            ids[m.group(1).decode()] = None
+    return Lost(serial, " or ".join(peers), " or ".join(ids))
+
+
+def _next_after(data: bytes, start: int, last: int) -> tuple[Record, int, int, int] | None:
+    """The next copy from ``start`` on that checks out with a serial above ``last``,
+    as (record, serial, end, where it starts)."""
     at = data.find(MAGIC, start)
     while at != -1:
         got = _record_at(data, at)
         if got is not None and got[1] > last:
-            return got
+            return (*got, at)
         at = data.find(MAGIC, at + 1)
     return None
 
@@ -194,14 +276,15 @@ class IntakeJournal:
         """Whether a line of ``size`` bytes may be appended now (the peer key
         and the time take at most ``_ROOM`` bytes more)."""
         return not self.broken and size + _ROOM <= MAX_RECORD and (
-            self.pending == 0 or self._off + _HEADER.size + size + _ROOM <= SIZE)
+            self.pending == 0 or self._off + 2 * (_HEADER.size + size + _ROOM) <= SIZE)
 
     def append(self, rec: Record) -> bool:
         """Write and sync one record; False (and the line goes the ordinary way)
         when it does not fit or the disk refused."""
-        data = encode(self._serial + 1, rec)
+        one = encode(self._serial + 1, rec)
+        data = one + one  # two copies: a flipped bit in one leaves the other
         off = 0 if self.pending == 0 else self._off
-        if self.broken or len(data) - _HEADER.size > MAX_RECORD or off + len(data) > SIZE:
+        if self.broken or len(one) - _HEADER.size > MAX_RECORD or off + len(data) > SIZE:
             return False  # (recovery reads no payload over MAX_RECORD)
         try:
             n = os.pwrite(self._fd, data, off)

@@ -18,7 +18,9 @@ from ..wire.messages import default_subject, parse_line
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 
-SOURCE_RANK = {"connect": 0, "introduce": 1, "hello": 2}
+#: Where an address came from, most trusted first: what the user dialed, what
+#: the peer says of itself (hello.addr), what another peer said of it.
+SOURCE_RANK = {"connect": 0, "hello": 1, "introduce": 2}
 # Lines that are never acked themselves and are dropped when a later msg of
 # the same thread is acked (cumulative ack).
 CUMULATIVE_TYPES = ("chunk", "introduce")
@@ -59,6 +61,12 @@ def last_issued_id(conn: sqlite3.Connection) -> str | None:
 
 
 # --- peers and addresses ------------------------------------------------------------
+
+
+def set_alias(conn: sqlite3.Connection, alias: str, key: str) -> None:
+    """Point ``alias`` at ``key`` (a new alias, or one moved to another peer)."""
+    conn.execute("INSERT INTO aliases (alias, key) VALUES (?, ?) ON CONFLICT (alias)"
+                 " DO UPDATE SET key = excluded.key", (alias, key))
 
 
 def ensure_peer(conn: sqlite3.Connection, key: str, now: int) -> None:
@@ -126,11 +134,14 @@ def address_result(
 
 
 def ranked_addresses(conn: sqlite3.Connection, peer: str) -> list[sqlite3.Row]:
-    """Most recent success first, then by source, then newest."""
+    """What the user dialed and the peer said of itself before what others said of it;
+    within each, the most recent success first, then by source, then newest."""
     rows = conn.execute("SELECT * FROM addresses WHERE peer = ?", (peer,)).fetchall()
+    hearsay = SOURCE_RANK["introduce"]
     return sorted(
         rows,
-        key=lambda r: (-r["last_success"], SOURCE_RANK.get(r["source"], 9), -r["added_at"]),
+        key=lambda r: (SOURCE_RANK.get(r["source"], 9) >= hearsay, -r["last_success"],
+                       SOURCE_RANK.get(r["source"], 9), -r["added_at"]),
     )
 
 
@@ -284,7 +295,7 @@ def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> lis
         rows += conn.execute(
             f"SELECT seq, id, line FROM outbox WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
             (peer, *part)).fetchall()
-    return [(r[1], r[2]) for r in sorted(rows)]
+    return [(r[1], r[2]) for r in sorted(rows, key=lambda r: r[0])]
 
 
 def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
@@ -508,6 +519,12 @@ def add_notice(
         (peer, ident, th, now, now, compact_json(body)),
     )
     return cur.lastrowid
+
+
+def mark_seen(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
+    """Mark inbound records and notices read by seq (what a hook printed); others stay."""
+    conn.executemany("UPDATE log SET read = 1 WHERE seq = ? AND read = 0"
+                     " AND dir IN ('in', 'notice')", [(s,) for s in seqs])
 
 
 def mark_read(conn: sqlite3.Connection, seqs: Iterable[int]) -> None:

@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from ..base.echo import echo
 from ..wire.address import address_hint
 from ..wire.keys import KEY_PREFIX, KeyError_, normalize_key, short_key
 from ..wire.names import clean_name, name_fold
 
 FINAL = ("done", "failed", "closed")
+
+#: Longest text taken as a peer reference (a name is at most NAME_MAX characters,
+#: a key about 52): longer cannot name a peer, and is refused before it reaches
+#: a LIKE pattern (SQLite refuses patterns over 50,000 bytes).
+REF_MAX = 512
 
 
 class LookupFailed(Exception):
@@ -85,21 +91,32 @@ def _candidates(c: sqlite3.Connection, keys: list[str]) -> str:
     return ", ".join(shown) + more
 
 
-def resolve_peer(c: sqlite3.Connection, text: str) -> str:
+def resolve_peer(c: sqlite3.Connection, text: str, *, introduced: bool = False) -> str:
     """A peer's key from a key, alias, announced name, or key prefix (>= 4 chars).
 
-    Names match by their fold, so "builder" also finds "Builder " and
-    "builder\u200b"; when a name (or look-alike) belongs to several keys, or
-    the text is both a name and another peer's key prefix, nothing is picked.
+    Names match by their fold (UTS #39 skeletons, case, accents), so
+    "builder" also finds "Builder " and "builder\u200b"; when a name (or
+    look-alike) belongs to several keys, or the text is both a name and
+    another peer's key prefix, nothing is picked. A name that only looks like
+    the one given (``buiIder`` for ``builder``) is never taken for it unless
+    the user has named that key before (an alias, a line sent to it, a
+    connect to its address): the error shows its key instead.
+
+    Names from introductions (another peer saying who a key is) never count
+    here, so they cannot shadow or crowd a name; with ``introduced`` (for
+    ``connect`` only) an exact introduced name is the last resort.
     """
     ref = text.strip()
     if not ref:
         raise LookupFailed("empty peer name")
+    if len(ref) > REF_MAX:
+        raise LookupFailed(f"a peer is named by a name, alias or key of at most {REF_MAX}"
+                           f" characters, not {echo(ref)}", "bad_peer")
     if ref.startswith(KEY_PREFIX):
         try:
             return normalize_key(ref)
         except KeyError_ as e:
-            raise LookupFailed(f"bad key {ref!r}: {e}") from None
+            raise LookupFailed(f"bad key {echo(ref)}: {e}") from None
     row = c.execute("SELECT key FROM aliases WHERE alias = ?", (ref,)).fetchone()
     if row:
         return row[0]
@@ -113,14 +130,67 @@ def resolve_peer(c: sqlite3.Connection, text: str) -> str:
             "SELECT key FROM peers WHERE key LIKE ? ESCAPE '\\'", (like,))]
     hits = list(dict.fromkeys(named + prefixed))
     if len(hits) == 1:
-        return hits[0]
+        key = hits[0]
+        if key in prefixed or _exact_name(c, key, ref) or user_named(c, key):
+            return key
+        short = short_key(key)
+        raise LookupFailed(
+            f"no peer is called {echo(ref)}: {_candidates(c, [key])} only looks like it."
+            f" If it is the one you mean, name it by its key ({short}) or give it an alias"
+            f" (awp alias {short} NICKNAME)", "lookalike_peer")
     if hits:
-        what = (f"{len(hits)} peers are called {ref!r} or a look-alike of it" if not prefixed
-                else f"{ref!r} names or is a key prefix of {len(hits)} peers")
+        what = (f"{len(hits)} peers are called {echo(ref)} or a look-alike of it" if not prefixed
+                else f"{echo(ref)} names or is a key prefix of {len(hits)} peers")
         raise LookupFailed(f"{what}: {_candidates(c, hits)}; use a longer key prefix or an"
                            " alias (awp alias KEYPREFIX NICKNAME)", "ambiguous_peer")
-    raise LookupFailed(f"unknown peer {ref!r}: not a name, alias or key prefix of a known peer"
-                       f" (see awp peers){address_hint(ref)}")
+    intro = introduced_keys(c, ref)
+    if introduced and len(intro) == 1:
+        return intro[0]
+    hint = ""
+    if intro:
+        keys = ", ".join(short_key(k) for k in intro[:4])
+        hint = (f"; an introduction named {'a key' if len(intro) == 1 else 'keys'} {keys}"
+                f" so: connect by key prefix (awp connect {short_key(intro[0])})")
+    raise LookupFailed(f"unknown peer {echo(ref)}: not a name, alias or key prefix of a known peer"
+                       f" (see awp peers){hint or address_hint(ref)}")
+
+
+def _exact_name(c: sqlite3.Connection, key: str, ref: str) -> bool:
+    """Whether ``key`` calls itself ``ref`` (cleaned, case aside): not a mere look-alike."""
+    row = c.execute("SELECT name FROM peers WHERE key = ?", (key,)).fetchone()
+    want = clean_name(ref).casefold()
+    return bool(row and want and clean_name(row[0]).casefold() == want)
+
+
+def user_named(c: sqlite3.Connection, key: str) -> bool:
+    """Whether the user has named ``key`` before: an alias, a line sent, a connect to it."""
+    return bool(
+        c.execute("SELECT 1 FROM aliases WHERE key = ? LIMIT 1", (key,)).fetchone()
+        or c.execute("SELECT 1 FROM log WHERE peer = ? AND dir = 'out' LIMIT 1",
+                     (key,)).fetchone()
+        or c.execute("SELECT 1 FROM addresses WHERE peer = ? AND source = 'connect' LIMIT 1",
+                     (key,)).fetchone())
+
+
+#: Introductions looked through for a name (the newest first).
+INTRODUCED_SCAN = 500
+
+
+def introduced_keys(c: sqlite3.Connection, ref: str) -> list[str]:
+    """Keys that introductions named exactly ``ref`` (cleaned, case aside), newest first."""
+    want = clean_name(ref).casefold()
+    if not want:
+        return []
+    keys: list[str] = []
+    for (line,) in c.execute("SELECT line FROM log WHERE t = 'introduce' AND dir = 'in'"
+                             " ORDER BY seq DESC LIMIT ?", (INTRODUCED_SCAN,)):
+        try:
+            peer = json.loads(line).get("peer")
+            if clean_name(peer.get("name")).casefold() == want:
+                keys.append(normalize_key(peer.get("key")))
+        except (ValueError, AttributeError, TypeError, KeyError_):
+            continue
+    return list(dict.fromkeys(keys))
 
 
 def thread_peers(c: sqlite3.Connection, th: str) -> list[str]:
@@ -161,7 +231,7 @@ def thread_peer(c: sqlite3.Connection, th: str, peer: str | None = None,
 def unknown_thread(th: str, starts: bool = False) -> LookupFailed:
     """The one error for a thread id nobody used with us."""
     hint = "; name the peer to start it" if starts else ""
-    return LookupFailed(f"unknown thread {th!r} (see awp threads){hint}", "unknown_thread")
+    return LookupFailed(f"unknown thread {echo(th)} (see awp threads){hint}", "unknown_thread")
 
 
 def scope_thread(c: sqlite3.Connection, th: str, peer: str | None, how: str = "") -> str | None:
@@ -177,7 +247,7 @@ def scope_thread(c: sqlite3.Connection, th: str, peer: str | None, how: str = ""
         return keys[0] if keys else None
     example = (how or "name the peer too, e.g. with --peer {peer}").format(
         peer=short_key(keys[0]), th=th)
-    raise LookupFailed(f"thread {th!r} is used by {len(keys)} peers here, each its own"
+    raise LookupFailed(f"thread {echo(th)} is used by {len(keys)} peers here, each its own"
                        f" conversation: {_candidates(c, keys)}; pick one: {example}",
                        "ambiguous_thread")
 
@@ -248,6 +318,28 @@ def unread(c: sqlite3.Connection, *, peer: str | None = None, th: str | None = N
     return [record(c, r, labels) for r in rows]
 
 
+def unread_newest(c: sqlite3.Connection, limit: int, max_bytes: int) -> tuple[list[dict], int]:
+    """The newest unread records (inbound and notices) that fit, oldest first; and all unread.
+
+    For the hooks, which show the newest first and leave the rest unread: at
+    most ``limit`` records, and no more once their lines pass ``max_bytes``
+    (the newest one always comes, whatever its size), so an answer stays
+    small enough for the hook's time budget however much is waiting.
+    """
+    total = c.execute("SELECT count(*) FROM log WHERE read = 0 AND dir IN ('in', 'notice')"
+                      ).fetchone()[0]
+    rows = []
+    size = 0
+    for row in c.execute("SELECT * FROM log WHERE read = 0 AND dir IN ('in', 'notice')"
+                         " ORDER BY seq DESC LIMIT ?", (max(1, limit),)):
+        size += len(row["line"] or "")
+        if rows and size > max_bytes:
+            break
+        rows.append(row)
+    labels = Labels(c)
+    return [record(c, r, labels) for r in reversed(rows)], total
+
+
 def since(c: sqlite3.Connection, after: int, *, peer: str | None = None, th: str | None = None,
           all_dirs: bool = False, limit: int = 1000) -> list[dict]:
     """Records after ``after`` (for following streams)."""
@@ -263,6 +355,17 @@ def since(c: sqlite3.Connection, after: int, *, peer: str | None = None, th: str
 
 def max_seq(c: sqlite3.Connection) -> int:
     return c.execute("SELECT coalesce(max(seq), 0) FROM log").fetchone()[0]
+
+
+def presence_origins(c: sqlite3.Connection) -> int:
+    """How many origins' presence documents we hold."""
+    return c.execute("SELECT count(*) FROM presence").fetchone()[0]
+
+
+def their_state(c: sqlite3.Connection, peer: str, th: str) -> str | None:
+    """The state the peer last set on thread ``th`` (``None``: no such thread)."""
+    row = c.execute("SELECT theirs FROM threads WHERE peer = ? AND th = ?", (peer, th)).fetchone()
+    return row[0] if row else None
 
 
 def counts(c: sqlite3.Connection) -> dict:

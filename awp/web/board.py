@@ -94,7 +94,53 @@ def board(found: dict) -> dict:
 
 
 def topic_view(found: dict) -> dict[str, Any]:
-    """``/api/topic`` from ``/v1/web/topic``: the topic and its posts, oldest first."""
+    """``/api/topic`` from ``/v1/web/topic``: the topic, its posts oldest first (the
+    page puts the newest first), and for a work queue its items' states."""
     t = found.get("topic") if isinstance(found.get("topic"), dict) else {}
     rows = found.get("posts") if isinstance(found.get("posts"), list) else []
-    return {"topic": topic(t), "posts": [post(p) for p in rows if isinstance(p, dict)]}
+    return {"topic": topic(t), "posts": [post(p) for p in rows if isinstance(p, dict)],
+            "queue": queue_view(found.get("queue"))}
+
+
+# -- the queue view -------------------------------------------------------------------------
+
+#: The queue table's columns, in order: the key of each row's value, the heading, and how
+#: the page draws it (``text``, ``status``: a badge, ``who``: an agent's name for a key,
+#: ``time``: an RFC 3339 time as a clock).  A column added here shows on the page with no
+#: change to it.
+QUEUE_COLUMNS: tuple[dict[str, str], ...] = (
+    {"key": "id", "title": "item", "kind": "text"},
+    {"key": "status", "title": "status", "kind": "status"},
+    {"key": "holder", "title": "held by", "kind": "who"},
+    {"key": "until", "title": "lease until", "kind": "time"},
+    {"key": "attempts", "title": "attempts", "kind": "text"},
+    {"key": "text", "title": "text", "kind": "text"},
+)
+QUEUE_STATUSES = ("open", "claimed", "done", "dead")
+TEXT_MAX = 200
+
+
+def _item_text(item: dict) -> str:
+    texts = [p.get("text") for p in item.get("parts") or []
+             if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return _s(" ".join(texts), TEXT_MAX)
+
+
+def queue_row(e: dict) -> dict:
+    """One item of a work queue: its state, who holds it until when, its attempts."""
+    item = e.get("item") if isinstance(e.get("item"), dict) else {}
+    status = e.get("status") if e.get("status") in QUEUE_STATUSES else "open"
+    return {"hash": _s(item.get("hash"), 64), "id": _s(item.get("id"), 64), "status": status,
+            "holder": _s(e.get("holder"), 100) if status == "claimed" else "",
+            "until": ts(_int(e.get("until"))) if status == "claimed" else "",
+            "attempts": _int(e.get("attempts")), "text": _item_text(item)}
+
+
+def queue_view(q: object) -> dict | None:
+    """The queue part of ``/api/topic``: columns, rows (oldest first) and counts by status."""
+    if not isinstance(q, dict):
+        return None
+    rows = [queue_row(e) for e in q.get("items") or [] if isinstance(e, dict)]
+    counts = {s: sum(1 for r in rows if r["status"] == s) for s in QUEUE_STATUSES}
+    return {"columns": list(QUEUE_COLUMNS), "rows": rows, "counts": counts,
+            "arbiter": q.get("arbiter") is True}

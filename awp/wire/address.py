@@ -10,6 +10,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from ..base.echo import echo
+
 __all__ = [
     "Address",
     "AddressError",
@@ -65,9 +67,7 @@ class Address:
 
 def _show(text: str) -> str:
     """Quote user input for an error message without echoing a huge string."""
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return repr(text)
+    return echo(text)
 
 
 def _parse_port(shown: str, text: str, allow_port_zero: bool) -> int:

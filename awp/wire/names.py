@@ -9,8 +9,9 @@ most :data:`NAME_MAX` characters. That keeps "builder " and "builder\\u200b"
 from passing for a different peer than "builder" on screen.
 
 :func:`name_fold` goes further, for comparison only: compatibility forms,
-case, accents and a hand-picked set of Latin look-alikes (Cyrillic and Greek
-letters drawn the same, ``0``/``o``, ``1``/``l``) all fold together.
+case, accents and every look-alike the Unicode confusables table knows
+(UTS #39 skeletons: Cyrillic, Greek, Armenian, Lisu letters drawn like Latin
+ones, ``0``/``O``, ``1``/``I``/``l``) all fold together.
 Two keys whose names fold equal are look-alikes: resolving that name refuses
 to pick one, and labels add the key prefix.
 """
@@ -28,23 +29,6 @@ MAX_MARKS = 3
 
 #: Letters that render as nothing at all although Unicode calls them letters.
 _INVISIBLE = frozenset("\u115f\u1160\u3164\uffa0\u2800")
-
-# Characters drawn like a Latin letter or digit, mapped to the one they imitate.
-# Applied before case folding, so upper and lower case forms are both listed.
-_LOOKS_LIKE = str.maketrans({
-    # Cyrillic
-    "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P",
-    "С": "C", "Т": "T", "Х": "X", "У": "Y", "І": "I", "Ј": "J", "Ѕ": "S", "Ү": "Y",
-    "а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "і": "i",
-    "ј": "j", "ѕ": "s", "һ": "h", "ԁ": "d", "ԛ": "q", "ԝ": "w", "ӏ": "l", "ү": "y",
-    # Greek
-    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M",
-    "Ν": "N", "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
-    "α": "a", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "υ": "u",
-    # digits and signs that pass for letters
-    "0": "o", "1": "l", "|": "l",
-})
-
 
 def clean_name(text: object, limit: int = NAME_MAX) -> str:
     """The stored and shown form of a name; ``""`` for a non-string or nothing visible."""
@@ -71,9 +55,16 @@ def clean_name(text: object, limit: int = NAME_MAX) -> str:
 
 @lru_cache(maxsize=4096)
 def name_fold(name: str) -> str:
-    """What a name looks like, for comparison: equal folds are look-alikes."""
-    s = unicodedata.normalize("NFKC", clean_name(name)).translate(_LOOKS_LIKE).casefold()
-    s = "".join(ch for ch in unicodedata.normalize("NFKD", s) if not unicodedata.combining(ch))
-    s = "".join("-" if unicodedata.category(ch) == "Pd" else ch for ch in s)
-    return " ".join(s.translate(_LOOKS_LIKE).split())
+    """What a name looks like, for comparison: equal folds are look-alikes.
 
+    The UTS #39 confusables skeleton (:mod:`awp.wire.confusables`) before and
+    after case folding (so ``BUILDER``, ``buiIder`` and ``buildeг`` all meet
+    ``builder``), then accents dropped, dashes made one, spaces made one.
+    """
+    from .confusables import skeleton
+
+    s = skeleton(unicodedata.normalize("NFKC", clean_name(name))).casefold()
+    s = skeleton(s).casefold()
+    s = "".join(ch for ch in s if not unicodedata.combining(ch))
+    s = "".join("-" if unicodedata.category(ch) == "Pd" else ch for ch in s)
+    return " ".join(s.split())

@@ -103,3 +103,65 @@ def test_board_views_live_and_hostile_posts_as_text(browser, make_node):  # noqa
         assert all("404" in p for p in problems), problems
     finally:
         web.stop()
+
+
+def test_topic_newest_first_and_the_queue_view(browser, make_node):  # noqa: F811
+    a = make_node("alice").start()
+    b = make_node("bob").start()
+    b.connect(a)
+    # -- a topic: the newest thread at the top, a reply under its post
+    a.api("POST", "/v1/board/topic", {"name": "ops", "read": "open", "post": "open"})
+    ops = f"{a.key}/ops"
+    old = _post(a, ops, "the oldest post")
+    reply = _post(a, ops, "a reply to the oldest", parent=old["hash"])
+    new = _post(a, ops, "the newest post")
+    # -- a work queue: one item open, one claimed by bob, one done, one dead
+    a.api("POST", "/v1/board/topic", {"name": "jobs", "read": "open", "post": "open",
+                                      "queue": True, "attempts": 1, "lease_s": 600})
+    jobs = f"{a.key}/jobs"
+    items = [_post(a, jobs, f"job {i}") for i in range(1, 5)]
+    b.api("POST", "/v1/board/subscribe", {"topic": jobs, "timeout": 10})
+
+    def claim() -> str:
+        return b.api("POST", "/v1/board/claim", {"topic": jobs, "timeout": 10})["lease"]
+
+    claimed = claim()  # job 1, held by bob
+    b.api("POST", "/v1/board/lease", {"topic": jobs, "lease": claim(), "op": "complete"})
+    b.api("POST", "/v1/board/lease", {"topic": jobs, "lease": claim(), "op": "fail"})
+    web = Web(a.home).start()
+    try:
+        page = browser.new_page(viewport={"width": 1300, "height": 850})
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.goto(web.login_url)
+        page.goto(web.url + "/#/topic/" + urllib.parse.quote(ops, safe=""))
+        page.wait_for_selector("#topic-posts .post >> text=the newest post")
+        order = page.evaluate("[...document.querySelectorAll('#topic-posts .post')]"
+                              ".map(e => e.dataset.hash)")
+        assert order == [new["hash"], old["hash"], reply["hash"]]
+        first = page.locator("#topic-posts .post").first.bounding_box()
+        assert first and first["y"] < 850  # the newest is on screen as the page opens
+        assert page.locator("#topic-queue").is_hidden()  # not a queue
+        shot(page, "topic-newest-first")
+
+        page.goto(web.url + "/#/topic/" + urllib.parse.quote(jobs, safe=""))
+        page.wait_for_selector("#topic-queue table.queue tr.q-row")
+        rows = page.evaluate(
+            "[...document.querySelectorAll('#topic-queue tr.q-row')].map(tr => ["
+            "tr.dataset.hash, tr.querySelector('.q-status').textContent,"
+            "tr.querySelector('.q-holder').textContent, tr.querySelector('.q-until').textContent,"
+            "tr.querySelector('.q-attempts').textContent])")
+        by = {h: (status, holder, until, attempts) for h, status, holder, until, attempts in rows}
+        assert [by[i["hash"]][0] for i in items] == ["claimed", "done", "dead", "open"]
+        status, holder, until, attempts = by[items[0]["hash"]]
+        assert "bob" in holder and until not in ("", "-") and attempts == "0"
+        assert by[items[2]["hash"]][3] == "1" and by[items[3]["hash"]][1:3] == ("-", "-")
+        head = page.inner_text("#topic-queue .queue-head")
+        assert "1 open · 1 claimed · 1 done · 1 dead" in head
+        assert claimed
+        shot(page, "topic-queue")
+        assert problems == [], problems
+    finally:
+        web.stop()

@@ -259,3 +259,48 @@ def test_retention_keeps_the_same_records_on_every_host(make_node):
     a.api("POST", "/v1/board/topic", {"name": "ops", "keep": 3})
     for n in (a, b):
         wait_for(lambda n=n: _texts(n, topic) == newest[-3:], 10, f"{n.name} keeps 3")
+
+
+def _rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def test_board_sub_answers_stay_within_the_link_bound(make_node):
+    """A peer that stops reading and sends board-sub after board-sub, each
+    listing every topic we hold: each asks for a topic document and a digest
+    per topic, and those answers were queued past ``board_link_bytes`` (+62 MiB
+    for 16 connections in 40 s).  They count against the bound like records."""
+    import socket
+
+    bound = 64 * 1024
+    a = _with_limits(make_node, "a", board_link_bytes=bound, write_timeout="120s")
+    topics = [_open_topic(a, f"t{i}") for i in range(8)]
+    entries = [{"topic": t} for t in topics]
+    rss0 = _rss_mib(a.proc.pid)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", a.port))
+    with RawPeer(a.address, Identity.generate(), sock=sock) as p:
+        p.handshake(caps=["chat", "board"])
+        p.resume()
+        before = a.api("GET", "/v1/status")["board"]["lines_in"]
+        n = 400  # each asked for 16 answers, about 3.6 KB
+        line = p.envelope({"t": "board-sub", "topics": entries, "drop": []})
+        for _ in range(n):  # and never read again
+            p.send_line({**line, "id": p.ids.next()})
+        peak = [0]
+
+        def all_read() -> bool:
+            board = a.api("GET", "/v1/status")["board"]
+            peak[0] = max(peak[0], board["queued_bytes"])
+            return board["lines_in"] >= before + n
+
+        wait_for(all_read, 90, "every board-sub read", interval=0.2)
+        assert peak[0] <= bound + 64 * 1024, peak[0]  # the bound and the line that crossed it
+        assert _rss_mib(a.proc.pid) - rss0 < 40, (rss0, _rss_mib(a.proc.pid))
+        assert a.proc.poll() is None

@@ -8,9 +8,10 @@ import os
 import socket
 import time
 
+import pytest
 from flooder import Flooder
 from nodes import disk_bytes, wait_for
-from rawpeer import RawPeer
+from rawpeer import RawPeer, dumps
 
 from awp.wire.b64 import b64std
 
@@ -74,7 +75,7 @@ def test_a_flood_cannot_grow_memory_or_disk_and_others_still_get_through(make_no
 def test_over_the_stored_budget_lines_get_err_quota_and_stay_with_the_sender(make_node):
     a = make_node("a").start()
     b = make_node("b")
-    configure(b, peer_stored_bytes=6000)
+    configure(b, peer_stored_bytes=7000)
     b.start()
     a.connect(b)
     body = "y" * 2000
@@ -87,7 +88,7 @@ def test_over_the_stored_budget_lines_get_err_quota_and_stay_with_the_sender(mak
                       if r["t"] == "err" and "quota" in json.dumps(r)], 10, "err quota kept")
     assert [p for p in a.api("GET", "/v1/peers") if p["key"] == b.key][0]["queued"] == 1
     used = [p for p in b.api("GET", "/v1/peers") if p["key"] == a.key][0]["budget"]
-    assert 4000 < used["stored_bytes"] <= 6000 and used["refused"] >= 1
+    assert 4000 < used["stored_bytes"] <= 7000 and used["refused"] >= 1
     assert len(b.inbound()) == 2
     # b's accounting survives a restart; a bigger budget lets the line in on replay
     b.stop()
@@ -101,7 +102,7 @@ def test_over_the_stored_budget_lines_get_err_quota_and_stay_with_the_sender(mak
 
 def test_a_raw_peer_over_budget_gets_no_ack(make_node):
     node = make_node("d")
-    configure(node, peer_stored_bytes=3000)
+    configure(node, peer_stored_bytes=4000)  # one 2,000-byte line and its rows
     node.start()
     p = joined(node)
     first = p.msg("z" * 2000)
@@ -226,3 +227,45 @@ def test_unclaimed_blob_bytes_are_capped(make_node):
     p.expect("ack", re=sent["id"])
     wait_for(lambda: [b for b in node.api("GET", "/v1/blobs")
                       if b["ref"] == "b_one" and b["status"] == "complete"], 10, "b_one complete")
+
+
+@pytest.mark.parametrize("threads", ["one thread", "a thread each"])
+def test_tiny_messages_cannot_make_the_stored_budget_several_times_bigger_on_disk(
+        make_node, threads):
+    """The stored budget counts what the store costs, rows and indexes, not
+    line bytes alone: a flood of one-character msgs made an 8 MiB budget
+    30-34 MB of awp.db (a thread each: about 7 times)."""
+    budget = 2 * MiB
+    node = make_node("d")
+    configure(node, peer_stored_bytes=budget)
+    node.start()
+    node.stop()  # the store as a clean start leaves it: created, migrated, checkpointed
+    db = os.path.join(node.home, "awp.db")
+    empty = os.path.getsize(db)
+    node.start()
+    p = joined(node)
+    try:
+        refused: dict | None = None
+        sent, i = 0, 0
+        while refused is None:
+            burst = []
+            for _ in range(500):
+                th = "thr_tiny0001" if threads == "one thread" else f"thr_t{i:011d}"
+                burst.append(dumps(p.envelope({"t": "msg", "th": th,
+                                               "parts": [{"k": "text", "text": "x"}]})))
+                i += 1
+            p.send_raw(b"\n".join(burst) + b"\n")
+            sent += len(burst)
+            for _ in burst:
+                line = p.recv_until(lambda x: x.get("t") in ("ack", "err"), 30)
+                if refused is None and line["t"] == "err":
+                    refused = line
+            assert sent < 100_000, "never refused"
+        assert refused["code"] == "quota" and "peer_stored_bytes" in refused["detail"], refused
+    finally:
+        p.close()
+    node.stop()  # checkpointed into awp.db: what the flood really costs on disk
+    grown = os.path.getsize(db) - empty
+    assert grown <= budget * 1.15, (
+        f"{sent} tiny msgs under a {budget}-byte budget grew awp.db by {grown} bytes")
+    assert grown >= budget * 0.6, grown  # and the budget is not overcharged either

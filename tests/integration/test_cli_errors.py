@@ -59,7 +59,8 @@ def test_errors_before_the_daemon_is_needed(homes, cli_root):
     assert one_error_line(r, "send") == "awp send: --code missing.py: no such file"
     assert "--data is not valid JSON" in one_error_line(
         h.run("send", "peer", "--data", "{nope"), "send")
-    assert "--wait-ack" in one_error_line(h.run("send", "p", "x", "--wait-ack", "soon"), "send")
+    assert "--wait-ack" in one_error_line(h.run("send", "p", "x", "--wait-ack", "soon"), "send",
+                                          code=2)  # a malformed value: a usage error
     assert one_error_line(h.run("wait", "--state", "done"), "wait") == \
         "awp wait: --state needs --thread"
     assert not os.path.exists(h.path)

@@ -111,3 +111,78 @@ def test_fast_verbs_and_a_quiet_hook_import_nothing_heavy(homes):
     # The hook after every tool call, with nothing new: not even re or enum.
     assert _new_modules(a.path, "main(['hook', 'inbox', '--home', sys.argv[1]])\n",
                         stdin='{"hook_event_name": "PostToolUse", "session_id": "s1"}') == ["[]"]
+
+
+def _ids(text: str) -> str:
+    """Post ids, hashes and lease ids differ between two posts of the same text."""
+    return re.sub(r"\b[0-9a-f]{6,}(\.\d+)?\b", "ID", _ages(text))
+
+
+def test_board_commands_agree_on_both_paths(homes):
+    a, b = homes("a"), homes("b")
+    b.ok("up", "--name", "bee")
+    a.ok("up", "--name", "ay")
+    a.ok("connect", b.address)
+    for args in (["topic", "create", "ops", "--open", "--title", "Ops"],
+                 ["topic", "create", "jobs", "--queue", "--lease", "5m"]):
+        fast, slow = both(a, *args)
+        assert fast.returncode == slow.returncode == 0
+        assert "created topic" in fast.stdout and "exists already" in slow.stdout
+    fast, slow = both(a, "post", "ops", "deploy", "42")
+    assert fast.returncode == slow.returncode == 0
+    assert _ids(fast.stdout) == _ids(slow.stdout), (fast.stdout, slow.stdout)
+    a.ok("post", "jobs", "--lines", "-", input="one\ntwo\nthree\n")
+    for args in (["topics"], ["topics", "--json"], ["get", "ops"], ["get", "ops", "--json"],
+                 ["get", "ops", "-n", "0", "--since", "2h"], ["get", "ops", "--since", "soon"],
+                 ["get", "ops", "-n", "-1"], ["get", "nosuch/ops"], ["topic", "show", "ops"],
+                 ["queue", "jobs"], ["queue", "jobs", "--json"], ["topic", "set", "ops"],
+                 ["topic", "grant", "ops", "bee", "--read", "--post"],
+                 ["topic", "revoke", "ops"], ["post", "ops"], ["reply", "zzzzzz", "x"],
+                 ["complete", "jobs", "nosuch.1"], ["claim", "jobs", "--timeout", "never"]):
+        same(a, *args)
+    fast, slow = both(a, "claim", "jobs")
+    assert fast.returncode == slow.returncode == 0
+    assert _ids(fast.stdout) != "" and "claimed" in fast.stdout and "claimed" in slow.stdout
+    lease = fast.stdout.split("lease ")[1].split(",")[0]
+    fast = a.run("complete", "jobs", lease)
+    assert fast.returncode == 0 and "completed" in fast.stdout, fast.stderr
+    b.ok("subscribe", "ay/ops", "--once", "--timeout", "10s")
+    r = same(b, "get", "ay/ops", "--json")
+    assert [p["text"] for p in json.loads(r.stdout)["posts"]] == ["deploy 42", "deploy 42"]
+
+
+def test_help_is_the_same_on_both_paths(homes):
+    a = homes("a")
+    a.env["COLUMNS"] = "80"
+    for args in (["--help"], ["-h"], ["get", "--help"], ["post", "ops", "-h"],
+                 ["topic", "--help"], ["topic", "create", "--help"], ["help", "claim"],
+                 ["help"], ["up", "--help"], ["send", "--help"]):
+        fast, slow = _both_bare(a, *args)
+        assert (fast.returncode, fast.stdout, fast.stderr) == \
+            (slow.returncode, slow.stdout, slow.stderr), args
+        assert fast.returncode == 0 and fast.stdout.startswith("Usage: awp"), args
+
+
+def _both_bare(h, *args: str):
+    fast = h.run(*args, home=False)
+    h.env["AWP_FASTPATH"] = "0"
+    try:
+        slow = h.run(*args, home=False)
+    finally:
+        del h.env["AWP_FASTPATH"]
+    return fast, slow
+
+
+def test_board_commands_and_help_import_nothing_heavy(homes):
+    a = homes("a")
+    a.ok("up", "--name", "light")
+    a.ok("topic", "create", "jobs", "--queue")
+    assert _new_modules(a.path, (
+        "for argv in (['topics'], ['get', 'jobs'], ['post', 'jobs', 'x'], ['queue', 'jobs'],\n"
+        "             ['topic', 'show', 'jobs'], ['claim', 'jobs'],\n"
+        "             ['subscribe', 'jobs', '--once', '--timeout', '0.1s']):\n"
+        "    try:\n"
+        "        main([*argv, '--home', sys.argv[1]])\n"
+        "    except SystemExit:\n"
+        "        pass\n")) == ["[]"]
+    assert _new_modules(a.path, "main(['--help'])\nmain(['get', '--help'])\n") == ["[]"]

@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 
+import pytest
 from fixtures.lineproxy import LineProxy
 from nodes import wait_for
 from rawpeer import RawPeer
@@ -228,3 +229,84 @@ def test_a_line_never_acked_is_sent_again_once_and_the_connection_stays(make_nod
         assert _queued(node, p.key) == 1
     finally:
         p.close()
+
+
+@pytest.mark.parametrize("resends_lost", [1, 2])
+def test_three_lost_lines_are_sent_again_together_and_a_lost_resend_waits(make_node,
+                                                                          resends_lost):
+    """Three lines lost in a row are sent again in one go (sorting the outbox rows
+    for that killed the connection); a resend lost again is given up on this
+    connection and stays queued, while the connection and the others carry on."""
+    a = _configure(make_node, "a", gap_timeout="1s")
+    b = make_node("b").start()
+    copies: dict[bytes, int] = {}
+    lose_again = [b"LOSE-%d" % i for i in range(3)][-resends_lost:]
+
+    def drop(line: bytes) -> bool:
+        if b'"t":"msg"' not in line:
+            return False
+        tag = next((t for t in (b"LOSE-0", b"LOSE-1", b"LOSE-2") if t in line), None)
+        if tag is None:
+            return False
+        copies[tag] = copies.get(tag, 0) + 1
+        return copies[tag] == 1 or tag in lose_again
+
+    with LineProxy(a.port, drop_down=drop, times=3 + resends_lost) as proxy:
+        assert b.api("POST", "/v1/connect", {"target": proxy.address, "timeout": 20})
+        wait_for(lambda: a.peer_state(b.key).startswith("connected"), DELIVERY, "b connected")
+        lost = [a.send(b.key, f"LOSE-{i}", subject=f"t{i}", wait_ack=0) for i in range(3)]
+        wait_for(lambda: len(proxy.dropped) == 3, DELIVERY, "three lines lost")
+        after = a.send(b.key, "after the lost ones", wait_ack=DELIVERY)
+        assert after["acked"], after
+        wait_for(lambda: len(proxy.dropped) == 3 + resends_lost, DELIVERY, "resends lost")
+        got = lost[:3 - resends_lost]
+        for m in got:
+            assert a.api("POST", "/v1/wait_ack", {"id": m["id"], "timeout": DELIVERY})["acked"]
+        # A line acked after the lost resends: they are given up on this
+        # connection (sent twice), and stay queued for the next resume.
+        still = a.send(b.key, "still up", wait_ack=DELIVERY)
+        assert still["acked"], (still, a.tail_log(40))
+        wait_for(lambda: "sent twice" in a.tail_log(50), DELIVERY, "given up on the lost resends")
+        assert {r["id"] for r in b.inbound()} == {after["id"], still["id"],
+                                                   *(m["id"] for m in got)}
+        assert _queued(a, b.key) == resends_lost
+        assert a.peer_state(b.key).startswith("connected")
+        assert proxy.accepted == 1, "the connection was replaced"
+        log = a.tail_log(200)
+        assert "Traceback" not in log and "failed" not in log, log
+
+
+@pytest.fixture
+def shm_home():
+    """A home in memory (tmpfs), where commits take well under the 1.5 ms that
+    lets a quiet daemon write its own line before the commit (the early write
+    path); on a disk under load they may never be that fast."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="awpt", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_big_message_on_a_slow_link_gets_the_whole_write_timeout(make_node, shm_home):
+    """900 KB on a 200 KB/s link takes about 4.5 s to leave: well within the
+    documented write_timeout (15 s), so it must not cost the connection (the
+    early write before the commit gave it 1 s)."""
+    from nodes import Node
+
+    a = Node(os.path.join(shm_home, "a"), name="a").start()
+    b = make_node("b").start()
+    with LineProxy(a.port, rate_down=200_000) as proxy:
+        assert b.api("POST", "/v1/connect", {"target": proxy.address, "timeout": 20})
+        wait_for(lambda: a.peer_state(b.key).startswith("connected"), DELIVERY, "b connected")
+        th = a.send(b.key, "small first", wait_ack=DELIVERY)
+        assert th["acked"], th
+        # Back to back: the second finds the link's buffers full of the first.
+        bigs = [a.send(b.key, f"{i} " + "y" * BIG, th=th["th"], wait_ack=0) for i in range(3)]
+        for big in bigs:
+            assert a.api("POST", "/v1/wait_ack", {"id": big["id"], "timeout": 40})["acked"], (
+                big["id"], a.tail_log(20))
+        assert proxy.accepted == 1, a.tail_log(30)
+        assert "stalled" not in a.tail_log(200)
+    a.kill()

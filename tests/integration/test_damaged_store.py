@@ -208,3 +208,116 @@ def test_a_flipped_bit_in_a_committed_wal_frame_is_reported_at_start(make_node):
                 and n.endswith("-wal")]
     assert kept_wal and os.path.getsize(os.path.join(b.home, kept_wal[0])) == size
     b.start()
+
+
+def _rows_sqlite_reads(home: str, peer: str) -> int:
+    """Inbound rows from ``peer`` that SQLite itself reads from a copy of the
+    store and its WAL as they are (the copy, so nothing is checkpointed)."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for suffix in ("", "-wal"):
+            shutil.copyfile(os.path.join(home, "awp.db" + suffix),
+                            os.path.join(tmp, "c.db" + suffix))
+        con = sqlite3.connect(os.path.join(tmp, "c.db"))
+        try:
+            return con.execute("SELECT count(*) FROM log WHERE peer = ? AND dir = 'in'",
+                               (peer,)).fetchone()[0]
+        finally:
+            con.close()
+
+
+def test_a_wal_cut_short_after_acked_messages_refuses_to_start_and_repair_keeps_what_reads(
+        make_node):
+    a = make_node("a").start()
+    b = make_node("b").start()
+    a.connect(b)
+    b.stop()  # the WAL starts empty at b's next start
+    b.start()
+    a.connect(b)
+    th = a.send(b.key, "first", subject="cut")["th"]
+    for i in range(40):
+        assert a.send(b.key, f"{i} {TEXT}", th=th, wait_ack=10)["acked"]
+    b.kill()  # kill -9: every acked message is in the WAL
+    db, wal = os.path.join(b.home, "awp.db"), os.path.join(b.home, "awp.db-wal")
+    whole = _rows_sqlite_reads(b.home, a.key)
+    assert whole == 41, whole
+    page = _page_size(db)
+    frames = (os.path.getsize(wal) - 32) // (24 + page)
+    cut = 32 + (frames // 2) * (24 + page) + 24 + page // 2  # inside a page, halfway along
+    with open(wal, "r+b") as f:
+        f.truncate(cut)
+    readable = _rows_sqlite_reads(b.home, a.key)
+    assert 0 < readable < whole, readable  # SQLite alone would start without the rest
+
+    line = _start_fails(b)
+    assert f"awp.db-wal is cut short inside frame {frames // 2 + 1}" in line, line
+    assert f"awp repair --home {b.home}" in line, line
+    assert os.path.getsize(wal) == cut  # left as it was
+
+    r = _repair(b)
+    assert r.returncode == 0, r.stderr
+    assert f"cut short inside frame {frames // 2 + 1}" in r.stdout, r.stdout
+    b.start()
+    assert len(b.inbound(peer=a.key)) >= readable
+
+
+def _eight_bytes_in_a_row(db: str) -> None:
+    """Eight bytes changed inside the text of a row on a log leaf page (its
+    message's line): SQLite's B-tree stays sound."""
+    size = _page_size(db)
+    page = _leaf_of_log(db)
+    with open(db, "r+b") as f:
+        f.seek((page - 1) * size)
+        data = f.read(size)
+        at = data.index(TEXT[:64].encode(), size // 2)
+        f.seek((page - 1) * size + at + 8)
+        f.write(b"\xfe" * 8)
+
+
+def test_eight_bytes_changed_in_a_row_are_found_at_start_and_repair_keeps_the_rest(make_node):
+    a, b = _fill(make_node)
+    b.stop()
+    db = os.path.join(b.home, "awp.db")
+    _eight_bytes_in_a_row(db)
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    assert con.execute("PRAGMA quick_check").fetchall() == [("ok",)]  # SQLite sees nothing
+    con.close()
+    line = _start_fails(b)
+    assert line.startswith("awp daemon: awp.db is damaged (table log: the row after"), line
+    assert "awp repair" in line and len(line) < 400, line
+
+    r = _repair(b)
+    assert r.returncode == 0, r.stderr
+    assert "log: 1 unreadable stretch skipped" in r.stdout, r.stdout
+    b.start()
+    kept = len(b.inbound(peer=a.key))
+    assert MSGS - 2 <= kept < MSGS, (kept, r.stdout)  # the damaged row, no more
+    threads = b.api("GET", "/v1/threads")
+    assert threads, threads
+
+
+def test_eight_bytes_changed_in_a_row_under_a_running_daemon_are_store_damaged(make_node):
+    a, b = _fill(make_node)
+    b.stop()
+    db = os.path.join(b.home, "awp.db")
+    b.start()
+    a.connect(b)
+    _eight_bytes_in_a_row(db)
+    a.send(b.key, "after the damage", wait_ack=30)  # readers drop their page cache
+    with pytest.raises(ApiFailure) as e:
+        b.api("POST", "/v1/read", {"n": 1_000_000, "mark": False})
+    assert e.value.status == 500 and e.value.code == "store_damaged", e.value
+    assert "not UTF-8" in e.value.message and "awp repair" in e.value.message, e.value.message
+    assert len(e.value.message) < 400, e.value.message  # the damaged value is not quoted
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("AWP_HOME", None)
+    cli = subprocess.run([sys.executable, "-m", "awp", "read", "--home", b.home, "-n", "1000"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert cli.returncode != 0 and "awp repair" in cli.stderr, (cli.stdout, cli.stderr)
+    assert "Traceback" not in cli.stderr, cli.stderr
+    lines = _log_lines(b)
+    assert any("store damaged" in x for x in lines), lines[-5:]
+    assert not any("Traceback" in x for x in lines), lines[-20:]
+    assert b.proc is not None and b.proc.poll() is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -141,7 +142,7 @@ def test_each_event_in_each_format(pair, name, event, fmt, hook_event) -> None:
         assert again == ""
 
 
-def test_only_the_latest_20_are_rendered(pair) -> None:
+def test_only_the_latest_20_are_rendered_and_the_rest_stay_unread(pair) -> None:
     a, b = pair
     hook(a.home, None, "text")
     th = deliver(a, b, "batch", n=25)
@@ -149,7 +150,67 @@ def test_only_the_latest_20_are_rendered(pair) -> None:
     ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert ctx.startswith(f"New awp messages (25). {FRAMING}")
     assert "batch #24" in ctx and "batch #5" in ctx and "batch #4" not in ctx
-    assert f"5 earlier ones are not shown here (all are marked read): awp read {th} (5)" in ctx
+    assert (f"5 older ones are not shown here and stay unread (they come with the next"
+            f" hook): awp read {th} (5)") in ctx
+    left = unread(a)
+    assert sorted(r["line"]["parts"][0]["text"] for r in left) == [
+        f"batch #{i}" for i in range(5)]
+    ctx = json.loads(hook(a.home, "inbox", "claude",
+                          fixture_bytes("claude/post_tool_use.json")).stdout)
+    ctx = ctx["hookSpecificOutput"]["additionalContext"]
+    assert ctx.startswith("New awp messages (5).") and "batch #0" in ctx
+    assert unread(a) == []
+
+
+@pytest.mark.parametrize("fmt", ["claude", "codex", "gemini", "cursor", "text"])
+def test_output_fits_what_the_harness_shows(pair, fmt) -> None:
+    """One 120 KB message and many small ones: each format stays within its bound."""
+    from awp.present.text import HOOK_LIMITS
+
+    a, b = pair
+    hook(a.home, None, "text")
+    th = deliver(a, b, "HUGE-" + "x" * 120_000)
+    hook_event = {"cursor": "postToolUse", "gemini": "AfterTool"}.get(fmt, "PostToolUse")
+    stdin = json.dumps({"hook_event_name": hook_event}).encode()
+    out = hook(a.home, "inbox", fmt, stdin).stdout.decode()
+    ctx = out.rstrip("\n") if fmt == "text" else context_of(fmt, out, "inbox", hook_event)
+    assert len(ctx.encode()) <= HOOK_LIMITS[fmt] and "HUGE-xxx" in ctx
+    assert f"read it whole with awp read {th}" in ctx
+    assert unread(a) == []  # shown (cut, with where to read it whole): marked read
+    # Sixty mid-sized ones: the newest that fit, the others wait unread.
+    deliver(a, b, "mid " + "y" * 900, th=th, n=12)
+    out = hook(a.home, "inbox", fmt, stdin).stdout.decode()
+    ctx = out.rstrip("\n") if fmt == "text" else context_of(fmt, out, "inbox", hook_event)
+    assert len(ctx.encode()) <= HOOK_LIMITS[fmt]
+    assert "#11" in ctx and "#0 " not in ctx
+    left = len(unread(a))
+    assert 0 < left < 12 and f"{left} older ones are not shown here and stay unread" in ctx
+    while unread(a):
+        hook(a.home, "inbox", fmt, stdin)
+    assert unread(a) == []
+
+
+def test_a_hook_that_gives_up_on_a_stopped_daemon_loses_nothing(make_node) -> None:
+    """SIGSTOP the daemon, let the hook give up, SIGCONT: the next hook shows the message."""
+    a = make_node("hs", env={k: "" for k in HARNESS_VARS}).start()
+    b = make_node("hsb").start()
+    b.connect(a)
+    th = deliver(a, b, "do not lose me")
+    since = a.api("GET", "/v1/activity")["active"] or 0
+    a.proc.send_signal(signal.SIGSTOP)  # (Node.kill would wait for an exit)
+    try:
+        t0 = time.monotonic()
+        out = hook(a.home, "inbox", "claude", fixture_bytes("claude/post_tool_use.json"))
+        assert out.stdout == b"" and time.monotonic() - t0 < 5  # gave up, printed nothing
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    # The daemon now handles the request the hook left behind (activity shows it) ...
+    wait_for(lambda: (a.api("GET", "/v1/activity")["active"] or 0) > since, 10,
+             "the left-behind hook request to be handled")
+    # ... and the message it never printed is still unread, and the next hook shows it.
+    assert [r["th"] for r in unread(a)] == [th]
+    out = hook(a.home, "inbox", "claude", fixture_bytes("claude/post_tool_use.json")).stdout
+    assert "do not lose me" in json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert unread(a) == []
 
 
@@ -175,7 +236,9 @@ def test_bad_input_still_gives_valid_output(pair) -> None:
     assert out.startswith("New awp messages (1).")
     deliver(a, b, "second")
     out = hook(a.home, "inbox", "gemini", b"{not json at all").stdout.decode()
-    assert out.startswith("New awp messages (1).")
+    # Gemini CLI reads only JSON from a hook, event name or not.
+    assert json.loads(out)["hookSpecificOutput"]["additionalContext"].startswith(
+        "New awp messages (1).")
     deliver(a, b, "third")
     huge = json.dumps({"hook_event_name": "PostToolUse", "tool_name": "Read",
                        "tool_response": {"content": "x" * (8 << 20)}}).encode()

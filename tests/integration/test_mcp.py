@@ -235,6 +235,29 @@ def test_bad_arguments_are_tool_errors(mcp) -> None:
     assert res["isError"] is True
 
 
+def test_errors_never_repeat_a_huge_argument(mcp) -> None:
+    """A 5 MiB thread name (or peer, or enum value) comes back as 80 characters and a length."""
+    c = mcp()
+    c.initialize()
+    huge = "T" * (5 << 20)
+    cases = [
+        ("awp_read", {"thread": huge}, "unknown thread"),
+        ("awp_send", {"peer": huge, "text": "x"}, "at most 512 characters"),
+        ("awp_send", {"peer": "P" * 50_000, "text": "x"}, "at most 512 characters"),
+        ("awp_state", {"thread": "thr_x", "state": huge}, "unknown value"),
+        ("awp_send", {"peer": "bob", "text": "x", huge: 1}, "unknown argument"),
+        ("awp_send", {"peer": "bob", "text": "x", "files": [huge]}, "absolute"),
+        ("awp_grant", {"peer": "bob", "caps": ["fs:read"], "ttl": huge}, "duration"),
+    ]
+    for name, args, why in cases:
+        res = c.call(name, args)
+        text = res["content"][0]["text"]
+        assert res["isError"] is True and why in text, (name, text[:300])
+        assert len(text) < 1000, (name, len(text))
+        assert "internal error" not in text.lower()
+        assert "characters)" in text, (name, text[:300])  # the cut says how long it was
+
+
 # -- every tool ------------------------------------------------------------------------
 
 def test_every_tool(pair, mcp) -> None:

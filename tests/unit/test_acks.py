@@ -88,3 +88,13 @@ def test_a_run_of_acks_is_news_once_and_drops_earlier_introductions(store):
     assert ops.apply_acks(store, B, acks) == []  # nor from another peer
     left = [r[0] for r in store.execute("SELECT id FROM outbox WHERE peer = ?", (A,))]
     assert left == [later[1]["id"]]  # the one queued after the acked lines stays
+
+
+def test_lines_to_send_again_come_in_outbox_order_from_a_real_store(store):
+    # The store's rows are sqlite3.Row objects, which cannot be compared:
+    # sorting them whole raised TypeError as soon as two lines were due again.
+    gen = IdGenerator()
+    lines = [_queue(store, gen, A, f"m{i}")[1]["id"] for i in range(3)]
+    got = ops.fetch_outbox_ids(store, A, list(reversed(lines)))
+    assert [i for i, _text in got] == lines
+    assert ops.fetch_outbox_ids(store, B, lines) == []

@@ -10,7 +10,7 @@ import pytest
 
 from awp.cli import board_files as bf
 from awp.cli.base import CliError
-from awp.cli.cmd_board import parts_from, policy_body
+from awp.cli.board_verbs import parts_from, policy_body
 from awp.cli.verbs import build_parts
 
 NOW = 1_790_000_000_000

@@ -124,20 +124,25 @@ def test_prune_drops_expired_received_grants_but_keeps_issued(db):
 
 # -- what we present ------------------------------------------------------------------
 
-def _stuff_held(db, me: Identity, n: int, size: int, aud: str | None = None) -> None:
-    """Held grants written straight to the table, as a store from before the caps has them."""
+def _stuff_held(db, me: Identity, n: int, size: int, aud: str | None = None) -> set[str]:
+    """Held grants written straight to the table, as a store from before the caps has them;
+    their issuers (each a different key)."""
+    keys = set()
     for i in range(n):
         iss = Identity.generate()
         g = _padded(iss, me.key, size, **({"aud": aud} if aud else {}))
         gs.put(db, g, "held", NOW + i, via=iss.key)
+        keys.add(iss.key)
+    return keys
 
 
 def test_presentation_is_bounded_whatever_is_stored(db):
     me, q = Identity.generate(), Identity.generate()
     lim = Limits()
-    _stuff_held(db, me, 3, 600_000)          # oversized, from before the fix
-    _stuff_held(db, me, 300, 1000)           # many small ones
-    out = gs.to_present(db, q.key, NOW, lim)
+    trust = _stuff_held(db, me, 3, 600_000)          # oversized, from before the fix
+    trust |= _stuff_held(db, me, 300, 1000)           # many small ones
+    out = gs.to_present(db, q.key, NOW, lim, trust)
+    assert out
     sizes = [len(compact_json(g).encode()) for g in out]
     assert len(out) <= lim.present_count
     assert sum(sizes) <= lim.present_bytes
@@ -147,7 +152,7 @@ def test_presentation_is_bounded_whatever_is_stored(db):
 def test_presentation_prefers_grants_meant_for_the_peer(db):
     me, q, other = Identity.generate(), Identity.generate(), Identity.generate()
     lim = Limits(present_count=4)
-    _stuff_held(db, me, 10, 10)                      # for anyone, newer
+    trust = _stuff_held(db, me, 10, 10)              # for anyone, newer
     _stuff_held(db, me, 3, 10, aud=other.key)        # for someone else
     for i in range(2):
         iss = Identity.generate()
@@ -155,11 +160,33 @@ def test_presentation_prefers_grants_meant_for_the_peer(db):
                NOW - 1000 + i, via=iss.key)
     own = make_grant(q, me.key, ["fs:read"], NOW + HOUR)
     gs.put(db, own, "held", NOW + 10_000, via=q.key)
-    out = gs.to_present(db, q.key, NOW, lim)
+    out = gs.to_present(db, q.key, NOW, lim, trust | {q.key})
     assert len(out) == 4
     assert [g.get("aud") for g in out[:2]] == [q.key, q.key]
     assert all(g.get("aud") in (None, q.key) for g in out)
     assert own not in out  # q issued it: no use showing it back
+
+
+def test_grants_a_peer_handed_us_about_itself_are_shown_to_no_one_else(db):
+    """16 self-issued grants from mallory (about 64 KB) are not put in our auth to every peer."""
+    me, mallory, y, t = (Identity.generate() for _ in range(4))
+    lim = Limits()
+    for i in range(8):  # 16 in all: what the store keeps from one sender (grants_per_peer)
+        gs.receive(db, _padded(mallory, me.key, 3500, seq=i), me.key, mallory.key, NOW + i,
+                   lim)
+        gs.receive(db, make_grant(mallory, me.key, ["exec"], NOW + HOUR, aud=y.key), me.key,
+                   mallory.key, NOW + i, lim)
+    assert db.execute("SELECT count(*) FROM grants WHERE kind = 'held'").fetchone()[0] == 16
+    out = gs.to_present(db, y.key, NOW, lim)
+    assert [g["iss"] for g in out] == [mallory.key]  # one, addressed to y: not 16
+    assert gs.to_present(db, Identity.generate().key, NOW, lim) == []
+    # A grant for anyone from a key we trust, or one the user connected to, is shown.
+    gs.receive(db, make_grant(t, me.key, ["fs:read"], NOW + HOUR), me.key, t.key, NOW, lim)
+    assert [g["iss"] for g in gs.to_present(db, y.key, NOW, lim, {t.key})] == [
+        mallory.key, t.key]
+    db.execute("INSERT INTO addresses (peer, addr, source, added_at) VALUES"
+               " (?, 'tcp:10.0.0.9:7', 'connect', 1)", (t.key,))
+    assert t.key in [g["iss"] for g in gs.to_present(db, y.key, NOW, lim)]
 
 
 # -- what we honor --------------------------------------------------------------------
@@ -215,6 +242,6 @@ def test_honored_costs_a_few_queries_whatever_the_peer_stored(db, n):
 def test_presentation_stays_under_half_a_line_whatever_the_config(db):
     me, q = Identity.generate(), Identity.generate()
     lim = Limits(grant_bytes=400_000, present_bytes=10_000_000, present_count=100)
-    _stuff_held(db, me, 4, 300_000)
-    out = gs.to_present(db, q.key, NOW, lim)
+    trust = _stuff_held(db, me, 4, 300_000)
+    out = gs.to_present(db, q.key, NOW, lim, trust)
     assert 0 < sum(len(compact_json(g).encode()) for g in out) <= 512 * 1024

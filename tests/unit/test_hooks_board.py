@@ -46,8 +46,12 @@ def msg(i: int) -> dict:
 
 # -- the text --------------------------------------------------------------------------------
 
+def _board(posts: list[dict]) -> str:
+    return text.fit_board(posts, 0, 1 << 30, now=NOW)[0]
+
+
 def test_one_post_is_framed_with_topic_id_author_and_how_to_answer() -> None:
-    out = text.board_text([post(1, body="deploy is green")], now=NOW)
+    out = _board([post(1, body="deploy is green")])
     lines = out.splitlines()
     assert lines[0] == f"New awp board post on topics you subscribe to (1). {FRAMING}"
     assert lines[2] == "[2m ago] alice/ops · 0101010101 · builder"
@@ -55,12 +59,12 @@ def test_one_post_is_framed_with_topic_id_author_and_how_to_answer() -> None:
     assert lines[-1] == ('Answer a post with: awp reply 0101010101 "..." (everyone on the topic'
                          ' reads it); read the topic with: awp get alice/ops; post a new one'
                          ' with: awp post alice/ops "..."')
-    assert text.board_text([]) == ""
+    assert _board([]) == ""
 
 
 def test_reply_edit_and_reply_count_markers() -> None:
-    out = text.board_text([post(2, parent="ab" * 16, edited=NOW - 1000, replies=1),
-                           post(3, topic="carol/jobs", replies=3, mine=True)], now=NOW)
+    out = _board([post(2, parent="ab" * 16, edited=NOW - 1000, replies=1),
+                  post(3, topic="carol/jobs", replies=3, mine=True)])
     assert "alice/ops · 0202020202 · builder · reply to ababababab · 1 reply · edited" in out
     assert "carol/jobs · 0303030303 · builder (you) · 3 replies" in out
     # Two posts on two topics: the hint names neither.
@@ -89,15 +93,25 @@ def test_a_long_post_is_clipped_with_a_pointer() -> None:
     assert "not shown" not in short
 
 
-def test_cap_and_more_are_counted() -> None:
+def test_cap_and_more_are_counted_and_wait_unread() -> None:
     posts = [post(i) for i in range(25)]
-    out = text.board_text(posts, more=5, now=NOW)
+    out, upto = text.fit_board(posts, 5, 1 << 30, now=NOW)
     assert out.startswith("New awp board posts on topics you subscribe to (30).")
     shown = [ln for ln in out.splitlines() if ln.startswith("  post ")]
     assert len(shown) == text.CAP
-    assert "  post 24" in out and "  post 4" not in out.splitlines()
-    assert "5 earlier ones are not shown here (all are marked read)" in out
-    assert "5 more new posts are still unread: they come next time" in out
+    assert "  post 0" in out and "  post 19" in out and "  post 20" not in out.splitlines()
+    assert "10 more new posts are still unread: they come next time" in out
+    assert upto == {posts[0]["topic"]: posts[19]["seq"]}  # the mark moves to what was shown
+
+
+def test_posts_beyond_the_bound_stay_unread() -> None:
+    posts = [post(i, body="z" * 1500) for i in range(10)]
+    out, upto = text.fit_board(posts, 0, 5000, now=NOW)
+    n = len([ln for ln in out.splitlines() if ln.startswith("[")])
+    assert text.measure(out) <= 5000 and 0 < n < 10
+    assert f"{10 - n} more new posts are still unread" in out
+    assert upto == {posts[0]["topic"]: posts[n - 1]["seq"]}
+    assert text.fit_board(posts, 0, 100) == ("", {})
 
 
 def test_hostile_text_stays_inside_the_framed_body() -> None:
@@ -194,12 +208,13 @@ def activity(*records: dict) -> tuple[int, dict]:
     return 200, {"active": NOW, "records": list(records)}
 
 
-def test_hook_takes_posts_marking_them_read_and_prints_them_after_messages(fake) -> None:
+def test_hook_takes_posts_and_prints_them_after_messages(fake) -> None:
     d, home = fake({"/v1/activity": activity(msg(1)),
                     "/v1/board/unread": (200, {"posts": [post(1, body="deploy is green")],
                                                "more": 0})})
-    out = run.run("inbox", "text", home, {})
-    assert ("/v1/board/unread", {"mark": True, "limit": run.BOARD_LIMIT}) in d.asked
+    out = run.run("inbox", "text", home, {}).text
+    # Nothing is marked read by asking: the hook confirms what it printed (/v1/seen).
+    assert ("/v1/board/unread", {"mark": False, "limit": run.BOARD_LIMIT}) in d.asked
     assert out.index("message 1") < out.index("New awp board post") < out.index("deploy is green")
     assert out.startswith("New awp messages (1).")
 
@@ -207,7 +222,7 @@ def test_hook_takes_posts_marking_them_read_and_prints_them_after_messages(fake)
 def test_posts_alone_are_printed(fake) -> None:
     d, home = fake({"/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [post(1)], "more": 0})})
-    out = run.run("inbox", "claude", home, {"hook_event_name": "PostToolUse"})
+    out = run.run("inbox", "claude", home, {"hook_event_name": "PostToolUse"}).text
     ctx = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     assert ctx.startswith("New awp board post on topics you subscribe to (1).")
 
@@ -215,23 +230,23 @@ def test_posts_alone_are_printed(fake) -> None:
 def test_nothing_new_prints_nothing(fake) -> None:
     d, home = fake({"/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [], "more": 0})})
-    assert run.run("inbox", "claude", home, {"hook_event_name": "PostToolUse"}) == ""
+    assert run.run("inbox", "claude", home, {"hook_event_name": "PostToolUse"}).text == ""
     assert [p for p, _ in d.asked] == ["/v1/activity", "/v1/board/unread"]
 
 
 def test_a_daemon_without_board_routes_still_gets_its_messages_shown(fake) -> None:
     d, home = fake({"/v1/activity": activity(msg(1))})  # /v1/board/unread: 404
-    out = run.run("inbox", "text", home, {})
+    out = run.run("inbox", "text", home, {}).text
     assert "message 1" in out and "board" not in out
     assert [p for p, _ in d.asked] == ["/v1/activity", "/v1/board/unread"]
     d2, home2 = fake({"/v1/activity": activity()})
-    assert run.run("inbox", "text", home2, {}) == ""
+    assert run.run("inbox", "text", home2, {}).text == ""
 
 
 def test_a_board_answer_that_never_comes_costs_only_the_budget(fake) -> None:
     d, home = fake({"/v1/activity": activity(msg(1)), "/v1/board/unread": None})
     start = time.monotonic()
-    out = run.run("inbox", "text", home, {})
+    out = run.run("inbox", "text", home, {}).text
     assert time.monotonic() - start < run.DAEMON_BUDGET + 0.2
     assert "message 1" in out and "board" not in out
 
@@ -239,15 +254,15 @@ def test_a_board_answer_that_never_comes_costs_only_the_budget(fake) -> None:
 def test_stop_asks_for_posts_only_when_it_stops_for_messages(fake) -> None:
     d, home = fake({"/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [post(1)], "more": 0})})
-    assert run.run("stop", "claude", home, {"hook_event_name": "Stop"}) == ""
+    assert run.run("stop", "claude", home, {"hook_event_name": "Stop"}).text == ""
     assert [p for p, _ in d.asked] == ["/v1/activity"]  # the posts stay unread
     d2, home2 = fake({"/v1/activity": activity(msg(1)),
                       "/v1/board/unread": (200, {"posts": [post(1)], "more": 0})})
-    reason = json.loads(run.run("stop", "claude", home2, {"hook_event_name": "Stop"}))["reason"]
+    reason = json.loads(run.run("stop", "claude", home2, {"hook_event_name": "Stop"}).text)["reason"]
     assert "message 1" in reason and "Before you finish" in reason and "post 1" in reason
     # A silenced stop asks for nothing unread at all.
     d3, home3 = fake({"/v1/activity": activity()})
-    assert run.run("stop", "claude", home3, {"stop_hook_active": True}) == ""
+    assert run.run("stop", "claude", home3, {"stop_hook_active": True}).text == ""
     assert [p for p, _ in d3.asked] == ["/v1/activity"]
 
 
@@ -255,7 +270,7 @@ def test_session_start_shows_posts_after_who_we_are(fake) -> None:
     status = {"name": "alice", "key": "ed25519:AbCdEfGhIjKl", "address": "", "peers": []}
     d, home = fake({"/v1/status": (200, status), "/v1/activity": activity(),
                     "/v1/board/unread": (200, {"posts": [post(1)], "more": 2})})
-    out = run.run("session-start", "text", home, {})
+    out = run.run("session-start", "text", home, {}).text
     assert out.startswith("awp: you are alice")
     assert "New awp board posts on topics you subscribe to (3)." in out
     assert "2 more new posts are still unread" in out

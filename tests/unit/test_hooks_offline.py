@@ -178,8 +178,20 @@ def test_format_nothing_and_no_event_name() -> None:
     for fmt in run.FORMATS:
         for event in run.EVENTS:
             assert format_output(fmt, event, "X", "") == ""
-        # inbox without an event name: plain text in any format
-        assert format_output(fmt, "inbox", "", "plain") == "plain"
+        # inbox without an event name: plain text, except for Gemini (JSON only)
+        if fmt != "gemini":
+            assert format_output(fmt, "inbox", "", "plain") == "plain"
+
+
+def test_gemini_without_an_event_name_still_prints_json() -> None:
+    # Gemini CLI parses a hook's stdout as JSON and nothing else.
+    for event in run.EVENTS:
+        obj = json.loads(format_output("gemini", event, "", "hello"))
+        ctx = (obj["reason"] if event == "stop"
+               else obj["hookSpecificOutput"]["additionalContext"])
+        assert ctx == "hello"
+    obj = json.loads(format_output("gemini", "inbox", "", "hello"))
+    assert obj["hookSpecificOutput"]["hookEventName"] == "AfterTool"
 
 
 def test_output_is_ascii_json() -> None:
@@ -227,21 +239,38 @@ def test_batch_cap_and_pointer() -> None:
     assert "awp read thr_old11111 (7)" in out and "awp read thr_new22222 (2)" in out
 
 
+def _inbox(records: list[dict], stop: bool = False) -> str:
+    return text.fit_messages(records, len(records), 1 << 30, stop=stop, now=2_000_000)[0]
+
+
 def test_inbox_and_stop_text_point_at_the_thread() -> None:
     one = [rec(1, "thr_solo0001")]
-    assert 'awp send --thread thr_solo0001 "..."' in text.inbox_text(one)
-    assert 'awp send --thread thr_solo0001 "..."' in text.stop_text(one)
-    assert "tell your user" in text.stop_text(one)
+    assert 'awp send --thread thr_solo0001 "..."' in _inbox(one)
+    assert 'awp send --thread thr_solo0001 "..."' in _inbox(one, stop=True)
+    assert "tell your user" in _inbox(one, stop=True)
     two = [rec(1, "thr_a"), rec(2, "thr_b")]
-    assert "--thread THREAD" in text.inbox_text(two)
-    assert text.stop_text([]) == "" and text.inbox_text([]) == ""
+    assert "--thread THREAD" in _inbox(two)
+    assert _inbox([], stop=True) == "" and _inbox([]) == ""
+
+
+def test_fit_messages_shows_the_newest_that_fit_and_points_at_the_rest() -> None:
+    records = [rec(i, "thr_old11111", "o" * 400) for i in range(7)]
+    records += [rec(100 + i, "thr_new22222", "n" * 400) for i in range(22)]
+    out, shown = text.fit_messages(records, 40, 5000, now=2_000_000)
+    assert text.measure(out) <= 5000 and shown == records[-len(shown):]
+    assert 0 < len(shown) < 20 and out.startswith("New awp messages (40).")
+    left = 40 - len(shown)
+    assert f"{left} older ones are not shown here and stay unread" in out
+    assert "awp read thr_new22222" in out and "awp tail --once" in out  # 11 not fetched
+    # Nothing fits, not even a cut record: nothing is shown, nothing marked.
+    assert text.fit_messages(records, 29, 150) == ("", [])
 
 
 def test_a_thread_id_two_peers_used_is_named_with_each_peer() -> None:
     """A third peer's line with another thread's id gets a hint that names the peer."""
     ours, theirs = rec(1, "thr_same0001"), rec(2, "thr_same0001", "from the third peer")
     theirs.update(peer="ed25519:Xyz0123456789", peer_name="mallory")
-    hint = text.inbox_text([ours, theirs])
+    hint = _inbox([ours, theirs])
     assert 'awp send --thread thr_same0001 "..."' not in hint
     assert "awp read thr_same0001 -p Abc" in hint
     assert "awp read thr_same0001 -p Xyz0123456" in hint
@@ -251,18 +280,16 @@ def test_a_thread_id_two_peers_used_is_named_with_each_peer() -> None:
     assert "awp read thr_same0001 -p Xyz0123456 (1)" in out
 
 
-def test_session_text() -> None:
+def test_identity_text() -> None:
     status = {"name": "alice", "key": "ed25519:AbCdEfGhIjKlMn", "address": "tcp:127.0.0.1:9",
               "peers": [{"key": "ed25519:x", "name": "bob", "state": "connected (out)"},
                         {"key": "ed25519:y", "name": "carol", "state": "offline"}]}
-    out = text.session_text(status, [])
+    out = text.identity_text(status)
     assert "you are alice (AbCdEfGhIj)" in out
     assert "Address to share: tcp:127.0.0.1:9" in out
     assert "Connected peers: bob (1 more known: awp peers)" in out
-    assert "New awp messages" not in out
-    out = text.session_text({"name": "a", "key": "", "address": "", "peers": []}, [rec(1)])
+    out = text.identity_text({"name": "a", "key": "", "address": "", "peers": []})
     assert "none yet" in out and "Connected peers: none" in out
-    assert f"New awp messages (1). {FRAMING}" in out
 
 
 def test_main_without_a_daemon_prints_nothing(tmp_path, capsys, monkeypatch) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from awp.store import ops, queries
@@ -158,3 +160,77 @@ def test_local_name_is_cleaned_and_an_invisible_one_refused(tmp_path):
     assert s.remember["name"] == "lead@laptop"
     with pytest.raises(HomeError, match="empty once spaces and invisible"):
         resolve(str(tmp_path), Flags(name="\u200b \u2066"), {}, env={})
+
+
+# -- issue 20 items 13, 14: UTS #39 look-alikes, introductions ---------------------------------
+
+LOOKALIKES = ["buiIder", "b\u057dilder", "builde\u0433", "\u0185uilder", "buil\ua4d2er",
+              "bui1der", "\u0432uilder".replace("\u0432", "\u0412"), "BUILDER"]
+
+
+@pytest.mark.parametrize("name", LOOKALIKES)
+def test_confusable_skeletons_fold_together(name):
+    # capital I, Armenian seh, Cyrillic ghe, tone six, Lisu pha, digit one, Cyrillic VE, case
+    assert name_fold(name) == name_fold("builder")
+
+
+@pytest.mark.parametrize("name", ["buiIder", "b\u057dilder", "builde\u0433", "\u0185uilder",
+                                  "buil\ua4d2er"])
+def test_a_lone_lookalike_is_never_taken_for_the_name_without_its_key(store, name):
+    """`awp send builder` when the only peer known calls itself a look-alike."""
+    fake = _peer(store, name)
+    with pytest.raises(LookupFailed) as e:
+        queries.resolve_peer(store, "builder")
+    assert e.value.code == "lookalike_peer" and short_key(fake) in str(e.value)
+    # Its own name, its key prefix, or an alias still reach it.
+    assert queries.resolve_peer(store, name) == fake
+    assert queries.resolve_peer(store, short_key(fake)) == fake
+    store.execute("INSERT INTO aliases (alias, key) VALUES ('bob', ?)", (fake,))
+    assert queries.resolve_peer(store, "builder") == fake  # named before: an alias
+    # Flagged beside the real one.
+    real = _peer(store, "builder")
+    assert queries.peer_label(store, real) == f"builder ({short_key(real)})"
+
+
+def test_a_lookalike_the_user_has_written_to_resolves(store):
+    fake = _peer(store, "buiIder")
+    store.execute("INSERT INTO log (peer, dir, t, id, th, ts, at, line) VALUES"
+                  " (?, 'out', 'msg', '01A', 'thr_x', 10, 10, '{}')", (fake,))
+    assert queries.resolve_peer(store, "builder") == fake
+
+
+def _introduce(c, sender: str, key: str, name: str, addr: str = "") -> None:
+    line = {"t": "introduce", "id": Identity.generate().key[-10:], "th": "",
+            "peer": {"key": key, "name": name, **({"address": addr} if addr else {})}}
+    c.execute("INSERT INTO log (peer, dir, t, id, th, ts, at, line) VALUES"
+              " (?, 'in', 'introduce', ?, '', 1, 1, ?)", (sender, line["id"], json.dumps(line)))
+
+
+def test_introduced_names_never_shadow_or_crowd_a_name(store):
+    real = _peer(store, "builder")
+    mallory = _peer(store, "mallory")
+    phantom = Identity.generate().key
+    ops.ensure_peer(store, phantom, 3)
+    _introduce(store, mallory, phantom, "builder")
+    assert queries.resolve_peer(store, "builder") == real  # not ambiguous
+    assert queries.resolve_peer(store, "builder", introduced=True) == real
+    # A name only an introduction gave: connect may use it, send may not.
+    other = Identity.generate().key
+    ops.ensure_peer(store, other, 4)
+    _introduce(store, mallory, other, "reviewer")
+    assert queries.resolve_peer(store, "reviewer", introduced=True) == other
+    with pytest.raises(LookupFailed) as e:
+        queries.resolve_peer(store, "reviewer")
+    assert e.value.code == "unknown_peer" and short_key(other) in str(e.value)
+
+
+def test_introduced_addresses_rank_below_the_peers_own(store):
+    key = _peer(store, "builder")
+    ops.add_address(store, key, "tcp:10.0.0.1:7000", "hello", 10)
+    ops.add_address(store, key, "tcp:10.6.6.6:7000", "introduce", 20)
+    ops.add_address(store, key, "tcp:10.0.0.1:7000", "introduce", 30)  # never downgrades
+    ops.address_result(store, key, "tcp:10.6.6.6:7000", 40)  # even after it once worked
+    order = [r["addr"] for r in ops.ranked_addresses(store, key)]
+    assert order == ["tcp:10.0.0.1:7000", "tcp:10.6.6.6:7000"]
+    ops.add_address(store, key, "tcp:10.1.1.1:7000", "connect", 50)
+    assert ops.ranked_addresses(store, key)[0]["addr"] == "tcp:10.1.1.1:7000"

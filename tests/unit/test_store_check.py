@@ -69,13 +69,41 @@ def test_damage_in_a_frame_header_is_seen_past_too(wal_copy, where):
     assert r.damaged and r.bad_frame == 4, r
 
 
-def test_a_torn_last_frame_is_only_a_warning(wal_copy):
+@pytest.mark.parametrize("cut", [1000, 4096 + 24 + 10, 4096 + 24 - 16 + 3])
+def test_a_wal_cut_inside_a_frame_is_damage(wal_copy, cut):
+    # Cut inside the last frame's page, inside the one before, and inside a
+    # frame header short of its salts: each was written and is now gone.
     size = os.path.getsize(wal_copy + "-wal")
     with open(wal_copy + "-wal", "r+b") as f:
-        f.truncate(size - 1000)  # the last frame cut short: SQLite never acked it
+        f.truncate(size - cut)
     r = check.check_wal(wal_copy)
-    assert not r.damaged and r.frames == COMMITS - 1, r
-    _flip(wal_copy + "-wal", _frame(COMMITS - 2, 24 + 7))  # now the last whole frame too
+    assert r.damaged and r.lost_commits == 0 and r.cut >= 0, r
+    assert r.frames == r.cut < COMMITS, r
+    with pytest.raises(check.StoreDamaged, match=f"-wal is cut short inside frame {r.cut + 1}"):
+        check.verify(wal_copy, hint="; run it")
+
+
+def test_a_wal_cut_inside_its_header_is_damage(wal_copy):
+    with open(wal_copy + "-wal", "r+b") as f:
+        f.truncate(20)
+    assert check.check_wal(wal_copy).cut == 0
+    with pytest.raises(check.StoreDamaged, match="cut short inside its header"):
+        check.verify(wal_copy)
+
+
+def test_a_frame_header_alone_at_the_end_is_only_a_warning(wal_copy):
+    # What a process killed between SQLite's two writes of a frame leaves: a
+    # transaction that never committed.
+    size = os.path.getsize(wal_copy + "-wal")
+    with open(wal_copy + "-wal", "r+b") as f:
+        f.truncate(size - 4096)
+    r = check.check_wal(wal_copy)
+    assert not r.damaged and r.frames == COMMITS - 1 and r.dropped == 1, r
+    assert "1 frame(s) that do not check out" in check.verify(wal_copy)
+
+
+def test_a_bad_last_whole_frame_is_only_a_warning(wal_copy):
+    _flip(wal_copy + "-wal", _frame(COMMITS - 1, 24 + 7))  # a torn in-place write looks so
     r = check.check_wal(wal_copy)
     assert not r.damaged and r.dropped == 1, r
     assert "1 frame(s) that do not check out" in check.verify(wal_copy)
@@ -148,3 +176,19 @@ def test_a_big_store_is_checked_in_full_only_after_an_unclean_stop(tmp_path, mon
     os.unlink(db + "-wal")
     with pytest.raises(check.StoreDamaged):
         check.verify(db)
+
+
+def test_eight_bytes_changed_inside_a_row_are_found_though_quick_check_passes(tmp_path):
+    db = _store(tmp_path)
+    with open(db, "r+b") as f:  # inside the text of a row on a page in the middle
+        f.seek(4096 * 10 + 2000)
+        f.write(b"\xff" * 8)
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    assert check.quick_check(c) == ""  # SQLite's structural check sees nothing
+    c.close()
+    with pytest.raises(check.StoreDamaged, match=r"table x: the row after rowid \d+ cannot be"
+                       r" read: text that is not UTF-8 in column 'v'\)") as e:
+        check.verify(db)
+    assert "\\xff" not in str(e.value) and len(str(e.value)) < 200  # the value is not quoted
+    assert check.is_damage(sqlite3.OperationalError(
+        "Could not decode to UTF-8 column 'peer' with text 'P\ufffd'"))

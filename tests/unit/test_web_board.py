@@ -50,3 +50,28 @@ def test_posts_keep_their_text_exactly_and_name_files() -> None:
     view = board.topic_view({"topic": TOPIC, "posts": [p, "junk"]})
     assert [x["hash"] for x in view["posts"]] == ["ab" * 16]
     assert board.board({"topics": [TOPIC, None]})["topics"][0]["label"] == "alice/ops"
+
+
+def test_queue_view_rows_counts_and_columns():
+    from awp.web.board import QUEUE_COLUMNS, queue_view
+
+    def item(h: str, text: str) -> dict:
+        return {"hash": h * 8, "id": h * 5, "parts": [{"k": "text", "text": text}]}
+
+    q = {"arbiter": True, "items": [
+        {"item": item("a", "job 1"), "status": "claimed", "holder": "ed25519:bob",
+         "lease": "x.1", "until": 1_800_000_000_000, "attempts": 1},
+        {"item": item("b", "job 2"), "status": "done", "holder": "ed25519:bob", "until": 5,
+         "attempts": 1},
+        {"item": item("c", "job 3"), "status": "dead", "attempts": 3},
+        {"item": item("d", "job 4"), "status": "<script>", "attempts": "x"},
+    ]}
+    v = queue_view(q)
+    assert v is not None and v["arbiter"] is True
+    assert [c["key"] for c in v["columns"]] == [c["key"] for c in QUEUE_COLUMNS]
+    assert [r["status"] for r in v["rows"]] == ["claimed", "done", "dead", "open"]
+    assert v["rows"][0]["holder"] == "ed25519:bob" and v["rows"][0]["until"].startswith("2027")
+    assert v["rows"][1]["holder"] == "" and v["rows"][1]["until"] == ""  # only a claim has one
+    assert v["rows"][3]["attempts"] == 0 and v["rows"][0]["text"] == "job 1"
+    assert v["counts"] == {"open": 1, "claimed": 1, "done": 1, "dead": 1}
+    assert queue_view(None) is None

@@ -164,3 +164,20 @@ def test_a_failing_job_alone_fails_only_itself_threaded_and_inline(tmp_path, mon
 
     trio.run(main)
     assert sorted(r[0] for r in conn.execute("SELECT n FROM t")) == [0, 3600]
+
+
+def test_a_flood_of_tiny_lines_makes_modest_transactions(tmp_path):
+    """Jobs of 32 tiny lines (what a connection makes of a flooder's reads)
+    fill a batch with about a hundred rows, not thousands (it was 3,500 of
+    them): an honest peer's urgent line waits for one such transaction."""
+    w = Writer(_store(tmp_path))
+    for _ in range(200):  # 6,400 lines of 150 bytes queued
+        w.submit_nowait(_insert(0), weight=writer_mod.lines_weight(32 * 150, 32))
+    batch = w._next_batch()
+    assert 32 <= len(batch) * 32 <= 128, len(batch)
+    big = writer_mod.lines_weight(1_000_000, 1)  # a 1 MB line is a batch of its own
+    (tmp_path / "x").mkdir()
+    w2 = Writer(_store(tmp_path / "x"))
+    for _ in range(3):
+        w2.submit_nowait(_insert(0), weight=big)
+    assert len(w2._next_batch()) == 1

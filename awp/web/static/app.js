@@ -1038,6 +1038,9 @@
     clear($('topic-posts'));
     clear($('topic-head'));
     delete $('topic-head').dataset.sig;
+    clear($('topic-queue'));
+    delete $('topic-queue').dataset.sig;
+    $('topic-queue').hidden = true;
     $('topic-empty').hidden = true;
     loadTopic();
   }
@@ -1055,15 +1058,12 @@
       tp.error = '';
       tp.data = r.body;
     }
-    const nearBottom = window.innerHeight + window.scrollY >= document.body.scrollHeight - 80;
-    const before = tp.count || 0;
-    renderTopic();
-    tp.count = tp.data ? tp.data.posts.length : 0;
-    if (before && tp.count > before && nearBottom) window.scrollTo(0, document.body.scrollHeight);
+    renderTopic();  // the newest posts are at the top: nothing to scroll to
   });
 
-  // Posts in thread order: each post, then its replies (oldest first), depth-first.
-  // A reply whose parent is not here (gone, or older than what was read) starts a thread.
+  // Posts in thread order, the newest thread first (where the eye is when the page
+  // opens): each post, then its replies (oldest first), depth-first. A reply whose
+  // parent is not here (gone, or older than what was read) starts a thread.
   function threadOrder(posts) {
     const byHash = new Map(posts.map((p) => [p.hash, p]));
     const kids = new Map();
@@ -1078,7 +1078,7 @@
     }
     const out = [];
     const seen = new Set();
-    const stack = roots.slice().reverse().map((p) => [p, 0]);
+    const stack = roots.map((p) => [p, 0]);  // popped last first: the newest root leads
     while (stack.length) {
       const [p, depth] = stack.pop();
       if (seen.has(p.hash)) continue;
@@ -1141,12 +1141,52 @@
             (t.unread ? ', ' + t.unread + ' unread by the agent' : '') })));
       }
     }
+    renderQueue(d && d.queue);
     if (!tp.list) tp.list = new Keyed($('topic-posts'), postRow, postSig);
     const posts = d ? d.posts : [];
     tp.list.update(threadOrder(posts), (x) => x.p.hash);
     const empty = $('topic-empty');
     empty.hidden = posts.length > 0 || (!tp.error && !d);
     empty.textContent = tp.error || 'No posts yet.';
+  }
+
+  // A work queue's items: one row each, the columns as the server lists them
+  // (awp/web/board.py QUEUE_COLUMNS), each drawn by its kind.
+  const QUEUE_CELL = {
+    text: (v) => h('span', { text: String(v) }),
+    status: (v) => badge(v, 'q-' + v),
+    who: (v) => (v ? agentName(v, false) : h('span', { class: 'muted', text: '-' })),
+    time: (v) => (v ? h('span', { text: clock(v), title: v }) : h('span', { class: 'muted', text: '-' })),
+  };
+
+  function renderQueue(q) {
+    const box = $('topic-queue');
+    const sig = q ? JSON.stringify(q) : '';
+    if (box.dataset.sig === sig) return;
+    box.dataset.sig = sig;
+    clear(box);
+    box.hidden = !q;
+    if (!q) return;
+    const c = q.counts || {};
+    box.appendChild(h('div', { class: 'queue-head' },
+      h('h2', { text: 'Queue' }),
+      h('span', { class: 'muted', text: ['open', 'claimed', 'done', 'dead']
+        .map((k) => (c[k] || 0) + ' ' + k).join(' · ') +
+        (q.arbiter ? '' : ' (as the lease records held here say; the owner decides)') })));
+    if (!q.rows.length) {
+      box.appendChild(h('p', { class: 'empty', text: 'No items yet: awp post TOPIC "..." adds one.' }));
+      return;
+    }
+    const cols = q.columns || [];
+    const head = h('tr', {}, cols.map((col) => h('th', { text: col.title })));
+    const body = q.rows.map((r) => {
+      const tr = h('tr', { class: 'q-row q-' + r.status },
+        cols.map((col) => h('td', { class: 'q-' + col.key },
+          (QUEUE_CELL[col.kind] || QUEUE_CELL.text)(r[col.key] === undefined ? '' : r[col.key]))));
+      tr.dataset.hash = r.hash;
+      return tr;
+    });
+    box.appendChild(h('table', { class: 'queue' }, h('thead', {}, head), h('tbody', {}, body)));
   }
 
   function onBoardEvent(d) {

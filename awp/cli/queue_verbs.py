@@ -1,0 +1,120 @@
+"""The work queue's commands' work, without typer: claim, renew, release,
+complete, fail, queue (declared in :mod:`awp.cli.cmd_queue`).
+
+A topic created with ``--queue`` is a work queue: its top-level posts are
+the items, and the owner's daemon hands them out one lease at a time
+(SPEC.md section 14, "Work queue").  ``claim`` exits 2, as ``awp wait``
+does on a timeout, whenever nothing was handed out (the queue is empty, the
+owner is unreachable, or it did not answer in time), so a worker loop can
+tell "try later" from a real error.  The lease commands all take the topic
+and the lease id that ``claim`` printed: ``awp complete TOPIC LEASE``.
+"""
+
+from __future__ import annotations
+
+from ..localapi.client import ApiFailure
+from ..present import render_board
+from ..present.render import INDENT, now_ms
+from .base import CliError, CliExit, note, out, out_json, parse_seconds
+from .board_verbs import HTTP_SLACK, client_for, peer_names
+
+# op -> the past tense shown
+OPS = {"renew": "renewed", "release": "released", "complete": "completed", "fail": "failed"}
+
+
+def _item_lines(item: dict) -> list[str]:
+    lines: list[str] = []
+    for part in item.get("parts") or []:
+        lines += render_board.part_lines(part)
+    return lines
+
+
+def claim(topic: str, timeout: str, home: str | None, as_json: bool) -> None:
+    """``awp claim``."""
+    secs = parse_seconds(timeout, "--timeout")
+    client = client_for(home, secs)
+    try:
+        res = client.request("POST", "/v1/board/claim", {"topic": topic, "timeout": secs},
+                             timeout=secs + HTTP_SLACK)
+    except ApiFailure as e:
+        if e.code == "no_owner":
+            raise CliError(f"{e.message}; try again later", 2) from None
+        if e.status == 504 or e.code == "timeout":
+            raise CliError(f"the owner of {topic} did not answer within {timeout.strip()}"
+                           " (try again later)", 2) from None
+        raise
+    assert isinstance(res, dict)
+    if as_json:
+        out_json(res)
+        if res.get("state") != "claimed":
+            raise CliExit(2)
+        return
+    if res.get("state") != "claimed":
+        raise CliError(f"the queue {topic} has no open item", 2)
+    item = res.get("item") if isinstance(res.get("item"), dict) else {}
+    lease = res.get("lease", "?")
+    out(f"claimed {item.get('id') or str(item.get('hash', ''))[:10]}"
+        f" (posted by {render_board.author(item)}): lease {lease},"
+        f" until {render_board.until_text(res.get('until'))}")
+    out("\n".join(_item_lines(item)))
+    out(f"{INDENT}when done: awp complete {topic} {lease}  (or fail, release; renew for more"
+        " time)")
+
+
+def lease_op(op: str, topic: str, lease: str, home: str | None, as_json: bool) -> None:
+    """``renew``, ``release``, ``complete`` or ``fail`` a lease we hold."""
+    res = client_for(home).post("/v1/board/lease", {"topic": topic, "lease": lease, "op": op})
+    assert isinstance(res, dict)
+    if as_json:
+        out_json(res)
+        return
+    item = res.get("item") if isinstance(res.get("item"), dict) else {}
+    what = item.get("id") or str(item.get("hash", ""))[:10] or lease
+    if res.get("queued"):
+        out(f"{op} of lease {lease} queued: the owner is not connected; the daemon retries"
+            f" until the lease ends at {render_board.until_text(res.get('until'))}")
+    elif op == "renew":
+        out(f"renewed {what}: lease {res.get('lease', lease)},"
+            f" until {render_board.until_text(res.get('until'))}")
+    else:
+        out(f"{OPS[op]} {what} (lease {lease})")
+
+
+
+def renew(topic: str, lease: str, home: str | None, as_json: bool) -> None:
+    """``awp renew``."""
+    lease_op("renew", topic, lease, home, as_json)
+
+
+def release(topic: str, lease: str, home: str | None, as_json: bool) -> None:
+    """``awp release``."""
+    lease_op("release", topic, lease, home, as_json)
+
+
+def complete(topic: str, lease: str, home: str | None, as_json: bool) -> None:
+    """``awp complete``."""
+    lease_op("complete", topic, lease, home, as_json)
+
+
+def fail(topic: str, lease: str, home: str | None, as_json: bool) -> None:
+    """``awp fail``."""
+    lease_op("fail", topic, lease, home, as_json)
+
+
+def queue(topic: str, home: str | None, as_json: bool) -> None:
+    """``awp queue``."""
+    client = client_for(home)
+    res = client.get("/v1/board/queue", topic=topic)
+    assert isinstance(res, dict)
+    if as_json:
+        out_json(res)
+        return
+    items = res.get("items") or []
+    if not items:
+        note(f"no items on {topic}")
+        return
+    st = client.get("/v1/status")
+    me = st.get("key", "") if isinstance(st, dict) else ""
+    out(render_board.queue_table(items, peer_names(client), me, now_ms()))
+    if not res.get("arbiter"):
+        note("(as this host sees it from the lease records it holds; the owner's daemon decides)")
