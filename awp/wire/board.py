@@ -329,6 +329,21 @@ def _check_kind(kind: str, doc: dict) -> str:
 
 # -- queue requests that travel over other hosts ---------------------------------------------
 
+
+def _check_signed(obj: dict, signer: str, max_bytes: int, what: str) -> None:
+    """``ts``, size and ``signer``'s signature of a signed object that is not a record."""
+    try:
+        parse_ts(obj.get("ts"))  # type: ignore[arg-type]
+        body = canonical_bytes({k: v for k, v in obj.items() if k != "sig"})
+    except (ValueError, TypeError, RecursionError):
+        raise BoardError(f"bad {what}") from None
+    sig = obj.get("sig")
+    if len(body) > max_bytes or not isinstance(sig, str) or not _SIG.match(sig):
+        raise BoardError(f"{what} too large or unsigned")
+    if not verify(signer, body, sig):
+        raise BoardError(f"{what} signature does not verify")
+
+
 ASK_OPS = ("claim", "renew", "release", "complete", "fail")
 MAX_ASK = 2048  # bytes of an ask's canonical JSON
 
@@ -358,16 +373,7 @@ def check_ask(obj: object) -> dict:
     for f in ("req", "lease"):
         if f in obj and (not isinstance(obj[f], str) or not 0 < len(obj[f]) <= 80):
             raise BoardError(f"{f}: 1 to 80 characters")
-    try:
-        parse_ts(obj.get("ts"))  # type: ignore[arg-type]
-        body = canonical_bytes({k: v for k, v in obj.items() if k != "sig"})
-    except (ValueError, TypeError, RecursionError):
-        raise BoardError("bad ask") from None
-    sig = obj.get("sig")
-    if len(body) > MAX_ASK or not isinstance(sig, str) or not _SIG.match(sig):
-        raise BoardError("ask too large or unsigned")
-    if not verify(obj["by"], body, sig):
-        raise BoardError("ask signature does not verify")
+    _check_signed(obj, obj["by"], MAX_ASK, "ask")
     return obj
 
 
@@ -404,16 +410,7 @@ def check_head(obj: object) -> dict:
             raise BoardError("head numbers must be integers")
     if not all(isinstance(r.get("fp"), str) and len(r["fp"]) <= 32 for r in ranges):
         raise BoardError("head fingerprints must be short strings")
-    try:
-        parse_ts(obj.get("ts"))  # type: ignore[arg-type]
-        body = canonical_bytes({k: v for k, v in obj.items() if k != "sig"})
-    except (ValueError, TypeError, RecursionError):
-        raise BoardError("bad head") from None
-    sig = obj.get("sig")
-    if len(body) > MAX_HEAD or not isinstance(sig, str) or not _SIG.match(sig):
-        raise BoardError("head too large or unsigned")
-    if not verify(owner, body, sig):
-        raise BoardError("head signature does not verify")
+    _check_signed(obj, owner, MAX_HEAD, "head")
     return obj
 
 
