@@ -62,6 +62,7 @@ class Limits:
     board_queue_log: int = 10000            # rows in one queue's arbiter log before compacting
     board_award_window: float = 0.05        # claims on our queues arriving this close are
     #                                         served together, best bid first (the market)
+    board_leases_per_claimant: int = 8      # leases one claimant holds at once in one of our queues
 
     # Links kept without business of our own (awp/node/business.py).
     kept_peers: int = 64                    # peers redialled only because they were recently
@@ -93,6 +94,7 @@ for _f, _k in (
     ("board_claims_per_minute", "count"), ("board_queue_log", "count"),
     ("board_award_window", "seconds"),
     ("kept_peers", "count"), ("warm_for", "seconds"),
+    ("board_leases_per_claimant", "count"),
 ):
     _kind(_f, _k)
 

@@ -6,6 +6,7 @@
 * :mod:`.view` turns a topic's records into what readers see (edits, deletes, hides).
 * :mod:`.sync` reconciles two hosts' copies of a topic, moving only what is missing.
 * :mod:`.queue` is the work-queue arbiter: leases as a pure function of its log.
+* :mod:`.heads` compares a copy of a topic with its owner's signed head (what a relay withheld).
 
 None of it is wired into the daemon yet; SPEC.md ("The board") has the wire shapes.
 """

@@ -3,10 +3,16 @@
 Every host decides alone, with what it holds, and all honest hosts must
 decide the same, or the copies of a topic would never converge.  So:
 
-* Posting is judged at the record's own time (``ts``), never at the host's
-  clock: a grant counts when it had not expired at ``ts`` and was not revoked
-  at or before ``ts``.  The grants travel inside the record (``grant``, and
-  ``via`` for an introduced one), so no host needs anything else.
+* The owner's topic document is the authority: its ``members`` list names
+  keys that may read or post (until a time), and it travels to every
+  subscriber over any path of readers.  A grant inside a record (``grant``,
+  and ``via`` for an introduced one) also counts, as before members existed.
+* Posting is judged when a host takes the record, at the host's clock, never
+  at the record's own ``ts``: an author chooses its ``ts``, so judging by it
+  let a revoked or expired author backdate records into the topic.  A grant
+  counts when it has not expired and was never revoked; a member when its
+  ``until`` has not passed.  A record a host took before a revocation
+  stays.
 * Grants bound to one peer (``aud``) never count: a board decision must be
   the same everywhere.
 * One level of introduction, as for direct grants (SPEC.md section 10): a
@@ -58,7 +64,7 @@ def _usable(g: object, *, sub: str, at_ms: int, policy: Policy | None) -> bool:
     return True
 
 
-def may_post(rec: Record, policy: Policy | None) -> str:
+def may_post(rec: Record, policy: Policy | None, now_ms: int) -> str:
     """Empty when ``rec`` may be in its topic; otherwise why not.
 
     ``policy`` is the newest topic document this host holds (None: none yet,
@@ -76,10 +82,10 @@ def may_post(rec: Record, policy: Policy | None) -> str:
         return "author is banned from this topic"
     if rec.kind == "delete":
         return ""  # about the author's own post: a view rule, no grant needed
-    if policy.post_open:
+    if policy.post_open or policy.member(rec.author, "post", now_ms):
         return ""
     if grant_counts(rec.doc.get("grant"), owner=rec.owner, sub=rec.author, topic=rec.topic,
-                    what="post", at_ms=rec.ts, policy=policy, via=rec.doc.get("via")):
+                    what="post", at_ms=now_ms, policy=policy, via=rec.doc.get("via")):
         return ""
     return "no grant to post here"
 
@@ -98,7 +104,7 @@ def admit(rec: Record, policy: Policy | None, now_ms: int) -> str:
         return TOO_EARLY
     if policy is not None and rec.kind in ("post", "edit") and rec.size > policy.max_post:
         return "larger than the topic's max_post"
-    return may_post(rec, policy)
+    return may_post(rec, policy, now_ms)
 
 
 def may_read(key: str, *, topic: str, owner: str, policy: Policy | None, now_ms: int,
@@ -106,14 +112,15 @@ def may_read(key: str, *, topic: str, owner: str, policy: Policy | None, now_ms:
     """Whether a host should send ``topic``'s records to subscriber ``key``.
 
     A subscriber proves its right with the grant (and introducer grant) it
-    sent when subscribing; a post grant implies read.  Without a topic
-    document only the owner is served.
+    sent when subscribing, or by being a member in the topic document; a
+    post grant implies read.  Without a topic document only the owner is
+    served.
     """
     if key == owner:
         return True
     if policy is None or key in policy.banned:
         return False
-    if policy.read_open:
+    if policy.read_open or policy.member(key, "read", now_ms):
         return True
     return grant_counts(grant, owner=owner, sub=key, topic=topic, what="read", at_ms=now_ms,
                         policy=policy, via=via)

@@ -71,6 +71,7 @@ class Event:
         # a log row read back from JSON holds lists
         object.__setattr__(self, "needs", tuple(self.needs))
         object.__setattr__(self, "offers", tuple(self.offers))
+    done_lease: str = ""  # for a done item: the lease that completed it (a retry is answered)
 
     def to_json(self) -> dict:
         """The fields that differ from their defaults: a log row as short as it can be."""
@@ -103,6 +104,8 @@ class _Item:
     dead: bool = False
     req: str = ""  # the request id of the claim that made the current lease
     needs: tuple[str, ...] = ()
+    done_lease: str = ""  # the lease that completed it, and its holder (``holder`` is cleared)
+    done_by: str = ""
 
     @property
     def key(self) -> tuple[int, str]:
@@ -117,6 +120,7 @@ class Arbiter:
     _order: list[tuple[int, str]] = field(default_factory=list)  # (ts, item) of those to do
     _leases: dict[str, str] = field(default_factory=dict)  # current lease -> item
     _reqs: dict[tuple[str, str], Decision] = field(default_factory=dict)  # of current leases
+    _done: dict[str, str] = field(default_factory=dict)  # lease that completed an item -> item
     _clock: int = 0
     standing: Standing = field(default_factory=Standing)  # workers' strikes (the market)
 
@@ -184,10 +188,12 @@ class Arbiter:
             it = self._items.pop(h)
             if not (it.done or it.dead):
                 del self._order[bisect_left(self._order, it.key)]
-        return [Event("restore", self._clock, who=it.holder, item=it.item, ts=it.ts,
-                      lease=it.lease, req=it.req, attempts=it.attempts, grants=it.grants,
-                      until=it.until, end="done" if it.done else "dead" if it.dead else "",
-                      needs=it.needs)
+        self._done = {k: h for k, h in self._done.items() if h in self._items}
+        return [Event("restore", self._clock, who=it.holder or it.done_by, item=it.item,
+                      ts=it.ts, lease=it.lease, req=it.req, attempts=it.attempts,
+                      grants=it.grants, until=it.until,
+                      end="done" if it.done else "dead" if it.dead else "",
+                      needs=it.needs, done_lease=it.done_lease)
                 for it in sorted(self._items.values(), key=lambda it: it.key)] + [
             Event("standing", self._clock, who=w, attempts=n, until=last)
             for w, n, last in self.standing.items() if w in self.standing.strikes(self._clock)]
@@ -215,8 +221,12 @@ class Arbiter:
             insort(self._order, (ts, item))
 
     def _restore(self, ev: Event) -> None:
-        it = _Item(ev.item, ev.ts, ev.attempts, ev.grants, ev.who, ev.lease, ev.until,
-                   ev.end == "done", ev.end == "dead", ev.req, ev.needs)
+        done = ev.end == "done"
+        it = _Item(ev.item, ev.ts, ev.attempts, ev.grants, "" if done else ev.who, ev.lease,
+                   ev.until, done, ev.end == "dead", ev.req, ev.needs)
+        if done and ev.done_lease:
+            it.done_lease, it.done_by = ev.done_lease, ev.who
+            self._done[ev.done_lease] = it.item
         self._items[it.item] = it
         if not (it.done or it.dead):
             insort(self._order, it.key)
@@ -294,9 +304,22 @@ class Arbiter:
             return d
         return Decision("empty")
 
+    def retry_of(self, who: str, req: str) -> bool:
+        """Whether a claim ``(who, req)`` repeats one whose lease is current."""
+        prev = self._reqs.get((who, req)) if req else None
+        return prev is not None and self._items[prev.item].lease == prev.lease
+
+    def held_by(self, who: str) -> int:
+        """How many current leases ``who`` holds (the node caps it per claimant)."""
+        return sum(1 for h in self._leases.values() if self._items[h].holder == who)
+
     def _act(self, op: str, who: str, lease: str) -> Decision:
         it = self._items.get(self._leases.get(lease, ""))
         if it is None or it.lease != lease:
+            done = self._items.get(self._done.get(lease, ""))
+            if op == "complete" and done is not None and done.done_by == who:
+                # a retried complete whose answer was lost: it was committed, say so again
+                return Decision("done", done.item, who, lease, 0, again=True)
             return Decision("refused", lease=lease, why="no such lease (expired or ended)")
         if it.holder != who:
             return Decision("refused", it.item, it.holder, lease, it.until, "not the holder")
@@ -307,6 +330,8 @@ class Arbiter:
         if op == "complete":
             self._end(it, failed=False)
             self._finish(it, done=True)
+            it.done_lease, it.done_by = lease, who
+            self._done[lease] = it.item
             return Decision("done", it.item, who, lease, until)
         self._end(it, failed=op == "fail")
         return Decision("failed" if op == "fail" else "released", it.item, who, lease, until)

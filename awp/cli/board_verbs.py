@@ -282,6 +282,12 @@ def topic_grant(topic: str, peer: str, read: bool, post: bool, ttl: str, home: s
     if as_json:
         out_json(res)
         return
+    if res.get("member"):
+        n = len(res.get("readers") or [])
+        out(f"granted {what} on {topic} to {peer} until {res.get('until', '?')}: it travels"
+            f" with the topic to every subscriber over any path of readers ({n} linked now;"
+            " a relay that may not read the topic never carries it)")
+        return
     grant = res.get("grant") if isinstance(res.get("grant"), dict) else {}
     how = "delivered" if res.get("delivered") else "it gets it on its next connection"
     out(f"granted {what} on {topic} to {peer} until {grant.get('exp', '?')} ({how});"
@@ -300,6 +306,11 @@ def topic_revoke(topic: str, peer: str | None, grant: str | None, home: str | No
         out_json(res)
         return
     revoked = res.get("revoked") or []
+    if res.get("member"):
+        more = f" and {len(revoked)} grant(s): {', '.join(h[:12] for h in revoked)}" if revoked else ""
+        out(f"revoked {peer} on {label_of(res, topic)}{more}; nothing new of theirs is taken,"
+            " whatever time it claims")
+        return
     if not revoked:
         raise CliError(f"no board grant on {topic} to revoke"
                        + (f" for {peer}" if peer else f" with hash {grant}"))

@@ -976,9 +976,11 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
                  '  -h, --help            Show this message and exit.\n',
  'topic grant': 'Usage: awp topic grant [OPTIONS] {TOPIC} {PEER}\n'
                 '\n'
-                '  Grant a peer the right to post to one of your topics (which includes reading\n'
-                '  it), or with --read to read it only, until the ttl runs out. The grant is\n'
-                '  sent now if the peer is connected, else on its next connection.\n'
+                '  Grant a key or known peer the right to post to one of your topics (which\n'
+                '  includes reading it), or with --read to read it only, until the ttl runs\n'
+                "  out. The peer need not be connected: the grant is written into the topic's\n"
+                '  document, which reaches every subscriber over any path of hosts that may\n'
+                '  read the topic (NAME/* grants go on a direct connection).\n'
                 '\n'
                 '  Examples:\n'
                 '    awp topic grant ops builder\n'
@@ -998,9 +1000,10 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
                 '  -h, --help      Show this message and exit.\n',
  'topic revoke': 'Usage: awp topic revoke [OPTIONS] {TOPIC} [[PEER]]\n'
                  '\n'
-                 '  Revoke board grants on one of your topics: every one you gave a peer, or one\n'
-                 '  by its hash. Posts signed under them from now on are refused everywhere;\n'
-                 '  earlier posts stay.\n'
+                 "  Revoke a peer's membership and board grants on one of your topics, or one\n"
+                 "  grant by its hash. Every host that learns of it (the topic's document\n"
+                 '  travels to every subscriber) refuses their new records, whatever time they\n'
+                 '  claim; posts already taken stay.\n'
                  '\n'
                  '  Examples:\n'
                  '    awp topic revoke ops builder\n'

@@ -163,9 +163,11 @@ def topic_grant(
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
-    """Grant a peer the right to post to one of your topics (which includes
-    reading it), or with --read to read it only, until the ttl runs out. The
-    grant is sent now if the peer is connected, else on its next connection.
+    """Grant a key or known peer the right to post to one of your topics (which
+    includes reading it), or with --read to read it only, until the ttl runs
+    out. The peer need not be connected: the grant is written into the topic's
+    document, which reaches every subscriber over any path of hosts that may
+    read the topic (NAME/* grants go on a direct connection).
 
     \b
     Examples:
@@ -185,9 +187,10 @@ def topic_revoke(
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
-    """Revoke board grants on one of your topics: every one you gave a peer, or
-    one by its hash. Posts signed under them from now on are refused
-    everywhere; earlier posts stay.
+    """Revoke a peer's membership and board grants on one of your topics, or
+    one grant by its hash. Every host that learns of it (the topic's document
+    travels to every subscriber) refuses their new records, whatever time
+    they claim; posts already taken stay.
 
     \b
     Examples:

@@ -4,11 +4,14 @@ The runner is a stranger to the peer: it holds no grant and the peer holds
 none of its topics.  What a conforming peer must do is still checkable from
 there:
 
-* ``board-unknown-topic``: a subscription, a digest, a want and a claim for a
-  topic the peer does not hold draw nothing about that topic (no document,
-  digest or records, no lease: only the owner arbitrates) and no err.
+* ``board-unknown-topic``: a subscription, a digest, a want, a claim (plain,
+  and carried with a signed ``ask`` as hosts pass claims on towards the
+  owner) and a signed head for a topic the peer does not hold draw nothing
+  about that topic (no document, digest, head or records, no lease: only
+  the owner arbitrates) and no err.
 * ``board-malformed``: malformed board lines are dropped silently: no err, no
-  close, the connection stays usable.
+  close, the connection stays usable; among them claims with forged or
+  mismatched asks and heads not signed by the topic's owner.
 * ``board-unsubscribed``: records of a topic the peer does not subscribe to are
   neither relayed to a second party that does subscribe nor served on a want.
 * ``board-sync`` (with ``--board-topic``, a topic the peer holds and lets
@@ -39,7 +42,9 @@ from ..wire.board import (
     Record,
     check_policy,
     check_record,
+    make_ask,
     make_delete,
+    make_head,
     make_post,
     make_topic,
     record_hash,
@@ -195,6 +200,11 @@ def s_board_unknown_topic(ctx: Ctx) -> str:
     s.conn.send({"t": "board-want", "topic": topic, "ids": stranger_hashes[2:]}, ctx.deadline)
     s.conn.send({"t": "board-claim", "topic": topic, "op": "claim",
                  "req": "conform-" + os.urandom(4).hex()}, ctx.deadline)
+    req = "conform-" + os.urandom(4).hex()
+    s.conn.send({"t": "board-claim", "topic": topic, "op": "claim", "req": req, "hops": 0,
+                 "ask": make_ask(ctx.identity, topic, "claim", now, req=req)}, ctx.deadline)
+    s.conn.send({"t": "board-head", "hops": 0, "doc": make_head(
+        ctx.identity, topic, now, 1, now - DAY_MS, [])}, ctx.deadline)
     lines = _gather([s.conn], QUIET, ctx.deadline)[0]
     notes = []
 
@@ -229,6 +239,10 @@ def _malformed(ctx: Ctx, topic: str) -> list[dict]:
     forged = dict(signed, parts=[{"k": "text", "text": "conformance: changed after signing"}])
     no_sig = {k: v for k, v in signed.items() if k != "sig"}
     doc = {"k": "topic", "topic": topic, "seq": 1, "ts": ts, "read": "open", "sig": "A" * 86}
+    ask = make_ask(me, topic, "renew", now_ms(), lease="x.1")
+    head = make_head(me, topic, now_ms(), 1, now_ms() - DAY_MS, [])
+    stranger_head = dict(make_head(Identity.generate(), topic, now_ms(), 1, 0, []),
+                         author=topic.split("/", 1)[0])
     return [
         {"t": "board-sub", "topics": "everything"},
         {"t": "board-sub", "topics": [{"topic": "not-a-topic"}, 7, {"topic": topic[:-1] + "/"}],
@@ -252,6 +266,16 @@ def _malformed(ctx: Ctx, topic: str) -> list[dict]:
         {"t": "board-claim", "topic": topic, "op": "complete"},
         {"t": "board-lease", "topic": topic, "re": "not-a-request-of-ours", "doc": "granted"},
         {"t": "board-lease", "topic": topic, "re": ctx.ids.next(), "error": ["not", "text"]},
+        {"t": "board-claim", "topic": topic, "op": "renew", "lease": "x.1",
+         "ask": dict(ask, lease="changed.after-signing")},
+        {"t": "board-claim", "topic": topic, "op": "complete", "lease": "x.1", "ask": ask},
+        {"t": "board-claim", "topic": topic, "op": "fail", "lease": "x.1", "ask": "me"},
+        {"t": "board-claim", "topic": topic, "op": "renew", "lease": "x.1", "hops": 99,
+         "ask": ask},
+        {"t": "board-head", "hops": 0, "doc": "a head"},
+        {"t": "board-head", "hops": "none", "doc": head},
+        {"t": "board-head", "hops": 0, "doc": dict(head, doc=99)},  # changed after signing
+        {"t": "board-head", "hops": 0, "doc": stranger_head},  # not the owner's signature
     ]
 
 

@@ -217,11 +217,18 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                    "keep_days": p.keep_days, "keep_bytes": p.keep_bytes, "rate": p.rate,
                    "max_post": p.max_post, "queue": p.queue, "lease_s": p.lease_s,
                    "attempts": p.attempts, "revoked": len(p.revoked),
-                   "banned": sorted(p.banned)}
+                   "banned": sorted(p.banned),
+                   "members": [{"key": k, "can": can, "until": until}
+                               for k, (can, until) in sorted(p.members.items())]}
         subscribed = sb.is_subscribed(c, topic)
+        gap = board.gap(c, topic) if owner != me else None
+        head = None if gap is None else {
+            "ts": board.heads[topic]["ts"], "doc": board.heads[topic]["doc"],
+            "policy_behind": gap.policy_behind, "missing": gap.missing, "differs": gap.differs}
         return {"topic": topic, "label": label(c, topic), "owner": owner,
                 "owner_name": owner_name(c, owner), "name": name, "mine": owner == me,
                 "subscribed": subscribed, "known": pol is not None, **sb.topic_stats(c, topic),
+                "head": head,
                 "unread": sb.unread_count(c, topic, me) if subscribed else 0, "policy": pol}
 
     async def topic_answer(topic: str) -> dict:
@@ -301,8 +308,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         """Fields that let us post to ``topic`` (a grant, when it is not open)."""
         pol = await board.policy(topic)
         owner = topic.split("/", 1)[0]
-        if owner == me or (pol is not None and pol.post_open):
-            return {}
+        if owner == me or (pol is not None and (pol.post_open or pol.member(me, what, now_ms()))):
+            return {}  # the owner's document already says so: no grant travels in the record
         found = await engine.read(lambda c: sb.find_authority(c, me, topic, what, now_ms(), pol))
         if found is None:
             lab = await engine.read(lambda c: label(c, topic))
@@ -343,7 +350,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 await board.unsubscribe(topic)
             lab = await engine.read(lambda c: label(c, topic))
             raise ApiError(404, f"no topic document for {lab} yet: its owner (or a peer that"
-                           " subscribes to it) must be connected and have that topic",
+                           " subscribes to it) must be connected and have that topic; a relay"
+                           " that may not read the topic never carries its posts",
                            "unknown_topic")
         return await board.policy(topic)
 
@@ -562,6 +570,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
     @r.route("POST", "/v1/board/grant")
     async def grant(req: Request) -> dict:
+        """Grant by key or known name, connected or not.
+
+        One topic: the key goes into the ``members`` of the owner's document,
+        which travels with the topic to every subscriber over any path of
+        readers.  ``NAME/*`` (all topics) is a classic grant, handed over on
+        a direct connection.
+        """
         body = json_body(req)
         what = _str(body, "what", "post")
         if what not in ("read", "post"):
@@ -579,8 +594,30 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         if key == me:
             raise _bad("the owner needs no grant")
         cap = f"board:{what}:{scope}"
-        res = await engine.grant(key, [cap], _ttl(body))
-        return {**res, "peer": key, "cap": cap}
+        ttl = _ttl(body)
+        if scope.endswith("/*"):
+            res = await engine.grant(key, [cap], ttl)
+            return {**res, "peer": key, "cap": cap}
+        until = format_ts(now_ms() + int(ttl * 1000))
+        members = [e for e in await doc_list(scope, "members") if e.get("key") != key]
+        members.append({"key": key, "can": what, "until": until})
+        if len(members) > wb.MAX_MEMBERS:
+            raise _bad(f"a topic lists at most {wb.MAX_MEMBERS} members; revoke some first")
+        await publish(scope, {"members": members})
+        return {"peer": key, "cap": cap, "member": True, "until": until,
+                "topic": await topic_answer(scope), "readers": await board.readers(scope)}
+
+    async def doc_list(topic: str, field: str) -> list[dict]:
+        """A list field of our current document for ``topic`` (empty when none)."""
+        doc = json.loads(await engine.read(lambda c: sb.topic_doc(c, topic)) or "{}")
+        v = doc.get(field, [])
+        return list(v) if isinstance(v, list) else []
+
+    async def publish(topic: str, changes: dict) -> None:
+        try:
+            await board.publish_topic(topic.split("/", 1)[1], changes)
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
 
     async def own_topic(body: dict, what: str) -> str:
         """The body's topic, which must be one of ours (403 otherwise)."""
@@ -611,16 +648,23 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             return out
 
         found = await engine.read(find)
-        if not found:
+        members = await doc_list(topic, "members")
+        member = bool(peer) and any(e.get("key") == peer for e in members)
+        if not found and not member:
             raise ApiError(404, "no board grant of ours for that topic matches", "unknown_grant")
         hashes = [grant_hash(g) for g in found]
-        doc = json.loads(await engine.read(lambda c: sb.topic_doc(c, topic)) or "{}")
-        at = format_ts(now_ms())
-        revoked = [e for e in doc.get("revoked", []) if e.get("grant") not in hashes]
-        revoked += [{"grant": h, "at": at} for h in hashes]
-        await board.publish_topic(topic.split("/", 1)[1], {"revoked": revoked[-wb.MAX_LIST:]})
+        changes: dict = {}
+        if member:
+            changes["members"] = [e for e in members if e.get("key") != peer]
+        if hashes:
+            at = format_ts(now_ms())
+            revoked = [e for e in await doc_list(topic, "revoked") if e.get("grant") not in hashes]
+            revoked += [{"grant": h, "at": at} for h in hashes]
+            changes["revoked"] = revoked[-wb.MAX_LIST:]
+        await publish(topic, changes)
         await door.revoke_all(hashes)
-        return {"revoked": hashes, "topic": await topic_answer(topic)}
+        return {"revoked": hashes, "member": member,
+                "topic": await topic_answer(topic)}
 
     @r.route("POST", "/v1/board/ban")
     async def ban(req: Request) -> dict:
@@ -629,13 +673,15 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         key = await engine.read(lambda c: _peer(c, _str(body, "peer")))
         if key == me:
             raise _bad("the owner cannot ban itself")
-        doc = json.loads(await engine.read(lambda c: sb.topic_doc(c, topic)) or "{}")
-        banned = [k for k in doc.get("banned", []) if k != key]
+        banned = [k for k in await doc_list(topic, "banned") if k != key]
+        changes: dict = {"banned": banned}
         if not body.get("unban"):
             banned.append(key)
+            changes["members"] = [e for e in await doc_list(topic, "members")
+                                  if e.get("key") != key]
         if len(banned) > wb.MAX_LIST:
             raise _bad(f"a topic bans at most {wb.MAX_LIST} keys")
-        await board.publish_topic(topic.split("/", 1)[1], {"banned": banned})
+        await publish(topic, changes)
         return {"topic": await topic_answer(topic)}
 
     # -- the work queue ------------------------------------------------------------
@@ -689,10 +735,12 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             d = await ask.until_given(wait, lambda h: engine.read(
                 lambda c: sb.raw_records(c, topic, [h])))
         except NoOwner:
-            raise ApiError(409, "the queue's owner is not connected: nothing can be claimed"
-                           " until it is (leases already held run on)", "no_owner") from None
+            raise ApiError(409, "the queue's owner is not connected, nor any host subscribed"
+                           " to the topic: nothing can be claimed until one is (leases already"
+                           " held run on)", "no_owner") from None
         except trio.TooSlowError:
-            raise ApiError(504, "the queue's owner did not answer in time", "timeout") from None
+            raise ApiError(504, "the queue's owner did not answer in time (over the hosts"
+                           " between, if any)", "timeout") from None
         except Refused as e:
             raise ApiError(409, f"refused: {e}", "refused") from None
         if d.state == "empty":

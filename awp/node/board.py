@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..board import heads as bheads
 from ..board import perms
 from ..board import sync as bsync
+from ..board.retention import DAY_MS
 from ..store import board as sb
 from ..wire.board import (
     CAP,
@@ -45,14 +47,16 @@ from ..wire.board import (
     BoardError,
     Policy,
     Record,
+    check_head,
     check_policy,
+    make_head,
     make_topic,
     parse_topic,
     sign_record,
 )
 from ..wire.numbers import is_count
 from ..wire.presence import raw_elements, raw_member
-from ..wire.timefmt import format_ts, now_ms
+from ..wire.timefmt import format_ts, now_ms, parse_ts
 from . import board_links
 
 if TYPE_CHECKING:
@@ -69,6 +73,9 @@ MAX_WANT = 4096  # hashes in one board-want
 MAX_RECS = 4096  # records read from one board-posts line
 RESYNC_S = 300.0
 SWEEP_S = 60.0
+HEAD_S = 2.0  # an owner signs a new head of a changed topic at most this often
+GAP_WAIT_S = 5.0  # a subscriber looks for gaps against a head this long after it came
+HEAD_HOPS = 64  # a head travels like a record; newer-only (by ts) is what stops it
 
 
 class TooMany(BoardError):
@@ -160,12 +167,16 @@ class Board:
         self.policies: dict[str, Policy | None] = {}
         self.stats = dict.fromkeys(("lines_in", "bytes_in", "lines_out", "bytes_out",
                                     "records_in", "records_refused", "records_out",
-                                    "asks_refused", "held_back", "claims_refused"), 0)
+                                    "asks_refused", "held_back", "claims_refused",
+                                    "head_gaps"), 0)
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
         self._last_ts = 0  # of the last record we signed
         board_links.register(engine)  # topics and queue work are business with peers
+        self.heads: dict[str, dict] = {}  # topic -> the owner's newest signed head we hold
+        self._dirty: set[str] = set()  # our topics changed since their last head
+        self._checking: set[str] = set()  # topics with a gap check pending
 
     # -- life ------------------------------------------------------------------------
 
@@ -175,6 +186,7 @@ class Board:
             self._nursery = n
             self._started.set()
             n.start_soon(self._sweep_loop)
+            n.start_soon(self._head_loop)
             if self.queue is not None:
                 n.start_soon(self.queue.run)
 
@@ -192,6 +204,86 @@ class Board:
                 for link in list(self.links.values()):
                     link.resync.update(t for t in link.subs if t in self.subs)
                     link.wake.set()
+
+    async def _head_loop(self) -> None:
+        """Sign a head for each of our topics that changed, and send it to their readers."""
+        while True:
+            await trio.sleep(HEAD_S)
+            topics, self._dirty = sorted(self._dirty), set()
+            for topic in topics:
+                try:
+                    await self._sign_head(topic)
+                except Exception:
+                    log.exception("board: signing the head of %s failed", topic)
+
+    async def _sign_head(self, topic: str) -> None:
+        pol = await self.policy(topic)
+        if pol is None:
+            return
+        floor = now_ms() - pol.keep_days * DAY_MS
+        held = await self.engine.read(lambda c: sb.holdings(c, topic))
+        ts = max(now_ms(), self._last_ts + 1)
+        self._last_ts = ts
+        body = bsync.opening(held, floor, ts, 0)
+        head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"])
+        self.heads[topic] = head
+        await self._forward_head(topic, head, 0)
+
+    async def _forward_head(self, topic: str, head: dict, hops: int, except_key: str = "") -> None:
+        text = json.dumps(head, separators=(",", ":"), ensure_ascii=False)
+        for key, link in list(self.links.items()):
+            if key != except_key and await self._may_read(link, topic):
+                link.push(self._line("board-head", f'"hops":{hops},"doc":' + text))
+
+    def _changed(self, topic: str) -> None:
+        if topic.startswith(self.me + "/"):
+            self._dirty.add(topic)
+
+    async def _on_head(self, link: _Link, line: dict) -> None:
+        """A head from the owner, relayed: keep the newest, pass it on, and look for gaps.
+
+        A range where we hold fewer records than the owner, or a newer
+        document than ours, means a relay withheld something (or it is on
+        its way): every peer that lists the topic is asked again, so another
+        path fills the gap.
+        """
+        hops = line.get("hops")
+        if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops < HEAD_HOPS:
+            return
+        head = check_head(line.get("doc"))
+        topic = head["topic"]
+        if topic not in self.subs or topic.startswith(self.me + "/"):
+            return
+        held = self.heads.get(topic)
+        if held is not None and parse_ts(held["ts"]) >= parse_ts(head["ts"]):
+            return
+        self.heads[topic] = head
+        await self._forward_head(topic, head, hops + 1, except_key=link.conn.peer_key)
+        if self._nursery is not None and topic not in self._checking:
+            self._checking.add(topic)
+            self._nursery.start_soon(self._check_gap, topic)
+
+    async def _check_gap(self, topic: str) -> None:
+        """After the exchanges under way have had time to finish, ask every peer again
+        if the copy still falls short of the newest head (asking at once would fetch
+        twice).  One check a topic at a time: heads that come meanwhile join it."""
+        try:
+            await trio.sleep(GAP_WAIT_S)
+        finally:
+            self._checking.discard(topic)
+        gap = await self.engine.read(lambda c: self.gap(c, topic))
+        if gap is not None and not gap.clean:
+            self.stats["head_gaps"] += 1
+            await self.announce([topic], [])  # each peer answers with its document and a digest
+
+    def gap(self, c: sqlite3.Connection, topic: str) -> bheads.Gap | None:
+        """How our copy of ``topic`` differs from the owner's newest head (None: no head)."""
+        head = self.heads.get(topic)
+        if head is None:
+            return None
+        pol = sb.policy(c, topic)
+        floor = now_ms() - (pol.keep_days if pol else 30) * DAY_MS
+        return bheads.compare(head, sb.holdings(c, topic), pol.seq if pol else None, floor)
 
     async def _sweep(self) -> None:
         """Deferred asks become digests; retention catches up with the clock."""
@@ -337,6 +429,8 @@ class Board:
                 await self._on_digest(link, line)
             elif t == "board-want":
                 await self._on_want(link, line)
+            elif t == "board-head":
+                await self._on_head(link, line)
             elif self.queue is not None:
                 await self.queue.on_line(link, t, line)
         except (BoardError, ValueError, TypeError, KeyError) as e:
@@ -381,6 +475,9 @@ class Board:
                     link.push(self._line("board-topic", '"hops":0,"doc":' + doc), topic)
             if not await self._may_read(link, topic):
                 continue
+            if topic in self.heads:
+                link.push(self._line("board-head", '"hops":0,"doc":' + json.dumps(
+                    self.heads[topic], separators=(",", ":"), ensure_ascii=False)))
             # On connect the smaller key opens; a later board-sub (a new
             # subscription, a new grant) is answered by whoever receives it.
             if heard or self.me < link.conn.peer_key:
@@ -395,16 +492,26 @@ class Board:
         taken = await self.engine.writer.run(
             lambda c: sb.take(c, [doc], now_ms(), via=link.conn.peer_key, hops=hops))
         for rec in taken.new:
+            # the document may be what we lacked to take anything: every link compares now
             self._topic_changed(rec)
             await self._forward_topic(rec, next_hops(hops), except_key=link.conn.peer_key)
-            # the document may be what we lacked to take anything: compare now
+
+    def _topic_changed(self, rec: Record) -> None:
+        """A newer document: it may let subscribers read (a new member), so compare again.
+
+        Permissions travel in the document, so a host two hops from the
+        owner learns it may read from the document itself, and its
+        neighbours learn it from the same document: each link that lists
+        the topic gets a fresh digest (the sender skips those that still
+        may not read).
+        """
+        self.policies[rec.topic] = check_policy(rec.doc)
+        self._changed(rec.topic)
+        self.engine.changes.publish({"kind": "board", "topic": rec.topic, "rec": "topic"})
+        for link in list(self.links.values()):
             if rec.topic in link.subs:
                 link.resync.add(rec.topic)
                 link.wake.set()
-
-    def _topic_changed(self, rec: Record) -> None:
-        self.policies[rec.topic] = check_policy(rec.doc)
-        self.engine.changes.publish({"kind": "board", "topic": rec.topic, "rec": "topic"})
 
     async def _forward_topic(self, rec: Record, hops: int, except_key: str = "") -> None:
         for key, link in list(self.links.items()):
@@ -463,6 +570,7 @@ class Board:
                 await self._forward_topic(rec, next_hops(hops), except_key=via)
                 continue
             by_topic.setdefault(rec.topic, []).append(rec)
+            self._changed(rec.topic)
             self.engine.changes.publish({
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me})

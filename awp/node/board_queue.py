@@ -8,11 +8,16 @@ restarts into the state it answered from.  Items come from the topic
 itself: a top-level post stored here is logged as ``add``, its deletion or
 hiding as ``remove``.
 
-Anyone else sends ``board-claim`` to the owner over a direct connection and
-waits for the ``board-lease`` answer; with no connection to the owner, a
-claim fails at once (:class:`NoOwner`).  A ``complete`` or ``fail`` that
-cannot reach the owner is kept (``board_pending``) and sent when the owner
-is back, until its lease would have run out.
+Anyone else sends ``board-claim`` with a request signed by its key (an
+``ask``) to the owner, directly when linked, otherwise to its linked
+subscribers of the topic, which carry it on towards the owner and route the
+``board-lease`` answer back (issue 19: claims worked only over a direct
+link).  Each host passes one ask on once (by its signature), so the owner
+decides it once however many paths reach it.  With no link to the owner nor
+to any subscriber, a claim fails at once (:class:`NoOwner`).  A
+``complete`` or ``fail`` that cannot reach the owner is kept
+(``board_pending``) and sent when a path is back, until its lease would have
+run out; a retried ``complete`` the owner had committed is answered "done".
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ from ..board.market import Bid, needs_of
 from ..board.queue import Arbiter, Decision, Event
 from ..store import board as sb
 from ..wire.board import (
+    FUTURE_MS,
     LEASE_STATES,
     BoardError,
     Policy,
     Record,
+    check_ask,
     check_record,
     check_tags,
+    make_ask,
     make_lease,
 )
 from ..wire.timefmt import now_ms, parse_ts
@@ -48,10 +56,14 @@ log = logging.getLogger("awp.board.queue")
 OPS = ("claim", "renew", "release", "complete", "fail")
 KEPT_OPS = ("complete", "fail", "release")  # retried while the owner is away
 RETRY_S = 5.0
+MAX_ROUTE = 16  # hosts an ask passes on its way to the owner
+ROUTE_S = 60.0  # how long a relay remembers where to send an answer back
+MAX_ROUTES = 4096  # answers a relay waits to route back, and asks it remembers having passed
+UNREACHABLE = "unreachable: no path to the queue's owner from here"
 
 
 class NoOwner(Exception):
-    """The queue's owner is not connected: nothing can be claimed now."""
+    """Neither the queue's owner nor any subscriber of its topic is linked: no claim now."""
 
 
 class Refused(Exception):
@@ -68,7 +80,11 @@ class BoardQueue:
         self.arbiters: dict[str, Arbiter] = {}  # our queue topics, touched on the writer only
         self._rows: dict[str, int] = {}  # rows in each arbiter's log
         self._lease_ts: dict[str, int] = {}  # the newest lease record's ts, per topic
-        self._answers: dict[str, tuple[str, trio.Event, list[dict]]] = {}
+        # our request id -> (links asked, answered, answers, links still to answer)
+        self._answers: dict[str, tuple[set[str], trio.Event, list[dict], list[int]]] = {}
+        # an ask we passed on: our id -> (from, their id, when, branches still to answer)
+        self._routes: dict[str, tuple[_Link, str, float, list[int]]] = {}
+        self._seen: dict[str, float] = {}  # signatures of asks already decided or passed on
         self._wake = trio.Event()
         self.window = AwardWindow(self)  # claims are decided in award windows (the market)
 
@@ -196,13 +212,20 @@ class BoardQueue:
         if pol is None:
             return Decision("refused", why="not a queue of this host's"), []
         arb = self._arbiter(c, topic, pol)
+        cap = self.engine.config.limits.board_leases_per_claimant
+        if (ev.op == "claim" and cap and not arb.retry_of(ev.who, ev.req)
+                and arb.held_by(ev.who) >= cap):
+            # before the log: a refusal changes nothing, and replay never depends on the cap
+            return Decision("refused", why=f"this claimant holds {cap} leases of this queue"
+                            " already (the owner's limits.board_leases_per_claimant): complete"
+                            " or release one first"), []
         decisions = self._log(c, topic, arb, ev)
         recs = self._leases(c, topic, decisions, ev.now)
         answer = decisions[-1] if decisions else Decision("refused", why="no answer")
         if answer.again:  # the answer is the record announced with the first answer
             recs += [r for r in sb.records(c, topic) if r.kind == "lease"
                      and r.of == answer.item and r.doc.get("lease") == answer.lease
-                     and r.doc.get("state") == "claimed"][-1:]
+                     and r.doc.get("state") == answer.state][-1:]
         return answer, recs
 
     async def _arbitrate(self, topic: str, ev: Event) -> tuple[Decision, Record | None]:
@@ -285,26 +308,74 @@ class BoardQueue:
             await self._on_claim(link, line)
         elif t == "board-lease":
             re = line.get("re")
-            waiter = self._answers.get(re) if isinstance(re, str) else None
-            if waiter is not None and waiter[0] == link.conn.peer_key:
-                waiter[2].append(line)
-                waiter[1].set()
+            if not isinstance(re, str):
+                return
+            unreachable = line.get("error") == UNREACHABLE
+            waiter = self._answers.get(re)
+            if waiter is not None and link.conn.peer_key in waiter[0]:
+                # "unreachable" counts only once every path asked has said so
+                waiter[3][0] -= 1
+                if not unreachable or waiter[3][0] <= 0:
+                    waiter[2].append(line)
+                    waiter[1].set()
+                return
+            route = self._routes.pop(re, None)
+            if route is None:
+                return
+            route[3][0] -= 1
+            if unreachable and route[3][0] > 0:
+                return  # another branch may still reach the owner
+            if not route[0].conn.closed.is_set():
+                back = {k: v for k, v in line.items() if k not in ("t", "id", "ts")}
+                back["re"] = route[1]
+                route[0].push(self.board._line("board-lease", json.dumps(
+                    back, separators=(",", ":"), ensure_ascii=False)[1:-1]))
+
+    def _first_time(self, ask: dict) -> bool:
+        """Whether this host meets this ask for the first time (then it remembers it)."""
+        now = trio.current_time()
+        if len(self._seen) >= MAX_ROUTES:
+            self._seen = {k: t for k, t in self._seen.items() if now - t < 2 * FUTURE_MS / 1000}
+            while len(self._seen) >= MAX_ROUTES:
+                del self._seen[next(iter(self._seen))]
+        if ask["sig"] in self._seen:
+            return False
+        self._seen[ask["sig"]] = now
+        return True
 
     async def _on_claim(self, link: _Link, line: dict) -> None:
         topic, op = line.get("topic"), line.get("op")
         ident = line.get("id")
         if not isinstance(topic, str) or op not in OPS or not isinstance(ident, str):
             return
-        who = link.conn.peer_key
-        why = self._over_rate(link) or await self._may_claim(link, topic)
+        ask = line.get("ask")
+        if ask is not None:
+            try:
+                check_ask(ask)
+            except BoardError as e:
+                log.info("queue: an ask from %s dropped: %s", link.conn.peer_key[:18], e)
+                return
+            if ask["topic"] != topic or ask["op"] != op:
+                return
+            if abs(parse_ts(ask["ts"]) - now_ms()) > FUTURE_MS or not self._first_time(ask):
+                return  # stale, or met on another path: decided (or passed on) once
+            if not topic.startswith(self.me + "/"):
+                await self._pass_on(link, line, ident, ask)
+                return
+        who = ask["by"] if ask is not None else link.conn.peer_key
+        direct = who == link.conn.peer_key
+        why = self._over_rate(link) or await self._may_claim(link, topic, who, direct)
         if why:
             answer, rec = Decision("refused", why=why), None
         else:
-            req = line.get("req") if isinstance(line.get("req"), str) else ""
-            lease = line.get("lease") if isinstance(line.get("lease"), str) else ""
+            # over the mesh, what the claimant asks is in its signed ask, so no
+            # host in between can change its offers or bid
+            src = ask if ask is not None else line
+            req = src.get("req") if isinstance(src.get("req"), str) else ""
+            lease = src.get("lease") if isinstance(src.get("lease"), str) else ""
             try:
-                offers = check_tags(line.get("offers", []), "offers")
-                bid = Bid.check(line.get("bid"))
+                offers = check_tags(src.get("offers", []), "offers")
+                bid = Bid.check(src.get("bid"))
             except BoardError as e:
                 offers, bid, why = (), Bid(), str(e)
             if why:
@@ -359,17 +430,56 @@ class BoardQueue:
             return "too many queue requests from this peer: wait a minute"
         return ""
 
-    async def _may_claim(self, link: _Link, topic: str) -> str:
+    async def _pass_on(self, link: _Link, line: dict, ident: str, ask: dict) -> None:
+        """Carry a claimant's ask towards the topic's owner; remember where to answer.
+
+        Straight to the owner when linked, otherwise to every other linked
+        subscriber of the topic (each passes an ask on once, so the flood
+        ends), up to :data:`MAX_ROUTE` hosts.
+        """
+        topic = ask["topic"]
+        hops = line.get("hops", 0)
+        if (topic not in self.board.subs or not isinstance(hops, int) or isinstance(hops, bool)
+                or not 0 <= hops < MAX_ROUTE or self._over_rate(link)):
+            return
+        owner = topic.split("/", 1)[0]
+        nexts = self._paths(topic, owner, except_key=link.conn.peer_key)
+        if not nexts:
+            link.push(self.board._line("board-lease", json.dumps(
+                {"topic": topic, "re": ident, "error": UNREACHABLE}, separators=(",", ":"))[1:-1]))
+            return
+        now = trio.current_time()
+        branches = [len(nexts)]
+        if len(self._routes) >= MAX_ROUTES:
+            self._routes = {k: r for k, r in self._routes.items() if now - r[2] < ROUTE_S}
+            while len(self._routes) >= MAX_ROUTES:
+                del self._routes[next(iter(self._routes))]
+        for nxt in nexts:
+            mine = self.engine.ids.next()
+            self._routes[mine] = (link, ident, now, branches)
+            body = {k: v for k, v in line.items() if k not in ("t", "id", "ts")}
+            body["hops"] = hops + 1
+            nxt.push(self.board._line("board-claim", json.dumps(
+                body, separators=(",", ":"), ensure_ascii=False)[1:-1], mine))
+
+    def _paths(self, topic: str, owner: str, except_key: str = "") -> list[_Link]:
+        """Where a request for ``owner``'s queue goes: the owner's link, else its subscribers."""
+        direct = self.board.links.get(owner)
+        if direct is not None and not direct.conn.closed.is_set():
+            return [direct]
+        return [lk for key, lk in list(self.board.links.items())
+                if key != except_key and topic in lk.subs and not lk.conn.closed.is_set()]
+
+    async def _may_claim(self, link: _Link, topic: str, who: str, direct: bool) -> str:
         if not topic.startswith(self.me + "/"):
             return "not a queue of this host's"
         pol = await self.board.policy(topic)
         if pol is None or not pol.queue:
             return "not a queue"
-        grant, via = link.subs.get(topic, (None, None))
-        who = link.conn.peer_key
+        grant, via = link.subs.get(topic, (None, None)) if direct else (None, None)
         if who in pol.banned:
             return "banned from this topic"
-        if pol.post_open or perms.grant_counts(grant, owner=self.me, sub=who, topic=topic,
+        if pol.post_open or pol.member(who, "post", now_ms()) or perms.grant_counts(grant, owner=self.me, sub=who, topic=topic,
                                                what="post", at_ms=now_ms(), policy=pol,
                                                via=via):
             return ""
@@ -401,11 +511,11 @@ class BoardQueue:
     async def _ask(self, owner: str, topic: str, op: str, req: str, lease: str,
                    timeout: float, offers: tuple[str, ...] = (),
                    bid: Bid | None = None) -> tuple[Decision, Record | None]:
-        link = self.board.links.get(owner)
-        if link is None or link.conn.closed.is_set():
+        links = self._paths(topic, owner)
+        if not links:
             raise NoOwner(topic)
         ident = self.engine.ids.next()
-        body = {"topic": topic, "op": op}
+        body: dict = {"topic": topic, "op": op}
         if op == "claim":
             body["req"] = req or ident
             if offers:
@@ -414,12 +524,16 @@ class BoardQueue:
                 body["bid"] = bid.to_json()
         else:
             body["lease"] = lease
+        body["ask"] = make_ask(self.engine.identity, topic, op, now_ms(),
+                               req=body.get("req", ""), lease=lease if op != "claim" else "",
+                               offers=body.get("offers", ()), bid=body.get("bid"))
         got: list[dict] = []
         done = trio.Event()
-        self._answers[ident] = (owner, done, got)
+        self._answers[ident] = ({lk.conn.peer_key for lk in links}, done, got, [len(links)])
+        text = json.dumps(body, separators=(",", ":"))[1:-1]
         try:
-            link.push(self.board._line("board-claim",
-                                       json.dumps(body, separators=(",", ":"))[1:-1], ident))
+            for link in links:
+                link.push(self.board._line("board-claim", text, ident))
             with trio.fail_after(timeout):
                 await done.wait()
         finally:
@@ -428,6 +542,8 @@ class BoardQueue:
 
     async def _answer(self, line: dict, topic: str) -> tuple[Decision, Record | None]:
         err = line.get("error")
+        if err == UNREACHABLE:
+            raise NoOwner(topic)
         if isinstance(err, str):
             return Decision("empty" if err == "empty" else "refused", why=err[:200]), None
         doc = line.get("doc")

@@ -172,6 +172,24 @@ def recent_before(c: sqlite3.Connection, topic: str, author: str, ts: int, h: st
         (topic, author, ts - retention.WINDOW_MS, ts, ts, h)).fetchone()[0]
 
 
+OVER_ARRIVAL = "author over the topic's rate on arrival (offered again later)"
+
+
+def arrived_lately(c: sqlite3.Connection, topic: str, author: str, now: int) -> int:
+    """How many of ``author``'s records this host took in the last minute of its clock.
+
+    Rates are judged on arrival as well as in record time: an author that
+    dates its records back spreads them over minutes it chooses, so the
+    record-time rule alone let 6,000 backdated posts in at once.  A record
+    dated more than a minute back is refused (and offered again on a later
+    exchange) once ``CATCH_UP`` times ``rate`` of its author's records came
+    in this minute; honest records a host missed while away still arrive,
+    at that pace.
+    """
+    return c.execute("SELECT count(*) FROM board_records WHERE topic = ? AND author = ?"
+                     " AND received > ?", (topic, author, now - retention.WINDOW_MS)).fetchone()[0]
+
+
 @dataclass
 class Taken:
     """What :func:`take` did with a batch of records."""
@@ -197,6 +215,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     policies: dict[str, Policy | None] = {}
     touched: set[str] = set()
     unordered: set[str] = set()
+    arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> records taken this minute
 
     def pol_of(topic: str) -> Policy | None:
         if topic not in policies:
@@ -218,6 +237,11 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             raise BoardError("author is banned from this topic")
         if recent_before(c, topic, author, ts, h) >= pol.rate:
             raise BoardError("author over the topic's rate")
+        if ts < now - retention.WINDOW_MS:
+            if (topic, author) not in arrivals:  # once a batch: reading ``received`` is slow
+                arrivals[(topic, author)] = arrived_lately(c, topic, author, now)
+            if arrivals[(topic, author)] >= retention.CATCH_UP * pol.rate:
+                raise BoardError(OVER_ARRIVAL)
 
     for raw in raws:
         try:
@@ -249,6 +273,8 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
         if rec.author != rec.owner and _has_later(c, rec):
             unordered.add(rec.topic)
         seq = put_record(c, rec, now, via, hops)
+        if seq and (rec.topic, rec.author) in arrivals:
+            arrivals[(rec.topic, rec.author)] += 1
         if seq:
             touched.add(rec.topic)
             out.new.append(rec)
@@ -292,8 +318,16 @@ def retention_due(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> b
     if row is None:
         return False
     oldest = c.execute("SELECT min(ts) FROM board_records WHERE topic = ?", (topic,)).fetchone()[0]
-    return (row[0] > pol.keep or row[1] > pol.keep_bytes
-            or (oldest is not None and oldest < now - pol.keep_days * retention.DAY_MS))
+    if oldest is not None and oldest < now - pol.keep_days * retention.DAY_MS:
+        return True
+    if row[0] <= pol.keep and row[1] <= pol.keep_bytes:
+        return False
+    # the owner's records and everyone else's have a budget each (retention rule 3)
+    own_n, own_b = c.execute(
+        "SELECT count(*), coalesce(sum(size), 0) FROM board_records WHERE topic = ?"
+        " AND author = ?", (topic, topic.split("/", 1)[0])).fetchone()
+    return (own_n > pol.keep or own_b > pol.keep_bytes
+            or row[0] - own_n > pol.keep or row[1] - own_b > pol.keep_bytes)
 
 
 def enforce_retention(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> int:

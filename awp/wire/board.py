@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from .canonical import canonical_bytes, compact_json
 from .grants import grant_hash
@@ -38,6 +38,7 @@ MAX_RECORD = 64 * 1024  # any record's raw bytes: a fixed protocol bound
 MAX_PARTS = 16
 MAX_TITLE = 200
 MAX_LIST = 256  # entries in a topic's ``revoked`` and ``banned``
+MAX_MEMBERS = 512  # entries in a topic's ``members`` (the document stays within 64 KiB)
 FUTURE_MS = 5 * 60 * 1000  # a record dated further ahead than this is not taken yet
 NAME_MAX = 64
 LEASE_STATES = ("claimed", "renewed", "released", "done", "failed", "expired")
@@ -346,6 +347,97 @@ def _check_kind(kind: str, doc: dict) -> str:
     return of if isinstance(of, str) else ""
 
 
+# -- queue requests that travel over other hosts ---------------------------------------------
+
+
+def _check_signed(obj: dict, signer: str, max_bytes: int, what: str) -> None:
+    """``ts``, size and ``signer``'s signature of a signed object that is not a record."""
+    try:
+        parse_ts(obj.get("ts"))  # type: ignore[arg-type]
+        body = canonical_bytes({k: v for k, v in obj.items() if k != "sig"})
+    except (ValueError, TypeError, RecursionError):
+        raise BoardError(f"bad {what}") from None
+    sig = obj.get("sig")
+    if len(body) > max_bytes or not isinstance(sig, str) or not _SIG.match(sig):
+        raise BoardError(f"{what} too large or unsigned")
+    if not verify(signer, body, sig):
+        raise BoardError(f"{what} signature does not verify")
+
+
+ASK_OPS = ("claim", "renew", "release", "complete", "fail")
+MAX_ASK = 2048  # bytes of an ask's canonical JSON
+
+
+def make_ask(identity: Identity, topic: str, op: str, ts_ms: int, *, req: str = "",
+             lease: str = "", offers: Sequence[str] = (), bid: dict | None = None) -> dict:
+    """A work-queue request signed by its claimant, so that hosts between it and the
+    topic's owner can carry it and the owner knows who asks (SPEC.md, "Work queue")."""
+    body: dict = {"k": "ask", "topic": topic, "by": identity.key, "ts": format_ts(ts_ms),
+                  "op": op}
+    if req:
+        body["req"] = req
+    if lease:
+        body["lease"] = lease
+    if offers:  # the market's fields ride inside the signature (SPEC.md, "The market")
+        body["offers"] = list(offers)
+    if bid:
+        body["bid"] = bid
+    body["sig"] = identity.sign(canonical_bytes(body))
+    return body
+
+
+def check_ask(obj: object) -> dict:
+    """The ask, checked (shape, size, signature); :class:`BoardError` says why not."""
+    if not isinstance(obj, dict) or obj.get("k") != "ask":
+        raise BoardError("ask must be an object with k = ask")
+    parse_topic(obj.get("topic"))
+    _canonical_key(obj.get("by"), "by")
+    if obj.get("op") not in ASK_OPS:
+        raise BoardError("unknown queue operation")
+    for f in ("req", "lease"):
+        if f in obj and (not isinstance(obj[f], str) or not 0 < len(obj[f]) <= 80):
+            raise BoardError(f"{f}: 1 to 80 characters")
+    _check_signed(obj, obj["by"], MAX_ASK, "ask")
+    return obj
+
+
+# -- the owner's signed head: what a subscriber should hold -------------------------------
+
+MAX_HEAD = 4096  # bytes of a head's canonical JSON
+HEAD_RANGES = 16
+
+
+def make_head(owner: Identity, topic: str, ts_ms: int, doc_seq: int, floor: int,
+              ranges: list[dict]) -> dict:
+    """The owner's signed statement of its topic: its document's ``seq`` and a summary
+    of the records it holds (the digest's ranges), so a subscriber can tell what a relay
+    withheld."""
+    body = {"k": "head", "topic": topic, "author": owner.key, "ts": format_ts(ts_ms),
+            "doc": doc_seq, "floor": floor, "ranges": ranges}
+    body["sig"] = owner.sign(canonical_bytes(body))
+    return body
+
+
+def check_head(obj: object) -> dict:
+    """The head, checked (signed by the topic's owner, in shape); :class:`BoardError` if not."""
+    if not isinstance(obj, dict) or obj.get("k") != "head":
+        raise BoardError("head must be an object with k = head")
+    owner, _name = parse_topic(obj.get("topic"))
+    if obj.get("author") != owner:
+        raise BoardError("a head is signed by the topic's owner")
+    ranges = obj.get("ranges")
+    if not isinstance(ranges, list) or len(ranges) > HEAD_RANGES:
+        raise BoardError(f"head ranges: a list of at most {HEAD_RANGES}")
+    for r in [obj.get("doc"), obj.get("floor")] + [
+            r.get(f) if isinstance(r, dict) else None for r in ranges for f in ("lo", "hi", "n")]:
+        if isinstance(r, bool) or not isinstance(r, int) or abs(r) >= 2 ** 63:
+            raise BoardError("head numbers must be integers")
+    if not all(isinstance(r.get("fp"), str) and len(r["fp"]) <= 32 for r in ranges):
+        raise BoardError("head fingerprints must be short strings")
+    _check_signed(obj, owner, MAX_HEAD, "head")
+    return obj
+
+
 # -- topic policy ---------------------------------------------------------------------------
 
 
@@ -367,6 +459,15 @@ class Policy:
     revoked: dict[str, int]  # grant hash -> ms from which it no longer counts
     banned: frozenset[str]
     title: str
+    members: dict[str, tuple[str, int]] = field(default_factory=dict)  # key -> (can, until ms; 0: none)
+
+    def member(self, key: str, what: str, now_ms: int) -> bool:
+        """Whether the document lets ``key`` do ``what`` (read/post) at the host's clock."""
+        found = self.members.get(key)
+        if found is None or key in self.banned:
+            return False
+        can, until = found
+        return (until == 0 or until > now_ms) and (can == "post" or what == "read")
 
 
 def _int(doc: dict, field: str, default: int, lo: int, hi: int) -> int:
@@ -407,6 +508,7 @@ def check_policy(doc: dict) -> Policy:
         raise BoardError(f"banned: a list of at most {MAX_LIST} keys")
     for k in banned:
         _canonical_key(k, "banned")
+    members = _members(doc.get("members", []))
     return Policy(
         seq=seq, read_open=access["read"], post_open=access["post"],
         keep=_int(doc, "keep", DEFAULT_KEEP, 1, MAX_KEEP),
@@ -416,7 +518,28 @@ def check_policy(doc: dict) -> Policy:
         max_post=_int(doc, "max_post", MAX_RECORD, 1024, MAX_RECORD),
         queue=queue, lease_s=_int(doc, "lease_s", DEFAULT_LEASE_S, 1, MAX_LEASE_S),
         attempts=_int(doc, "attempts", DEFAULT_ATTEMPTS, 1, 100),
-        revoked=revoked, banned=frozenset(banned), title=title)
+        revoked=revoked, banned=frozenset(banned), title=title, members=members)
+
+
+def _members(ms: object) -> dict[str, tuple[str, int]]:
+    """``members``: ``[{"key", "can": "read"|"post", "until"?}]``, one entry a key."""
+    if not isinstance(ms, list) or len(ms) > MAX_MEMBERS:
+        raise BoardError(f"members: a list of at most {MAX_MEMBERS}")
+    out: dict[str, tuple[str, int]] = {}
+    for e in ms:
+        if not isinstance(e, dict) or e.get("can") not in ("read", "post"):
+            raise BoardError("members entries are {key, can: read|post, until?}")
+        key = _canonical_key(e.get("key"), "member")
+        if key in out:
+            raise BoardError("members: a key is listed once")
+        until = 0
+        if "until" in e:
+            try:
+                until = parse_ts(e["until"])
+            except ValueError:
+                raise BoardError("members entry: bad until") from None
+        out[key] = (e["can"], until)
+    return out
 
 
 def grant_name(g: dict) -> str:

@@ -272,3 +272,40 @@ def test_the_arbiters_log_is_compacted_and_survives_kill_9(make_node):
     assert _log_rows(a) <= 31
     done = _never_held_twice(_leases(a, topic))
     assert len(done) == 10 and set(done.values()) == {1}
+
+
+def test_one_claimant_cannot_hold_every_item(make_node):
+    """Issue 19 item 9: one claimant claimed all 10 items and never completed."""
+    a = make_node("a").with_limits(board_leases_per_claimant=3).start()
+    b, c = make_node("b").start(), make_node("c").start()
+    topic = _queue(a, n=10, post="open")
+    for n in (b, c):
+        n.connect(a)
+        n.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    got, refused = [], []
+    for _ in range(10):
+        try:
+            got.append(b.api("POST", "/v1/board/claim", {"topic": topic}))
+        except ApiFailure as e:
+            refused.append(str(e))
+    assert len(got) == 3 and len(refused) == 7
+    assert all("holds 3 leases" in r for r in refused), refused[:1]
+    # others still find work, and the greedy one may claim again once it finishes one
+    assert c.api("POST", "/v1/board/claim", {"topic": topic})["state"] == "claimed"
+    b.api("POST", "/v1/board/lease", {"topic": topic, "lease": got[0]["lease"], "op": "complete"})
+    assert b.api("POST", "/v1/board/claim", {"topic": topic})["state"] == "claimed"
+
+
+def test_a_retried_complete_the_owner_committed_answers_done(make_node):
+    """Issue 19 item 3: the retry of a committed complete said "no such lease"."""
+    a, b = make_node("a").start(), make_node("b").start()
+    topic = _queue(a, n=1, post="open")
+    b.connect(a)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    held = b.api("POST", "/v1/board/claim", {"topic": topic})
+    body = {"topic": topic, "lease": held["lease"], "op": "complete"}
+    first = b.api("POST", "/v1/board/lease", body)
+    again = b.api("POST", "/v1/board/lease", body)
+    assert first["state"] == again["state"] == "done"
+    assert first["item"]["hash"] == again["item"]["hash"]
+    assert [rec["state"] for rec in _leases(a, topic)] == ["claimed", "done"]  # decided once

@@ -1,4 +1,5 @@
-"""Who may post and read a topic: judged at the record's time, the same on every host."""
+"""Who may post and read a topic: judged when a host takes a record, at its clock, never at
+the record's own (author-chosen) time; the owner's document lists members by key."""
 
 from __future__ import annotations
 
@@ -32,52 +33,53 @@ def _grant(iss, sub, caps, exp=T0 + HOUR, aud=None):
 
 
 def test_owner_always_and_nobody_else_without_a_topic_document():
-    assert may_post(_post(OWNER), None) == ""
-    assert "no topic document" in may_post(_post(), None)
+    assert may_post(_post(OWNER), None, T0) == ""
+    assert "no topic document" in may_post(_post(), None, T0)
     assert may_read(OWNER.key, topic=TOPIC, owner=OWNER.key, policy=None, now_ms=T0)
     assert not may_read(ALICE.key, topic=TOPIC, owner=OWNER.key, policy=None, now_ms=T0)
 
 
 def test_open_topics():
     pol = _policy(read="open", post="open")
-    assert may_post(_post(), pol) == ""
+    assert may_post(_post(), pol, T0) == ""
     assert may_read(BOB.key, topic=TOPIC, owner=OWNER.key, policy=pol, now_ms=T0)
 
 
-def test_closed_topic_needs_the_owners_grant_valid_at_the_records_time():
+def test_closed_topic_needs_the_owners_grant_valid_when_the_record_arrives():
     pol = _policy()
-    assert may_post(_post(), pol) == "no grant to post here"
+    assert may_post(_post(), pol, T0) == "no grant to post here"
     g = _grant(OWNER, ALICE, [b.post_cap(TOPIC)])
-    assert may_post(_post(grant=g), pol) == ""
-    # judged at ts, not at any host's clock: the same record is fine forever
-    assert may_post(_post(ts=T0 + HOUR - 1, grant=g), pol) == ""
-    assert may_post(_post(ts=T0 + HOUR, grant=g), pol) != ""
+    assert may_post(_post(grant=g), pol, T0) == ""
+    # judged at the host's clock: an expired grant admits nothing new, whatever ts says
+    assert may_post(_post(ts=T0 - HOUR, grant=g), pol, T0 + HOUR - 1) == ""
+    assert may_post(_post(ts=T0 - HOUR, grant=g), pol, T0 + HOUR) != ""
+    assert may_post(_post(ts=T0 - 20 * 24 * HOUR, grant=g), pol, T0 + HOUR) != ""
     # read grant does not allow posting; a grant for another topic, or self-made, neither
     for bad in (_grant(OWNER, ALICE, [b.read_cap(TOPIC)]),
                 _grant(OWNER, ALICE, [b.post_cap(f"{OWNER.key}/other")]),
                 _grant(ALICE, BOB, [b.post_cap(TOPIC)]),
                 _grant(OWNER, BOB, [b.post_cap(TOPIC)]),  # about someone else
                 _grant(OWNER, ALICE, [b.post_cap(TOPIC)], aud=BOB.key)):  # bound to one peer
-        assert may_post(_post(grant=bad), pol) != ""
+        assert may_post(_post(grant=bad), pol, T0) != ""
     wild = _grant(OWNER, ALICE, [f"board:post:{OWNER.key}/*"])
-    assert may_post(_post(grant=wild), pol) == ""
+    assert may_post(_post(grant=wild), pol, T0) == ""
 
 
 def test_forged_grant_inside_a_record_does_not_count():
     pol = _policy()
     g = _grant(OWNER, ALICE, [b.read_cap(TOPIC)])
     g["caps"] = [b.post_cap(TOPIC)]  # the signature no longer matches
-    assert may_post(_post(grant=g), pol) != ""
+    assert may_post(_post(grant=g), pol, T0) != ""
 
 
-def test_revocation_cuts_from_its_time_and_ban_cuts_everything():
+def test_revocation_admits_nothing_new_whatever_ts_and_ban_cuts_everything():
     g = _grant(OWNER, ALICE, [b.post_cap(TOPIC)])
     at = T0 + 1000
     pol = _policy(revoked=[{"grant": grant_hash(g), "at": format_ts_seconds(at)}])
-    assert may_post(_post(ts=at - 1, grant=g), pol) == ""
-    assert may_post(_post(ts=at, grant=g), pol) != ""
+    for back in (0, 10 * 60_000, 3 * HOUR, 20 * 24 * HOUR):  # dated back before the revoke
+        assert may_post(_post(ts=at - 1 - back, grant=g), pol, at + 5) != ""
     banned = _policy(post="open", read="open", banned=[ALICE.key])
-    assert "banned" in may_post(_post(), banned)
+    assert "banned" in may_post(_post(), banned, T0)
     assert not may_read(ALICE.key, topic=TOPIC, owner=OWNER.key, policy=banned, now_ms=T0)
 
 
@@ -85,18 +87,18 @@ def test_one_level_of_introduction_and_no_more_than_the_introducer_holds():
     pol = _policy()
     via = _grant(OWNER, INTRO, ["introduce", b.post_cap(TOPIC)])
     g = _grant(INTRO, ALICE, [b.post_cap(TOPIC)])
-    assert may_post(_post(grant=g, via=via), pol) == ""
+    assert may_post(_post(grant=g, via=via), pol, T0) == ""
     # the introducer without the cap, or without introduce, confers nothing
     for v in (_grant(OWNER, INTRO, ["introduce", b.read_cap(TOPIC)]),
               _grant(OWNER, INTRO, [b.post_cap(TOPIC)]),
               _grant(BOB, INTRO, ["introduce", b.post_cap(TOPIC)])):
-        assert may_post(_post(grant=g, via=v), pol) != ""
+        assert may_post(_post(grant=g, via=v), pol, T0) != ""
     # an owner grant does not need (and refuses) a via
     direct = _grant(OWNER, ALICE, [b.post_cap(TOPIC)])
-    assert may_post(_post(grant=direct, via=via), pol) != ""
+    assert may_post(_post(grant=direct, via=via), pol, T0) != ""
     # revoking the introducer's grant cuts everyone it introduced
     cut = _policy(revoked=[{"grant": grant_hash(via), "at": format_ts_seconds(T0)}])
-    assert may_post(_post(grant=g, via=via), cut) != ""
+    assert may_post(_post(grant=g, via=via), cut, T0) != ""
     # reading through an introduction
     rg = _grant(INTRO, BOB, [b.read_cap(TOPIC)])
     assert may_read(BOB.key, topic=TOPIC, owner=OWNER.key, policy=pol, now_ms=T0, grant=rg,
@@ -108,10 +110,10 @@ def test_one_level_of_introduction_and_no_more_than_the_introducer_holds():
 def test_owner_only_kinds_and_deletes():
     pol = _policy(post="open")
     p = _post()
-    assert may_post(b.make_hide(OWNER, p, T0), pol) == ""
-    assert may_post(b.make_delete(ALICE, p, T0), pol) == ""
+    assert may_post(b.make_hide(OWNER, p, T0), pol, T0) == ""
+    assert may_post(b.make_delete(ALICE, p, T0), pol, T0) == ""
     closed = _policy()
-    assert may_post(b.make_delete(ALICE, p, T0), closed) == ""  # own post: a view rule
+    assert may_post(b.make_delete(ALICE, p, T0), closed, T0) == ""  # own post: a view rule
     # a record claiming to be a lease but signed by someone else never gets this far
     lease = b.make_lease(OWNER, TOPIC, p.hash, ALICE.key, "claimed", "L", T0, T0)
     assert json.loads(lease.raw)["author"] == OWNER.key
@@ -126,3 +128,32 @@ def test_admit_adds_the_time_bound_and_max_post():
     assert "max_post" in admit(big, pol, T0)
     assert admit(big, _policy(post="open"), T0) == ""
     assert admit(_post(ts=T0), None, T0) == "no topic document yet"
+
+
+def test_members_in_the_document_post_and_read_by_key_until_their_time():
+    until = format_ts_seconds(T0 + HOUR)
+    pol = _policy(members=[{"key": ALICE.key, "can": "post", "until": until},
+                           {"key": BOB.key, "can": "read"}])
+    assert may_post(_post(), pol, T0) == ""
+    assert may_post(_post(ts=T0 - 20 * 24 * HOUR), pol, T0 + HOUR) != ""  # expired at arrival
+    assert may_post(_post(BOB), pol, T0) == "no grant to post here"  # a reader only
+    assert may_read(BOB.key, topic=TOPIC, owner=OWNER.key, policy=pol, now_ms=T0 + 10 * HOUR)
+    assert may_read(ALICE.key, topic=TOPIC, owner=OWNER.key, policy=pol, now_ms=T0)
+    assert not may_read(ALICE.key, topic=TOPIC, owner=OWNER.key, policy=pol, now_ms=T0 + HOUR)
+    assert not may_read(INTRO.key, topic=TOPIC, owner=OWNER.key, policy=pol, now_ms=T0)
+    # a ban wins over membership
+    both = _policy(members=[{"key": ALICE.key, "can": "post"}], banned=[ALICE.key])
+    assert "banned" in may_post(_post(), both, T0)
+    assert not may_read(ALICE.key, topic=TOPIC, owner=OWNER.key, policy=both, now_ms=T0)
+
+
+def test_members_list_is_checked():
+    for bad in ([{"key": ALICE.key, "can": "own"}], [{"key": "ed25519:nope", "can": "read"}],
+                [{"key": ALICE.key, "can": "read"}, {"key": ALICE.key, "can": "post"}],
+                [{"key": ALICE.key, "can": "read", "until": "soon"}], "all",
+                [{"key": ALICE.key, "can": "read"}] * (b.MAX_MEMBERS + 1)):
+        try:
+            _policy(members=bad)
+        except b.BoardError:
+            continue
+        raise AssertionError(f"members {bad!r} accepted")

@@ -131,6 +131,8 @@ def test_any_interleaving_keeps_one_holder_per_item_and_replays_identically(seed
         all_out.append(out)
         log.append(ev)
         for d in out:
+            if d.again:  # a retry answered again: it decided nothing new
+                continue
             if d.state == "claimed":
                 prev = active.get(d.item)
                 assert prev is None or prev.lease == d.lease, "two holders for one item"
@@ -219,3 +221,35 @@ def test_compaction_forgets_finished_items_whose_post_is_gone_but_not_a_current_
         assert arb.apply(Event("release", T0 + 6, who="w", lease=done.lease))[-1].state \
             == "refused"
 
+
+
+def test_a_retried_complete_answers_done_after_replay_and_compaction():
+    """Issue 19 item 3: a complete the owner committed, retried because its answer was
+    lost, answered "no such lease" and the claimant took it as lost work."""
+    items = ["a" * 32, "b" * 32]  # lease ids start with the item's hash
+    log = [Event("add", T0, item=h, ts=T0 + i) for i, h in enumerate(items)]
+    a = Arbiter.replay(LEASE, 3, log)
+    log.append(Event("claim", T0 + 1, who="w", req="r"))
+    d = a.apply(log[-1])[-1]
+    log.append(Event("complete", T0 + 2, who="w", lease=d.lease))
+    assert a.apply(log[-1])[-1].state == "done"
+    again = Event("complete", T0 + 3, who="w", lease=d.lease)
+    compacted = Arbiter.replay(LEASE, 3, a.compact(set(items)))
+    for arb in (a, Arbiter.replay(LEASE, 3, log), compacted):
+        answer = arb.apply(again)[-1]
+        assert (answer.state, answer.item, answer.again) == ("done", d.item, True)
+        # only the holder hears it; a release or fail of that lease is still refused
+        assert arb.apply(Event("complete", T0 + 4, who="x", lease=d.lease))[-1].state == "refused"
+        assert arb.apply(Event("fail", T0 + 4, who="w", lease=d.lease))[-1].state == "refused"
+        assert arb.status(d.item) == "done"
+
+
+def test_leases_held_are_counted_per_claimant():
+    a = _arb([f"{i:x}" * 32 for i in range(1, 9)])  # lease ids start with the item's hash
+    for i in range(3):
+        a.apply(Event("claim", T0 + 1, who="w", req=f"r{i}"))
+    a.apply(Event("claim", T0 + 1, who="v", req="r"))
+    assert a.held_by("w") == 3 and a.held_by("v") == 1 and a.held_by("z") == 0
+    assert a.retry_of("w", "r0") and not a.retry_of("w", "r9")
+    a.apply(Event("tick", T0 + 1 + LEASE))
+    assert a.held_by("w") == 0

@@ -53,13 +53,46 @@ def test_result_does_not_depend_on_arrival_order():
     assert retention.kept(first + entries, OWNER.key, pol, T0 + 600_000)[0] == first
 
 
-def test_floor_by_count_keeps_ties_together():
+def test_over_keep_the_author_holding_most_loses_its_oldest():
     pol = _pol(keep=3)
-    es = [_e(T0, "a" * 32), _e(T0 + 1, "b" * 32), _e(T0 + 1, "c" * 32), _e(T0 + 2, "d" * 32),
-          _e(T0 + 3, "e" * 32)]
+    es = [_e(T0, "a" * 32), _e(T0 + 1, "b" * 32), _e(T0 + 2, "c" * 32, BOB.key),
+          _e(T0 + 3, "d" * 32), _e(T0 + 4, "e" * 32)]
     kept, floor = retention.kept(es, OWNER.key, pol, T0 + 10)
-    assert floor == T0 + 1
-    assert [e.hash[0] for e in kept] == ["b", "c", "d", "e"]  # both T0+1 records stay
+    assert floor == T0 + 10 - pol.keep_days * DAY
+    assert [e.hash[0] for e in kept] == ["c", "d", "e"]  # bob's one record outlives alice's old
+
+
+def test_one_author_backdating_large_records_evicts_only_its_own():
+    """Issue 19 item 7: 1,200 posts of 63 KB dated -15 to +5 minutes by one granted
+    author pushed every owner's post out on every host; now they push out only their own."""
+    pol = _pol()
+    rng = random.Random(7)
+    own = [_e(T0 + i * 1000, f"0{i:031x}", OWNER.key, 2_000) for i in range(50)]
+    honest = [_e(T0 + i * 1000, f"1{i:031x}", BOB.key, 1_500) for i in range(20)]
+    flood = [_e(T0 + rng.randrange(-15 * 60_000, 5 * 60_000), f"2{i:031x}", ALICE.key, 63_000)
+             for i in range(1_200)]
+    kept, _ = retention.kept(own + honest + flood, OWNER.key, pol, T0 + 600_000)
+    held = {e.hash for e in kept}
+    assert all(e.hash in held for e in own + honest)
+    assert sum(e.size for e in kept if e.author != OWNER.key) <= pol.keep_bytes
+    assert 0 < sum(e.author == ALICE.key for e in kept) < 1_200
+
+
+def test_a_crowd_of_fresh_keys_cannot_wipe_other_authors():
+    """34 fresh keys, each within its own rate, wiped the owner's and a subscriber's posts."""
+    pol = _pol(keep=500, post="open")
+    honest = [_e(T0 + i, f"1{i:031x}", BOB.key) for i in range(10)]
+    own = [_e(T0 + i, f"0{i:031x}", OWNER.key) for i in range(10)]
+    crowd = [_e(T0 + 1000 + i, f"c{k:02x}{i:029x}", Identity(bytes([k + 10]) * 32).key)
+             for k in range(34) for i in range(60)]
+    kept, _ = retention.kept(own + honest + crowd, OWNER.key, pol, T0 + 600_000)
+    held = {e.hash for e in kept}
+    assert all(e.hash in held for e in own + honest)
+    assert len([e for e in kept if e.author != OWNER.key]) == 500
+    # and the result still depends only on the set
+    mixed = own + honest + crowd
+    random.Random(2).shuffle(mixed)
+    assert retention.kept(mixed, OWNER.key, pol, T0 + 600_000)[0] == kept
 
 
 def test_floor_by_age_and_by_bytes():

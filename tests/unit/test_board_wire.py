@@ -189,3 +189,33 @@ def test_hostile_text_only_ever_raises_board_error(seed):
     for junk in (None, 5, b"{}", "", "null", "{}", '{"k":"post"}'):
         with pytest.raises(b.BoardError):
             b.check_record(junk)
+
+
+def test_asks_are_signed_by_their_claimant_and_checked():
+    from awp.wire.board import check_ask, make_ask
+
+    me = Identity(b"\x07" * 32)
+    topic = Identity(bytes([1]) * 32).key + "/jobs"
+    ask = make_ask(me, topic, "claim", 1_790_000_000_000, req="r1")
+    assert check_ask(ask) is ask
+    for bad in (dict(ask, by=Identity(b"\x08" * 32).key), dict(ask, req="r2"),
+                dict(ask, op="steal"), dict(ask, k="post"), {k: v for k, v in ask.items()
+                                                             if k != "sig"}, "ask"):
+        with pytest.raises(b.BoardError):
+            check_ask(bad)
+
+
+def test_an_asks_offers_and_bid_are_under_its_signature():
+    """A host carrying a claim over the mesh cannot change what the worker offers or bids."""
+    from awp.wire.board import check_ask, make_ask
+
+    me = Identity(b"\x07" * 32)
+    topic = Identity(bytes([1]) * 32).key + "/jobs"
+    ask = make_ask(me, topic, "claim", 1_790_000_000_000, req="r1", offers=("gpu", "linux"),
+                   bid={"price": 3, "ms": 900})
+    assert check_ask(ask)["offers"] == ["gpu", "linux"] and ask["bid"] == {"price": 3, "ms": 900}
+    for bad in (dict(ask, offers=["gpu"]), dict(ask, offers=["gpu", "linux", "claude"]),
+                dict(ask, bid={"price": 0, "ms": 900}),
+                {k: v for k, v in ask.items() if k != "bid"}):
+        with pytest.raises(b.BoardError):
+            check_ask(bad)
