@@ -237,10 +237,14 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     # -- waiting for the topic document ----------------------------------------------
 
     async def await_doc(topic: str, timeout: float) -> bool:
+        """True once the topic's document is here; False after ``timeout``, or at
+        once when its owner said it has no such topic (``board-none``)."""
         with engine.changes.subscribe() as events, trio.move_on_after(timeout):
             while True:
                 if await board.policy(topic) is not None:
                     return True
+                if topic in board.none:
+                    return False
                 await events.receive()  # the board caches a new document before its hint
         return await board.policy(topic) is not None
 
@@ -346,9 +350,14 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             return await board.policy(topic)
         added = await subscribe_to(topic)
         if not await await_doc(topic, timeout):
+            said_none = topic in board.none  # before unsubscribing forgets it
             if added:
                 await board.unsubscribe(topic)
             lab = await engine.read(lambda c: label(c, topic))
+            if said_none:
+                raise ApiError(404, f"{lab.split('/', 1)[0]} has no topic {name}: its owner"
+                               f" can create it with `awp topic create {name}`; nothing was"
+                               " posted", "unknown_topic")
             raise ApiError(404, f"no topic document for {lab} yet: its owner (or a peer that"
                            " subscribes to it) must be connected and have that topic; a relay"
                            " that may not read the topic never carries its posts",

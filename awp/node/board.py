@@ -177,6 +177,9 @@ class Board:
         self.heads: dict[str, dict] = {}  # topic -> the owner's newest signed head we hold
         self._dirty: set[str] = set()  # our topics changed since their last head
         self._checking: set[str] = set()  # topics with a gap check pending
+        # Topics we subscribe to whose owner told us (``board-none``) it has no
+        # such topic: a post waiting for the document fails at once.
+        self.none: set[str] = set()
 
     # -- life ------------------------------------------------------------------------
 
@@ -431,6 +434,8 @@ class Board:
                 await self._on_want(link, line)
             elif t == "board-head":
                 await self._on_head(link, line)
+            elif t == "board-none":
+                self._on_none(link, line)
             elif self.queue is not None:
                 await self.queue.on_line(link, t, line)
         except (BoardError, ValueError, TypeError, KeyError) as e:
@@ -463,6 +468,8 @@ class Board:
                                 [t for t in dict.fromkeys(added) if t in self.subs], dropped)
         for topic in dict.fromkeys(added):
             if topic not in self.subs:
+                if topic.startswith(self.me + "/"):  # ours, and we hold no such topic
+                    link.push(self._line("board-none", '"topic":' + json.dumps(topic)))
                 continue
             if link.full():  # an answer now would only be dropped: sync once it drains
                 link.resync.add(topic)
@@ -482,6 +489,19 @@ class Board:
             # subscription, a new grant) is answered by whoever receives it.
             if heard or self.me < link.conn.peer_key:
                 link.push(await self._opening(topic), topic)
+
+    def _on_none(self, link: _Link, line: dict) -> None:
+        """The owner of a topic we subscribe to says it has no such topic.
+
+        Believed only from the owner itself: a relay cannot know, and must
+        not be able to make our posts fail.  The mark goes when we subscribe
+        again or a document comes.
+        """
+        topic = line.get("topic")
+        parse_topic(topic)
+        if topic in self.subs and topic.split("/", 1)[0] == link.conn.peer_key:
+            self.none.add(topic)
+            self.engine.changes.publish({"kind": "board", "topic": topic, "rec": "none"})
 
     async def _on_topic(self, link: _Link, line: dict, raw: bytes) -> None:
         hops = line.get("hops")
@@ -506,6 +526,7 @@ class Board:
         may not read).
         """
         self.policies[rec.topic] = check_policy(rec.doc)
+        self.none.discard(rec.topic)
         self._changed(rec.topic)
         self.engine.changes.publish({"kind": "board", "topic": rec.topic, "rec": "topic"})
         for link in list(self.links.values()):
@@ -710,6 +731,7 @@ class Board:
 
         await self.engine.writer.run(job)
         self.subs.add(topic)
+        self.none.discard(topic)  # the owner answers this board-sub afresh
         await self.announce([topic], [])
         for key, link in list(self.links.items()):  # neighbours that carry it already
             if topic in link.subs:
@@ -750,6 +772,7 @@ class Board:
             return False
         await self.engine.writer.run(lambda c: sb.unsubscribe(c, topic))
         self.subs.discard(topic)
+        self.none.discard(topic)
         await self.announce([], [topic])
         return True
 
