@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+from rawpeer import RawPeer
 from test_cli_support import cli_root_fixture, homes_fixture  # noqa: F401
 
-from awp.localapi.client import LocalClient
+from awp.localapi.client import ApiFailure, LocalClient
+from awp.wire.keys import Identity
 
 
 def test_the_owner_can_use_the_label_every_listing_shows(homes):
@@ -65,6 +68,57 @@ def test_a_post_to_a_topic_the_connected_owner_lacks_fails_fast_and_leaves_nothi
     b.ok("post", "alice/nosuch", "hello again")
     got = json.loads(a.ok("get", "nosuch", "-n", "0", "--json").stdout)
     assert [p["text"] for p in got["posts"]] == ["hello again"]
+
+
+def test_the_owner_answers_board_none_once_per_topic_it_lacks(make_node):
+    a = make_node("a").start()
+    a.api("POST", "/v1/board/topic", {"name": "ops", "read": "open", "post": "open"})
+    ops, nosuch = f"{a.key}/ops", f"{a.key}/nosuch"
+    with RawPeer(a.address, Identity.generate()) as p:
+        p.handshake(caps=["chat", "board"])
+        p.resume()
+        listed = [nosuch, nosuch, ops, f"{Identity.generate().key}/x"]  # twice, held, not a's
+        p.send_line({"t": "board-sub", "topics": [{"topic": t} for t in listed], "drop": []})
+        p.expect("board-none", topic=nosuch)
+        p.expect("board-topic")  # ops, answered after nosuch: the link's queue is in order
+        p.send_line({"t": "board-sub", "topics": [{"topic": ops}], "drop": []})
+        p.expect("board-topic")  # so everything the first line drew came before this
+        assert [x for x in p.skipped if x.get("t") == "board-none"] == []
+
+
+def _post_meanwhile(node, topic: str, timeout: float):
+    """Start a post to ``topic`` in a thread: its error and how long it took."""
+    def run() -> tuple[ApiFailure | None, float]:
+        t0 = time.monotonic()
+        try:
+            node.api("POST", "/v1/board/post", {"topic": topic, "timeout": timeout,
+                                                "parts": [{"k": "text", "text": "hi"}]})
+        except ApiFailure as e:
+            return e, time.monotonic() - t0
+        return None, time.monotonic() - t0
+    return ThreadPoolExecutor(1).submit(run)
+
+
+def test_board_none_is_believed_only_from_the_topics_owner(make_node):
+    a = make_node("a").start()
+    owner = Identity.generate()
+    for speaker, name in ((Identity.generate(), "x"), (owner, "y")):
+        topic = f"{owner.key}/{name}"
+        with RawPeer(a.address, speaker) as p:
+            p.handshake(caps=["chat", "board"])
+            p.resume()
+            p.send_line({"t": "board-sub", "topics": [], "drop": []})
+            done = _post_meanwhile(a, topic, 4)
+            p.recv_until(lambda x, t=topic: x.get("t") == "board-sub" and any(
+                e.get("topic") == t for e in x.get("topics", [])))
+            p.send_line({"t": "board-none", "topic": topic})
+            err, took = done.result(30)
+        assert err is not None and err.code == "unknown_topic"
+        if speaker is owner:
+            assert f"has no topic {name}" in str(err) and took < 3, (str(err), took)
+        else:  # a relay cannot make a post fail: it waits for the document
+            assert "no topic document for" in str(err) and took >= 4, (str(err), took)
+    assert a.api("GET", "/v1/board/topics")["topics"] == []
 
 
 def test_post_lines_past_the_rate_fails_and_names_the_lines_left(homes, tmp_path):
