@@ -468,7 +468,8 @@ class Board:
                                 [t for t in dict.fromkeys(added) if t in self.subs], dropped)
         for topic in dict.fromkeys(added):
             if topic not in self.subs:
-                if topic.startswith(self.me + "/"):  # ours, and we hold no such topic
+                if topic.startswith(self.me + "/") and not link.full():
+                    # ours, and we hold no such topic: a hint, dropped when the link is full
                     link.push(self._line("board-none", '"topic":' + json.dumps(topic)))
                 continue
             if link.full():  # an answer now would only be dropped: sync once it drains
