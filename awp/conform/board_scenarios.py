@@ -11,7 +11,8 @@ there:
   the owner arbitrates) and no err.
 * ``board-malformed``: malformed board lines are dropped silently: no err, no
   close, the connection stays usable; among them claims with forged or
-  mismatched asks and heads not signed by the topic's owner.
+  mismatched asks, heads not signed by the topic's owner and ``board-none``
+  lines that are not a topic (or not the sender's).
 * ``board-unsubscribed``: records of a topic the peer does not subscribe to are
   neither relayed to a second party that does subscribe nor served on a want.
 * ``board-sync`` (with ``--board-topic``, a topic the peer holds and lets
@@ -276,6 +277,9 @@ def _malformed(ctx: Ctx, topic: str) -> list[dict]:
         {"t": "board-head", "hops": "none", "doc": head},
         {"t": "board-head", "hops": 0, "doc": dict(head, doc=99)},  # changed after signing
         {"t": "board-head", "hops": 0, "doc": stranger_head},  # not the owner's signature
+        {"t": "board-none", "topic": ["not", "a", "topic"]},
+        {"t": "board-none"},
+        {"t": "board-none", "topic": topic},  # not one the peer waits on from us: ignored
     ]
 
 
