@@ -29,7 +29,8 @@ def both(h, *args: str):
 def _ages(text: str) -> str:
     """Ages ("working 2s", "47s ago", "just now") move on between the two runs, and a
     table's columns widen with them (9s, then 10s)."""
-    text = re.sub(r"\b\d+[smhd]\b", "N", text).replace("[just now]", "[N ago]")
+    text = re.sub(r"\b\d+[smhd]\b", "N", text)
+    text = text.replace("[just now]", "[N ago]").replace("  just now", "  N ago")
     return re.sub(r" {2,}", "  ", text)
 
 
