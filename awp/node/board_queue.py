@@ -325,11 +325,12 @@ class BoardQueue:
             route[3][0] -= 1
             if unreachable and route[3][0] > 0:
                 return  # another branch may still reach the owner
-            if not route[0].conn.closed.is_set():
+            topic = line.get("topic")
+            if isinstance(topic, str) and not route[0].conn.closed.is_set():
                 back = {k: v for k, v in line.items() if k not in ("t", "id", "ts")}
                 back["re"] = route[1]
                 route[0].push(self.board._line("board-lease", json.dumps(
-                    back, separators=(",", ":"), ensure_ascii=False)[1:-1]))
+                    back, separators=(",", ":"), ensure_ascii=False)[1:-1]), topic)
 
     def _first_time(self, ask: dict) -> bool:
         """Whether this host meets this ask for the first time (then it remembers it)."""
@@ -416,7 +417,10 @@ class BoardQueue:
             body["error"] = answer.state if answer.state == "empty" else (answer.why or
                                                                           answer.state)
             text = json.dumps(body, separators=(",", ":"))[1:-1]
-        link.push(self.board._line("board-lease", text))
+        # Tagged with the topic, so the answer counts against the link's bound: a peer
+        # that asks and never reads cannot make us queue without end. A dropped answer
+        # costs nothing but time: the claimant's retry (same req) gets the same decision.
+        link.push(self.board._line("board-lease", text), topic)
 
     def _over_rate(self, link: _Link) -> str:
         """``limits.board_claims_per_minute``: each request the arbiter takes costs a
@@ -446,7 +450,8 @@ class BoardQueue:
         nexts = self._paths(topic, owner, except_key=link.conn.peer_key)
         if not nexts:
             link.push(self.board._line("board-lease", json.dumps(
-                {"topic": topic, "re": ident, "error": UNREACHABLE}, separators=(",", ":"))[1:-1]))
+                {"topic": topic, "re": ident, "error": UNREACHABLE},
+                separators=(",", ":"))[1:-1]), topic)
             return
         now = trio.current_time()
         branches = [len(nexts)]
@@ -460,7 +465,7 @@ class BoardQueue:
             body = {k: v for k, v in line.items() if k not in ("t", "id", "ts")}
             body["hops"] = hops + 1
             nxt.push(self.board._line("board-claim", json.dumps(
-                body, separators=(",", ":"), ensure_ascii=False)[1:-1], mine))
+                body, separators=(",", ":"), ensure_ascii=False)[1:-1], mine), topic)
 
     def _paths(self, topic: str, owner: str, except_key: str = "") -> list[_Link]:
         """Where a request for ``owner``'s queue goes: the owner's link, else its subscribers."""

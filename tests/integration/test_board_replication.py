@@ -304,3 +304,40 @@ def test_board_sub_answers_stay_within_the_link_bound(make_node):
         assert peak[0] <= bound + 64 * 1024, peak[0]  # the bound and the line that crossed it
         assert _rss_mib(a.proc.pid) - rss0 < 40, (rss0, _rss_mib(a.proc.pid))
         assert a.proc.poll() is None
+
+
+def test_queue_answers_stay_within_the_link_bound(make_node):
+    """A peer that stops reading and sends claim after claim: each is answered with a
+    board-lease line (a lease, or why not), and those answers went past
+    ``board_link_bytes``.  They count against the bound like records; a dropped
+    answer costs the claimant only a retry (the same req gets the same decision)."""
+    import socket
+
+    bound = 16 * 1024
+    a = _with_limits(make_node, "a", board_link_bytes=bound, write_timeout="120s",
+                     board_award_window=0, board_claims_per_minute=100000)
+    topic = _open_topic(a, "jobs", queue=True)
+    for i in range(4):
+        _post(a, topic, f"job {i}")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", a.port))
+    with RawPeer(a.address, Identity.generate(), sock=sock) as p:
+        p.handshake(caps=["chat", "board"])
+        p.resume()
+        before = a.api("GET", "/v1/status")["board"]["lines_in"]
+        n = 10000  # each answered with about 200 bytes: 2 MB against a 16 KiB bound
+        for i in range(n):  # and never read again
+            p.send_line(p.envelope({"t": "board-claim", "topic": topic, "op": "claim",
+                                    "req": f"r{i}", "id": p.ids.next()}))
+        peak = [0]
+
+        def all_read() -> bool:
+            board = a.api("GET", "/v1/status")["board"]
+            peak[0] = max(peak[0], board["queued_bytes"])
+            return board["lines_in"] >= before + n
+
+        wait_for(all_read, 90, "every board-claim read", interval=0.2)
+        assert peak[0] <= bound + 64 * 1024, peak[0]  # the bound and the line that crossed it
+        assert a.proc.poll() is None
