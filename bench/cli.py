@@ -207,6 +207,19 @@ def timed_lease(h: Home, topic: str, op: str, runs: int) -> list[float]:
     return out[1:]
 
 
+def timed_claim(h: Home, topic: str, runs: int) -> list[float]:
+    """``awp claim TOPIC``, each lease released (untimed) after it: the owner bounds the
+    leases one claimant holds at once (limits.board_leases_per_claimant)."""
+    out = []
+    for _ in range(runs + 1):
+        floor_once(h.env)
+        dt, r = run(h.argv("claim", topic, "--json"), h.env)
+        check(r)
+        out.append(dt * 1000)
+        h.cmd("release", topic, json.loads(r.stdout)["lease"])
+    return out[1:]
+
+
 def board_benches(bench, a: Home, b: Home, runs: int) -> None:
     """The board's everyday commands, each against a connected peer's topic too."""
     a.cmd("topic", "create", "ops", "--open")
@@ -230,7 +243,7 @@ def board_benches(bench, a: Home, b: Home, runs: int) -> None:
                         b.env, runs, ok_codes=(0, 2)))
     bench("awp topic show ops", "verb", lambda: timed(a.argv("topic", "show", "ops"), a.env, runs))
     bench("awp queue jobs", "verb", lambda: timed(a.argv("queue", "jobs"), a.env, runs))
-    bench("awp claim jobs", "verb", lambda: timed(a.argv("claim", "jobs"), a.env, runs))
+    bench("awp claim jobs", "verb", lambda: timed_claim(a, "jobs", runs))
     for op in ("complete", "fail", "release", "renew"):
         bench(f"awp {op} jobs LEASE", "verb", lambda op=op: timed_lease(a, "jobs", op, runs))
     bench("awp --help", "help", lambda: timed([*a.awp, "--help"], a.env, runs))

@@ -51,8 +51,15 @@ def results(home, topic: str) -> dict[str, list[dict]]:
     return out
 
 
-def setup(homes, *workers: str, lease: str = "1m", attempts: str = "3"):
+def setup(homes, *workers: str, lease: str = "1m", attempts: str = "3",
+          limits: dict | None = None):
+    """alice owns the queue ``jobs`` (her config.json holding ``limits``); each worker
+    is up, connected to her, granted and subscribed."""
     a = homes("a")
+    if limits:
+        os.makedirs(a.path, mode=0o700, exist_ok=True)
+        with open(os.path.join(a.path, "config.json"), "w") as f:
+            json.dump({"limits": limits}, f)
     a.ok("up", "--name", "alice")
     a.ok("topic", "create", "jobs", "--queue", "--lease", lease, "--attempts", attempts,
          "--rate", "6000")

@@ -9,32 +9,17 @@ local API, each from its own thread, as ``awp work`` does.
 from __future__ import annotations
 
 import json
-import os
 import threading
 
 from nodes import wait_for
-from test_board_cli import subscribed
 from test_cli_support import cli_root_fixture, homes_fixture  # noqa: F401
+from test_work import setup as work_setup
 
 from awp.localapi.client import ApiFailure, LocalClient
 
 
 def setup(homes, window: str = "1s", *names: str):
-    a = homes("a")
-    os.makedirs(a.path, mode=0o700, exist_ok=True)
-    with open(os.path.join(a.path, "config.json"), "w") as f:
-        json.dump({"limits": {"board_award_window": window}}, f)
-    a.ok("up", "--name", "alice")
-    a.ok("topic", "create", "jobs", "--queue", "--lease", "1m", "--rate", "6000")
-    ws = []
-    for name in names:
-        w = homes(name)
-        w.ok("up", "--name", name)
-        w.ok("connect", a.address)
-        a.ok("topic", "grant", "jobs", name)
-        subscribed(w, "alice/jobs")
-        ws.append(w)
-    return a, ws
+    return work_setup(homes, *names, limits={"board_award_window": window})
 
 
 def post(a, text: str, *needs: str) -> str:
