@@ -162,6 +162,41 @@ def test_a_truncated_store_is_told_by_its_header(tmp_path):
         check.verify(db)
 
 
+def test_a_checkpoint_cut_short_is_not_taken_for_a_truncated_store(tmp_path):
+    """kill -9 in a checkpoint: page 1, with the grown page count, is already in
+    the file, the pages that grow it are not, and the WAL still holds them all
+    (a test daemon killed at the wrong moment was refused as 'truncated')."""
+    import struct
+
+    db = str(tmp_path / "live.db")
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute("PRAGMA journal_mode = WAL")
+    c.execute("PRAGMA wal_autocheckpoint = 0")
+    c.execute("CREATE TABLE x (i INTEGER PRIMARY KEY, v TEXT)")
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for i in range(40):  # the store grows by some 20 pages, all of them in the WAL
+        c.execute("INSERT INTO x (v) VALUES (?)", (f"row {i} " * 300,))
+    copy = str(tmp_path / "copy.db")
+    shutil.copyfile(db, copy)
+    shutil.copyfile(db + "-wal", copy + "-wal")
+    c.close()
+    with open(copy + "-wal", "rb") as f:
+        wal = f.read()
+    last = 32 + ((len(wal) - 32) // (24 + 4096) - 1) * (24 + 4096)
+    grown = struct.unpack(">I", wal[last + 4:last + 8])[0]  # pages after the last commit
+    assert grown * 4096 > os.path.getsize(copy)
+    with open(copy, "r+b") as f:
+        head = bytearray(f.read(100))
+        head[28:32] = struct.pack(">I", grown)  # what the checkpoint's page 1 says
+        f.seek(0)
+        f.write(head)
+    assert "truncated" in check.check_header(copy)  # the header alone cannot tell
+    assert check.verify(copy) == ""  # the WAL holds the pages: sound
+    c = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+    assert c.execute("SELECT count(*) FROM x").fetchone()[0] == 40
+    c.close()
+
+
 def test_a_big_store_is_checked_in_full_only_after_an_unclean_stop(tmp_path, monkeypatch):
     db = _store(tmp_path)
     with open(db, "r+b") as f:  # a damaged page in the middle of the table
