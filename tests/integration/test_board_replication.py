@@ -269,18 +269,11 @@ def _rss_mib(pid: int) -> int:
     return 0
 
 
-def test_board_sub_answers_stay_within_the_link_bound(make_node):
-    """A peer that stops reading and sends board-sub after board-sub, each
-    listing every topic we hold: each asks for a topic document and a digest
-    per topic, and those answers were queued past ``board_link_bytes`` (+62 MiB
-    for 16 connections in 40 s).  They count against the bound like records."""
+def _peak_queued_while_never_read(a, make_lines, what: str) -> int:
+    """A raw peer with a tiny receive buffer sends ``make_lines(peer)`` and never
+    reads again; the highest ``queued_bytes`` seen on ``a`` until it read them all."""
     import socket
 
-    bound = 64 * 1024
-    a = _with_limits(make_node, "a", board_link_bytes=bound, write_timeout="120s")
-    topics = [_open_topic(a, f"t{i}") for i in range(8)]
-    entries = [{"topic": t} for t in topics]
-    rss0 = _rss_mib(a.proc.pid)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.settimeout(10)
@@ -289,21 +282,40 @@ def test_board_sub_answers_stay_within_the_link_bound(make_node):
         p.handshake(caps=["chat", "board"])
         p.resume()
         before = a.api("GET", "/v1/status")["board"]["lines_in"]
-        n = 400  # each asked for 16 answers, about 3.6 KB
-        line = p.envelope({"t": "board-sub", "topics": entries, "drop": []})
-        for _ in range(n):  # and never read again
-            p.send_line({**line, "id": p.ids.next()})
+        lines = make_lines(p)
+        for line in lines:
+            p.send_line(line)
         peak = [0]
 
         def all_read() -> bool:
             board = a.api("GET", "/v1/status")["board"]
             peak[0] = max(peak[0], board["queued_bytes"])
-            return board["lines_in"] >= before + n
+            return board["lines_in"] >= before + len(lines)
 
-        wait_for(all_read, 90, "every board-sub read", interval=0.2)
-        assert peak[0] <= bound + 64 * 1024, peak[0]  # the bound and the line that crossed it
-        assert _rss_mib(a.proc.pid) - rss0 < 40, (rss0, _rss_mib(a.proc.pid))
-        assert a.proc.poll() is None
+        wait_for(all_read, 90, f"every {what} read", interval=0.2)
+        return peak[0]
+
+
+def test_board_sub_answers_stay_within_the_link_bound(make_node):
+    """A peer that stops reading and sends board-sub after board-sub, each
+    listing every topic we hold: each asks for a topic document and a digest
+    per topic, and those answers were queued past ``board_link_bytes`` (+62 MiB
+    for 16 connections in 40 s).  They count against the bound like records."""
+
+    bound = 64 * 1024
+    a = _with_limits(make_node, "a", board_link_bytes=bound, write_timeout="120s")
+    topics = [_open_topic(a, f"t{i}") for i in range(8)]
+    entries = [{"topic": t} for t in topics]
+    rss0 = _rss_mib(a.proc.pid)
+
+    def subs(p) -> list[dict]:  # 400, each asking for 16 answers, about 3.6 KB
+        line = p.envelope({"t": "board-sub", "topics": entries, "drop": []})
+        return [{**line, "id": p.ids.next()} for _ in range(400)]
+
+    peak = _peak_queued_while_never_read(a, subs, "board-sub")
+    assert peak <= bound + 64 * 1024, peak  # the bound and the line that crossed it
+    assert _rss_mib(a.proc.pid) - rss0 < 40, (rss0, _rss_mib(a.proc.pid))
+    assert a.proc.poll() is None
 
 
 def test_queue_answers_stay_within_the_link_bound(make_node):
@@ -311,7 +323,6 @@ def test_queue_answers_stay_within_the_link_bound(make_node):
     board-lease line (a lease, or why not), and those answers went past
     ``board_link_bytes``.  They count against the bound like records; a dropped
     answer costs the claimant only a retry (the same req gets the same decision)."""
-    import socket
 
     bound = 16 * 1024
     a = _with_limits(make_node, "a", board_link_bytes=bound, write_timeout="120s",
@@ -319,25 +330,11 @@ def test_queue_answers_stay_within_the_link_bound(make_node):
     topic = _open_topic(a, "jobs", queue=True)
     for i in range(4):
         _post(a, topic, f"job {i}")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.settimeout(10)
-    sock.connect(("127.0.0.1", a.port))
-    with RawPeer(a.address, Identity.generate(), sock=sock) as p:
-        p.handshake(caps=["chat", "board"])
-        p.resume()
-        before = a.api("GET", "/v1/status")["board"]["lines_in"]
-        n = 10000  # each answered with about 200 bytes: 2 MB against a 16 KiB bound
-        for i in range(n):  # and never read again
-            p.send_line(p.envelope({"t": "board-claim", "topic": topic, "op": "claim",
-                                    "req": f"r{i}", "id": p.ids.next()}))
-        peak = [0]
 
-        def all_read() -> bool:
-            board = a.api("GET", "/v1/status")["board"]
-            peak[0] = max(peak[0], board["queued_bytes"])
-            return board["lines_in"] >= before + n
+    def claims(p) -> list[dict]:  # each answered with about 200 bytes: 2 MB in all
+        return [p.envelope({"t": "board-claim", "topic": topic, "op": "claim",
+                            "req": f"r{i}", "id": p.ids.next()}) for i in range(10000)]
 
-        wait_for(all_read, 90, "every board-claim read", interval=0.2)
-        assert peak[0] <= bound + 64 * 1024, peak[0]  # the bound and the line that crossed it
-        assert a.proc.poll() is None
+    peak = _peak_queued_while_never_read(a, claims, "board-claim")
+    assert peak <= bound + 64 * 1024, peak  # the bound and the line that crossed it
+    assert a.proc.poll() is None
