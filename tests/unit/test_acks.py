@@ -98,3 +98,44 @@ def test_lines_to_send_again_come_in_outbox_order_from_a_real_store(store):
     got = ops.fetch_outbox_ids(store, A, list(reversed(lines)))
     assert [i for i, _text in got] == lines
     assert ops.fetch_outbox_ids(store, B, lines) == []
+
+
+def test_a_run_of_acks_leaves_the_store_as_acks_one_at_a_time_do(tmp_path):
+    """The batched apply_acks against apply_ack per ack, on copies of one store:
+    msgs, chunks and introductions in two threads, acks in and out of order,
+    repeated, for another peer's line and for nothing."""
+    import random
+    import sqlite3
+
+    rnd = random.Random(7)
+    for trial in range(12):
+        one = open_store(str(tmp_path / f"one{trial}.db"))
+        one.execute("PRAGMA synchronous = OFF")  # the order of rows is the point here
+        gen = IdGenerator()
+        ops.ensure_peer(one, A, 1)
+        ops.ensure_peer(one, B, 1)
+        ids: list[str] = []
+        for _n in range(30):
+            t = rnd.choice(["msg", "msg", "chunk", "introduce"])
+            th = rnd.choice(["thr_one", "thr_two", "thr_one"])
+            peer = A if rnd.random() < 0.9 else B
+            line = ops.queue_line(one, gen, peer, lambda i, ts, t=t, th=th: {
+                "t": t, "id": i, "ts": ts, "th": th}, now=1)[1]
+            if t == "msg":
+                ids.append(line["id"])
+        many = sqlite3.connect(str(tmp_path / f"many{trial}.db"), isolation_level=None)
+        one.backup(many)
+        acks = [("x", rnd.choice(ids)) for _n in range(rnd.randint(1, 25))] + [("x", "nope")]
+        if rnd.random() < 0.5:
+            acks.sort(key=lambda a: a[1])
+        got = ops.apply_acks(many, A, acks)
+        want = []
+        for _th, re in acks:
+            if ops.apply_ack(one, A, "x", re) and re not in want:
+                want.append(re)
+        assert got == want
+        for q in ("SELECT seq, peer, id FROM outbox ORDER BY seq",
+                  "SELECT id, acked FROM log ORDER BY seq"):
+            assert many.execute(q).fetchall() == [tuple(r) for r in one.execute(q)]
+        one.close()
+        many.close()
