@@ -28,7 +28,7 @@ from ..store.writer import lines_weight
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
-from ..wire.messages import ACKED_TYPES, dump, parse_line, storable
+from ..wire.messages import ACKED_TYPES, ack_line, dump, parse_line, storable
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms
 from .gaps import AckGaps, line_id
@@ -403,7 +403,7 @@ class Connection:
         journaled_ns = time.perf_counter_ns()
         self._send_lock.acquire_nowait()
         try:
-            ack = self._line({"t": "ack", "th": line.get("th") or "", "re": line["id"]})
+            ack = self._ack(line)
             unsent = self._write_now(ack)
             _give_way()
             pending = eng.writer.run_now(lambda c: eng.store_inbound(c, self, line, text, now))
@@ -464,8 +464,7 @@ class Connection:
         self._inflight_drop.set()
         for (line, _raw), result in zip(batch, results, strict=True):  # type: ignore[call-overload]
             if result[0] != -1:  # -1: refused over a budget, never acked
-                self._held.append(self._line({"t": "ack", "th": line.get("th") or "",
-                                              "re": line["id"]}))
+                self._held.append(self._ack(line))
         if self._post_recv.statistics().current_buffer_used == 0:
             await self._flush_held()
         for result, (line, _raw) in zip(results, batch, strict=True):  # type: ignore[call-overload]
@@ -861,6 +860,11 @@ class Connection:
                 "ts": format_ts(now_ms())}
         full.update((k, v) for k, v in line.items() if k != "t")
         return dump(full)
+
+    def _ack(self, line: dict) -> bytes:
+        """Our ack of a content line now stored (written straight, see ``ack_line``)."""
+        return ack_line(line.get("th") or "", line["id"], id=self.engine.ids.next(),
+                        ts=format_ts(now_ms()))
 
     async def _send_line(self, line: dict, ident: str | None = None) -> None:
         await self._send_raw(self._line(line, ident))

@@ -45,6 +45,7 @@ from .intake import Intake
 from .mime import guess_mime, sniff_file
 from .network import Network, NoNetwork
 from .peers import PeerManager
+from .store_run import store_run
 
 log = logging.getLogger("awp.node")
 
@@ -445,12 +446,9 @@ class Engine:
 
     def store_inbound_run(self, c: sqlite3.Connection, conn: Connection,
                           texts: list[tuple[dict, str]], now: int) -> list:
-        """Runs on the writer thread: store a run of content lines, counted at once."""
-        owed = [0]
-        out = [self.store_inbound(c, conn, line, text, now, owed) for line, text in texts]
-        if owed[0]:
-            usage.add(c, conn.peer_key, log=owed[0])
-        return out
+        """Runs on the writer thread: store a run of content lines, counted at once
+        (see :mod:`awp.node.store_run`)."""
+        return store_run(self, c, conn, texts, now)
 
     def store_inbound(self, c: sqlite3.Connection, conn: Connection, line: dict, text: str,
                       now: int, owed: list[int] | None = None) -> tuple[int, list[dict]]:
@@ -486,6 +484,13 @@ class Engine:
         else:  # the caller adds them to the table once for the run
             owed[0] += nbytes
             self.budgets.add_stored(conn.peer_key, log=nbytes)
+        return seq, self.stored_replies(c, conn, line, seq, now)
+
+    def stored_replies(self, c: sqlite3.Connection, conn: Connection, line: dict, seq: int,
+                       now: int) -> list:
+        """Writer thread, once a content line is stored as ``seq``: its blobs and the
+        extensions' part; the lines (or work) to follow its ack."""
+        replies: list = []
         if line["t"] == "msg":
             for r in blobstore.msg_named_blobs(c, self.blobs_dir, conn.peer_key, line,
                                                self.config.blob_limit, now):
@@ -494,7 +499,7 @@ class Engine:
             hook = getattr(ext, "stored_inbound", None)
             if hook is not None:
                 replies.extend(hook(c, conn, line, seq, now) or ())
-        return seq, replies
+        return replies
 
     def store_chunk(self, c: sqlite3.Connection, conn: Connection, line: dict,
                     now: int) -> list[dict]:

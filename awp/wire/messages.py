@@ -9,6 +9,7 @@ objects.  :func:`parse_line` enforces exactly the checks that make a line a
 from __future__ import annotations
 
 import re
+from json.encoder import encode_basestring as _json_str
 
 from .canonical import compact_json
 from .errors import BAD_FRAME, ProtocolError
@@ -160,6 +161,16 @@ def hello(
 
 def ack(th: str, re: str, *, id: str, ts: str) -> dict:
     return {"t": "ack", "id": id, "ts": ts, "th": th, "re": re}
+
+
+def ack_line(th: str, re: str, *, id: str, ts: str) -> bytes:
+    """:func:`dump` of :func:`ack`, written straight: one for every line stored.
+
+    ``th`` and ``re`` are the peer's strings, escaped as :func:`dump` escapes
+    them; ``id`` and ``ts`` are ours (a ULID, a stamp) and need no escaping.
+    """
+    return (f'{{"t":"ack","id":"{id}","ts":"{ts}","th":{_json_str(th)},'
+            f'"re":{_json_str(re)}}}\n').encode()
 
 
 def err(code: str, *, id: str, ts: str, re: str | None = None, detail: str = "",

@@ -47,12 +47,23 @@ def format_ts_seconds(ms: int) -> str:
     )
 
 
+# The seconds part of the last stamp in our own form (``...T17:03:11.123Z``)
+# and its Unix ms: the lines of a burst share it, so they skip the full parse.
+_last_parsed: tuple[str, int] = ("\0", 0)
+
+
 def parse_ts(text: str) -> int:
     """Parse any RFC 3339 timestamp into Unix milliseconds.
 
     Raises ``ValueError`` for anything else.  Fractions beyond milliseconds
     (nanoseconds, as Go writes them) are truncated.
     """
+    global _last_parsed
+    if type(text) is str and len(text) == 24 and text[19] == "." and text[23] == "Z":
+        prefix, base = _last_parsed
+        frac = text[20:23]
+        if text.startswith(prefix) and frac.isascii() and frac.isdigit():
+            return base + int(frac)
     if not isinstance(text, str):
         raise ValueError("timestamp is not a string")
     m = _RFC3339.match(text)
@@ -70,4 +81,6 @@ def parse_ts(text: str) -> int:
         sign = 1 if zone[0] == "+" else -1
         offset = (int(zone[1:3]) * 60 + int(zone[4:6])) * 60_000
         epoch_ms -= sign * offset
+    elif len(text) == 24 and text[19] == "." and zone == "Z":
+        _last_parsed = (text[:19], epoch_ms - ms)
     return epoch_ms

@@ -219,3 +219,28 @@ def test_generator_is_thread_safe():
     # each thread sees its own ids strictly increasing too
     for r in results:
         assert all(a < b for a, b in zip(r, r[1:], strict=False))
+
+
+def test_encode_ulid_spells_every_5_bits_in_crockford():
+    """The C-encoder spelling against the definition, 5 bits a character."""
+    import random
+
+    rnd = random.Random(5)
+    values = [0, 1, 31, 32, (1 << 128) - 1, 1 << 127] + [rnd.getrandbits(128) for _ in range(500)]
+    for v in values:
+        want = "".join(CROCKFORD[(v >> (5 * (25 - i))) & 31] for i in range(26))
+        assert encode_ulid(v) == want
+        assert decode_ulid(want) == v
+    for bad in (-1, 1 << 128):
+        with pytest.raises(ValueError):
+            encode_ulid(bad)
+
+
+def test_ids_draw_fresh_random_bits_across_the_pool():
+    gen = IdGenerator(clock=fixed(T0))
+    ids = [gen.next() for _ in range(1000)]  # several refills of the pool
+    assert ids == sorted(ids) and len(set(ids)) == 1000
+    # With a fixed clock each id is the one before plus one, except where a
+    # fresh draw of random bits happened to land higher: some must have.
+    steps = [decode_ulid(b) - decode_ulid(a) for a, b in zip(ids, ids[1:], strict=False)]
+    assert any(s > 1 for s in steps)

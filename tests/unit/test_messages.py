@@ -364,3 +364,15 @@ def test_numbers_json_cannot_carry_are_bad_frame_and_never_written():
             canonical_json({"n": bad})
     # the local API's answers may hold one stored by an older version: never a failure
     assert compact_json({"n": float("nan")}) == '{"n":NaN}'
+
+
+def test_ack_line_is_the_ack_dumped():
+    """Written straight for speed, it must be byte for byte what dump writes,
+    whatever the peer put in th and re."""
+    from awp.wire.messages import ack, ack_line, dump
+
+    for th, re in [("thr_abcdefgh", "01KBD0000000000000000000AB"), ("", "x"),
+                   ('a"b\\c\u00e9\u2028\x01\x1f', "\U0001f600 \ufffd /</script>")]:
+        kw = {"id": "01KBD0000000000000000000AB", "ts": "2026-12-01T19:00:00.000Z"}
+        assert ack_line(th, re, **kw) == dump(ack(th, re, **kw))
+        assert parse_line(ack_line(th, re, **kw)[:-1])["re"] == re

@@ -148,3 +148,21 @@ def test_now_ms_is_close_to_wall_clock():
     n = now_ms()
     b = int(time.time() * 1000)
     assert a - 1 <= n <= b + 1
+
+
+def test_parse_ts_of_a_burst_skips_nothing_it_must_check():
+    """Stamps sharing the last one's second take a short way: the same values,
+    and what is not a stamp still raises."""
+    base = "2026-09-25T17:03:11"
+    assert parse_ts(base + ".123Z") == BASE_MS
+    assert parse_ts(base + ".124Z") == BASE_MS + 1
+    assert parse_ts(base + ".999Z") == BASE_MS + 876
+    assert parse_ts(base + ".000Z") == BASE_MS - 123
+    for bad in (base + ".1a3Z", base + ". 12Z", base + ".-12Z", base + ".\u0661\u0662\u0663Z",
+                base + ".123z\n"):
+        with pytest.raises(ValueError):
+            parse_ts(bad)
+    assert parse_ts(base + ".500+01:00") == BASE_MS + 377 - 3_600_000
+    assert parse_ts("2026-09-25T17:03:12.123Z") == BASE_MS + 1000
+    assert parse_ts(base + ".123Z") == BASE_MS  # and back
+    assert parse_ts("2016-12-31T23:59:60.500Z") == parse_ts("2016-12-31T23:59:59.500Z")
