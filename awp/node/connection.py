@@ -47,7 +47,8 @@ _WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
 # A run of content lines stored as one job holds at most this many (with the
 # writer's weight per line, see awp.store.writer.lines_weight): a read of
 # tiny lines was one job of hundreds of rows (docs/threat-model.md, "Budgets").
-_RUN_LINES = 32
+# 64: a 64 KiB read of 1 KiB lines is one job, not two.
+_RUN_LINES = 64
 
 
 class ConnectionClosed(Exception):

@@ -295,7 +295,7 @@ def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> lis
     for i in range(0, len(ids), _IN_LIST):
         part = ids[i:i + _IN_LIST]
         rows += conn.execute(
-            f"SELECT seq, id, line FROM outbox WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
+            f"SELECT seq, id, line FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
             (peer, *part)).fetchall()
     return [(r[1], r[2]) for r in sorted(rows, key=lambda r: r[0])]
 
@@ -364,7 +364,7 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
         part = ids[start:start + _IN_LIST]
         marks = ",".join("?" * len(part))
         found = conn.execute(
-            f"SELECT seq, id, th FROM outbox WHERE peer = ? AND id IN ({marks})",
+            f"SELECT seq, id, th FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({marks})",
             (peer, *part)).fetchall()
         news.update(r[0] for r in conn.execute(
             f"UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id IN ({marks})"

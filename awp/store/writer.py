@@ -61,11 +61,14 @@ Hook = Callable[[Any], None]
 _MAX_BATCH = 4000
 _BATCH_BYTES = 512 * 1024  # a batch of weighted jobs stops once it holds this much
 # What a stored line weighs besides its bytes, so that a batch holds at most
-# about 64 rows: weighed by bytes alone, a flood of tiny lines made
+# about 250 rows: weighed by bytes alone, a flood of tiny lines made
 # transactions of thousands of rows (over a second of staging on a loaded
-# machine) that every other peer's line waited behind.  A backlog replayed
-# alone pays one commit per 64 lines for it.
-LINE_WEIGHT = 8192
+# machine) that every other peer's line waited behind.  A run of msgs is
+# staged with a few statements for the run (awp/store/inbound.py), about
+# 15-25 us a row, so 250 rows take less than the 64 of 66 us each that the
+# bound was set for; a backlog replayed alone pays one commit per ~200
+# lines of 1 KiB (it paid one per 64, a quarter of its CPU).
+LINE_WEIGHT = 2048
 
 
 def lines_weight(nbytes: int, lines: int) -> int:

@@ -74,8 +74,7 @@ def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
     fields, or is a ``msg``/``state``/``chunk``/``grant`` without the fields
     the type cannot do without.
     """
-    stripped = line.lstrip(b" \t\r")
-    if not stripped.startswith(b"{"):
+    if not line.startswith(b"{") and not line.lstrip(b" \t\r").startswith(b"{"):
         raise ProtocolError(BAD_FRAME, "line is not a JSON object")
     try:
         obj = DECODER.decode(line.decode("utf-8"))
@@ -122,7 +121,8 @@ def storable(raw: bytes, line: dict) -> bytes:
     as UTF-8 again, so every later reader of the stored line (the inbox, the
     dashboard) would fail on it.
     """
-    if b"\\u" not in raw or not _LONE_ESCAPE.search(raw):
+    # No backslash (a memchr), no escape: most lines stop at the first test.
+    if raw.find(b"\\") < 0 or not _LONE_ESCAPE.search(raw):
         return raw
     return dump(line)[:-1]
 

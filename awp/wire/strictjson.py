@@ -58,8 +58,10 @@ def without_lone_surrogates(text: str | bytes, value: object) -> object:
 
     Walks the value, so call it once its depth is known to be bounded.
     """
-    pattern = _ESCAPE_B if isinstance(text, bytes) else _ESCAPE_S
-    return _replaced(value) if pattern.search(text) else value
+    if isinstance(text, bytes):
+        # No backslash (a memchr), no escape: the usual line stops here.
+        return _replaced(value) if text.find(b"\\") >= 0 and _ESCAPE_B.search(text) else value
+    return _replaced(value) if _ESCAPE_S.search(text) else value
 
 
 def loads(text: str | bytes) -> object:
