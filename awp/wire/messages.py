@@ -65,16 +65,26 @@ def _too_deep(limit: int) -> ProtocolError:
     return ProtocolError(BAD_FRAME, f"JSON nested deeper than {limit} levels")
 
 
-def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
-    """Decode one wire line into its envelope dict.
+_SCAN = DECODER.scan_once  # the C scanner, with DECODER's number rules
 
-    Raises ``ProtocolError(bad_frame)`` when the line is not a JSON object,
-    nests deeper than ``max_depth`` (a ``mirror`` may go one level deeper: it
-    wraps a line that had that much), misses ``t``, has wrongly-typed envelope
-    fields, or is a ``msg``/``state``/``chunk``/``grant`` without the fields
-    the type cannot do without.
-    """
-    if not line.startswith(b"{") and not line.lstrip(b" \t\r").startswith(b"{"):
+
+def _object_at_once(line: bytes) -> dict | None:
+    """The usual line, an object from its first byte to its last, decoded with
+    the scanner alone (:meth:`json.JSONDecoder.decode` adds two regex matches
+    and a wrapper); None for anything else, which :func:`_object` decides."""
+    if not line.startswith(b"{") or not line.endswith(b"}"):
+        return None
+    try:
+        text = line.decode("utf-8")
+        obj, end = _SCAN(text, 0)
+    except (StopIteration, ValueError, RecursionError):
+        return None
+    return obj if end == len(text) else None
+
+
+def _object(line: bytes, max_depth: int) -> dict:
+    """Decode a line that must hold one JSON object, or raise its ``bad_frame``."""
+    if not line.lstrip(b" \t\r").startswith(b"{"):
         raise ProtocolError(BAD_FRAME, "line is not a JSON object")
     try:
         obj = DECODER.decode(line.decode("utf-8"))
@@ -84,6 +94,21 @@ def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
         raise ProtocolError(BAD_FRAME, f"invalid JSON: {e}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(BAD_FRAME, "line is not a JSON object")
+    return obj
+
+
+def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
+    """Decode one wire line into its envelope dict.
+
+    Raises ``ProtocolError(bad_frame)`` when the line is not a JSON object,
+    nests deeper than ``max_depth`` (a ``mirror`` may go one level deeper: it
+    wraps a line that had that much), misses ``t``, has wrongly-typed envelope
+    fields, or is a ``msg``/``state``/``chunk``/``grant`` without the fields
+    the type cannot do without.
+    """
+    obj = _object_at_once(line)
+    if obj is None:
+        obj = _object(line, max_depth)
     # Counting brackets is cheap and bounds the depth from above: most lines
     # never need the walk.
     if (line.count(b"{") + line.count(b"[") > max_depth
@@ -93,10 +118,12 @@ def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
     t = obj.get("t")
     if not isinstance(t, str) or not t:
         raise ProtocolError(BAD_FRAME, "missing message type 't'")
-    for f in _STR_FIELDS:
-        v = obj.get(f)
-        if v is not None and not isinstance(v, str):
-            raise ProtocolError(BAD_FRAME, f"field {f!r} must be a string")
+    get = obj.get
+    if not all(type(get(f, "")) is str for f in _STR_FIELDS):
+        for f in _STR_FIELDS:  # which one, for the err's detail
+            v = get(f)
+            if v is not None and not isinstance(v, str):
+                raise ProtocolError(BAD_FRAME, f"field {f!r} must be a string")
     for f in _REQUIRED.get(t, ()):
         v = obj.get(f)
         if not isinstance(v, str) or not v:
