@@ -487,19 +487,23 @@ class Engine:
         return seq, self.stored_replies(c, conn, line, seq, now)
 
     def stored_replies(self, c: sqlite3.Connection, conn: Connection, line: dict, seq: int,
-                       now: int) -> list:
+                       now: int, hooks: list | None = None) -> list:
         """Writer thread, once a content line is stored as ``seq``: its blobs and the
-        extensions' part; the lines (or work) to follow its ack."""
+        extensions' part; the lines (or work) to follow its ack.  ``hooks``:
+        :meth:`stored_hooks`, when a run looked them up once for all its lines."""
         replies: list = []
         if line["t"] == "msg":
             for r in blobstore.msg_named_blobs(c, self.blobs_dir, conn.peer_key, line,
                                                self.config.blob_limit, now):
                 replies.append(_refusal_line(r))
-        for ext in self.extensions:
-            hook = getattr(ext, "stored_inbound", None)
-            if hook is not None:
-                replies.extend(hook(c, conn, line, seq, now) or ())
+        for hook in self.stored_hooks() if hooks is None else hooks:
+            replies.extend(hook(c, conn, line, seq, now) or ())
         return replies
+
+    def stored_hooks(self) -> list:
+        """The extensions' ``stored_inbound`` hooks, in order."""
+        return [h for ext in self.extensions
+                if (h := getattr(ext, "stored_inbound", None)) is not None]
 
     def store_chunk(self, c: sqlite3.Connection, conn: Connection, line: dict,
                     now: int) -> list[dict]:

@@ -79,3 +79,70 @@ def test_a_line_already_stored_costs_the_run_nothing_but_a_lookup(tmp_path):
     assert {got[0], got[2]} == {r[0] for r in c.execute(
         "SELECT seq FROM log WHERE id IN (?, ?)", (first[0][0]["id"], first[2][0]["id"]))}
     assert c.execute("SELECT at FROM log WHERE seq = ?", (old[0],)).fetchone()[0] == 5
+
+
+def _engine(tmp_path, name: str, limit: int):
+    from awp.base.limits import Limits
+    from awp.node.config import NodeConfig
+    from awp.node.engine import Engine
+    from awp.wire.keys import Identity
+
+    limits = Limits(peer_stored_bytes=limit)
+    eng = Engine(Identity.generate(), str(tmp_path / f"{name}.db"), NodeConfig(name=name,
+                                                                               limits=limits))
+    c = open_store(eng.db_path)
+    c.execute("PRAGMA synchronous = OFF")
+    ops.ensure_peer(c, A, 1)
+    return eng, c
+
+
+def test_a_run_near_the_stored_budget_is_refused_where_one_by_one_refuses(tmp_path):
+    """Runs crossing peer_stored_bytes: the run's results, rows, counted bytes and
+    refusals equal what storing the lines one at a time gives, and a run well
+    inside the budget is counted at once to the same total."""
+    from types import SimpleNamespace
+
+    from awp.node.store_run import store_run
+
+    rnd = random.Random(17)
+    gen = IdGenerator()
+    runs = []
+    for _r in range(6):
+        lines = [_line(gen, rnd) for _n in range(rnd.randint(2, 10))]
+        batch = [(x, ops.compact_json(x)) for x in lines]
+        runs.append(batch + rnd.sample(batch, 1))
+    for limit in (10**9, 9_000, 4_000):
+        one, c1 = _engine(tmp_path, f"one{limit}", limit)
+        many, c2 = _engine(tmp_path, f"many{limit}", limit)
+        conn1 = SimpleNamespace(peer_key=A, quota_refused=0, peer_name="a")
+        conn2 = SimpleNamespace(peer_key=A, quota_refused=0, peer_name="a")
+        for n, batch in enumerate(runs):
+            now = 1_764_615_600_000 + n
+            c1.execute("BEGIN")
+            owed = [0]
+            want = [one.store_inbound(c1, conn1, line, text, now, owed) for line, text in batch]
+            if owed[0]:
+                ops_usage_add(c1, owed[0])
+            c1.execute("COMMIT")
+            c2.execute("BEGIN")
+            got = store_run(many, c2, conn2, batch, now)
+            c2.execute("COMMIT")
+            assert [(s > 0, r) for s, r in got] == [(s > 0, r) for s, r in want]
+            assert conn1.quota_refused == conn2.quota_refused
+            assert one.budgets.stored_of(A) == many.budgets.stored_of(A)
+        for q in _ROWS:
+            assert c2.execute(q).fetchall() == c1.execute(q).fetchall(), q
+        assert c2.execute("SELECT * FROM usage").fetchall() == \
+            c1.execute("SELECT * FROM usage").fetchall()
+        if limit == 10**9:
+            assert conn2.quota_refused == 0
+        else:
+            assert conn2.quota_refused > 0  # the budget was crossed in this case
+        c1.close()
+        c2.close()
+
+
+def ops_usage_add(c, n: int) -> None:
+    from awp.store import usage
+
+    usage.add(c, A, log=n)
