@@ -480,7 +480,7 @@ class Connection:
                     replies[i] = ("handed", reply[1])
 
     async def _after_acks(self, ids: object, _unused: object) -> None:
-        self.engine.on_acked(self.peer_key, list(ids))  # type: ignore[call-overload]
+        self.engine.on_acked(self.peer_key, list(ids), woken=True)  # type: ignore[call-overload]
 
     async def _after_store(self, result: object, line: dict) -> None:
         seq, replies = result  # type: ignore[misc]

@@ -585,9 +585,12 @@ class Engine:
             for old in list(self._recent_acks)[:5_000]:
                 del self._recent_acks[old]
 
-    def on_acked(self, key: str, ids: list[str]) -> None:
-        for i in ids:
-            self.ack_received(key, i)
+    def on_acked(self, key: str, ids: list[str], *, woken: bool = False) -> None:
+        """``ids`` are committed as acked by ``key``; ``woken``: their waiters were
+        already told as each ack arrived (:meth:`ack_received`)."""
+        if not woken:
+            for i in ids:
+                self.ack_received(key, i)
         self.changes.publish({"kind": "ack", "peer": key, "ids": ids[:50]})
 
     def on_peer_resumed(self, conn: Connection) -> None:

@@ -376,3 +376,27 @@ def test_ack_line_is_the_ack_dumped():
         kw = {"id": "01KBD0000000000000000000AB", "ts": "2026-12-01T19:00:00.000Z"}
         assert ack_line(th, re, **kw) == dump(ack(th, re, **kw))
         assert parse_line(ack_line(th, re, **kw)[:-1])["re"] == re
+
+
+def test_an_ack_as_we_write_it_parses_as_json_would():
+    """The short way for plain acks gives json's dict; anything else about an
+    ack (escapes, other order, extra fields, bad types) takes the full way."""
+    from awp.wire.messages import ack_line
+
+    plain = ack_line("thr_abc-d_e", "01KBD0000000000000000000AB",
+                     id="01KBD0000000000000000000AC", ts="2026-12-01T19:00:00.000Z")[:-1]
+    assert parse_line(plain) == json.loads(plain)
+    assert list(parse_line(plain)) == list(json.loads(plain))
+    others = [
+        ack_line("thr_\u00e9", "x", id="1", ts="2026-12-01T19:00:00.000Z")[:-1],
+        b'{"t":"ack","id":"1","ts":"t","th":"a\\u0041","re":"x"}',
+        b'{"t":"ack","th":"a","re":"x","id":"1","ts":"t"}',
+        b'{"t":"ack","id":"1","ts":"t","th":"a","re":"x","more":[1,2]}',
+        b'{"t":"ack","id":"1","ts":"t","th":"a","re":"x"} ',
+    ]
+    for raw in others:
+        assert parse_line(raw) == json.loads(raw)
+    with pytest.raises(ProtocolError):
+        parse_line(b'{"t":"ack","id":"1","ts":"t","th":"a","re":"x"}}')
+    with pytest.raises(ProtocolError):
+        parse_line(b'{"t":"ack","id":1,"ts":"t","th":"a","re":"x"}')
