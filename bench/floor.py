@@ -50,20 +50,17 @@ def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str) -> None:
     stamps.put(out)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=500)
-    ap.add_argument("--sync", choices=("FULL", "OFF"), default="FULL")
-    args = ap.parse_args()
+def measure(messages: int = 500, sync: str = "FULL") -> tuple[list[float], list[float]]:
+    """(one-way ms, msg-to-ack ms) of ``messages`` hops at 100 msg/s, warm-up dropped."""
     ports: mp.Queue = mp.Queue()
     stamps: mp.Queue = mp.Queue()
-    proc = mp.Process(target=_receiver, args=(ports, stamps, args.messages, args.sync))
+    proc = mp.Process(target=_receiver, args=(ports, stamps, messages, sync))
     proc.start()
     sock = socket.create_connection(("127.0.0.1", ports.get()))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     acks = sock.makefile("rb")
     sent, round_trips = [], []
-    for i in range(args.messages):
+    for i in range(messages):
         line = json.dumps({"t": "msg", "id": f"{i:026d}", "th": "thr_floor",
                            "parts": [{"k": "text", "text": f"probe {i}"}]}).encode() + b"\n"
         t0 = time.perf_counter_ns()
@@ -74,11 +71,21 @@ def main() -> int:
         time.sleep(0.01)
     got = stamps.get()
     proc.join()
-    warm = min(50, args.messages // 5)
+    sock.close()
+    warm = min(50, messages // 5)
     one_way = [(b - a) / 1e6 for a, b in zip(sent, got, strict=True)][warm:]
+    return one_way, round_trips[warm:]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=500)
+    ap.add_argument("--sync", choices=("FULL", "OFF"), default="FULL")
+    args = ap.parse_args()
+    one_way, round_trips = measure(args.messages, args.sync)
     print(f"floor (synchronous={args.sync}) over {len(one_way)} msgs at 100 msg/s: "
           f"one-way to committed p50 {statistics.median(one_way):.3f} ms, "
-          f"msg-to-ack p50 {statistics.median(round_trips[warm:]):.3f} ms")
+          f"msg-to-ack p50 {statistics.median(round_trips):.3f} ms")
     return 0
 
 

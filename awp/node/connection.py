@@ -469,7 +469,7 @@ class Connection:
         if self._post_recv.statistics().current_buffer_used == 0:
             await self._flush_held()
         for result, (line, _raw) in zip(results, batch, strict=True):  # type: ignore[call-overload]
-            await self._after_store(result, line)
+            self._stored(result, line)
 
     def _hand_over_copies(self, results: list) -> None:
         """Writer hook, in commit order: pass mirror copies to their hosts."""
@@ -483,6 +483,10 @@ class Connection:
         self.engine.on_acked(self.peer_key, list(ids), woken=True)  # type: ignore[call-overload]
 
     async def _after_store(self, result: object, line: dict) -> None:
+        self._stored(result, line)
+
+    def _stored(self, result: object, line: dict) -> None:
+        """A content line is stored (``result`` from ``store_inbound``): its replies."""
         seq, replies = result  # type: ignore[misc]
         if seq == -1:  # refused over a budget: the err, nothing else
             self._held.extend(self._line(reply) for reply in replies)
