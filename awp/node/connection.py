@@ -314,6 +314,7 @@ class Connection:
         """
         contents: list[tuple[dict, bytes]] = []
         acks: list[tuple[str, str]] = []
+        now = trio.current_time()  # read again after anything that may wait
         for raw in raws:
             self._trace("<", raw)
             try:
@@ -327,22 +328,25 @@ class Connection:
             if t in ACKED_TYPES:
                 if acks or len(contents) >= _RUN_LINES:
                     await self._flush_runs(contents, acks)
+                    now = trio.current_time()
                 contents.append((line, raw))
-                self._seen_line(t)
+                self._seen_line(t, now)
             elif t == "ack":
                 if contents:
                     await self._flush_runs(contents, [])
+                    now = trio.current_time()
                 re = line.get("re")
                 if isinstance(re, str) and re:
                     # The peer has it committed: wake `send --wait-ack` now, and
                     # drop the line from our outbox in the background.
                     self.engine.ack_received(self.peer_key, re)
-                    self._answered(re)
+                    self._answered(re, now)
                     acks.append((line.get("th") or "", re))
-                self._seen_line(t)
+                self._seen_line(t, now)
             else:
                 await self._flush_runs(contents, acks)
                 await self._on_line(raw, line)
+                now = trio.current_time()
         await self._flush_runs(contents, acks)
 
     async def _flush_runs(self, contents: list, acks: list) -> None:
@@ -423,8 +427,8 @@ class Connection:
         await self._post(pending, self._after_store, line)
         return True
 
-    def _seen_line(self, t: str) -> None:
-        self._last_recv = trio.current_time()
+    def _seen_line(self, t: str, now: float | None = None) -> None:
+        self._last_recv = trio.current_time() if now is None else now
         self._unanswered = 0
         if t != "err":
             self.peer_resumed.set()
@@ -782,8 +786,8 @@ class Connection:
         if batch:
             await self._send_raw("".join(batch).encode("utf-8"))
 
-    def _answered(self, ident: str) -> None:
-        if self._gaps.answered(ident, trio.current_time()):
+    def _answered(self, ident: str, now: float | None = None) -> None:
+        if self._gaps.answered(ident, trio.current_time() if now is None else now):
             self._gap_wake.set()
 
     async def _gap_watch(self) -> None:

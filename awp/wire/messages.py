@@ -115,8 +115,9 @@ def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
     if line.startswith(b'{"t":"ack",'):
         m = _PLAIN_ACK.match(line)
         if m is not None:
-            ident, ts, th, re_ = (g.decode("ascii") for g in m.groups())
-            return {"t": "ack", "id": ident, "ts": ts, "th": th, "re": re_}
+            ident, ts, th, re_ = m.groups()
+            return {"t": "ack", "id": ident.decode(), "ts": ts.decode(), "th": th.decode(),
+                    "re": re_.decode()}
     obj = _object_at_once(line)
     if obj is None:
         obj = _object(line, max_depth)
