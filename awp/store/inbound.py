@@ -61,6 +61,31 @@ def _subject(line: dict) -> str:
     return default_subject(parts if isinstance(parts, list) else [])
 
 
+_INSERT = ("INSERT OR IGNORE INTO log (peer, dir, t, id, th, re, ts, at, line, read, acked)"
+           " VALUES ")  # OR IGNORE: a duplicate is the caller's bug, not a failed job
+_ROW = "(?, 'in', 'msg', ?, ?, ?, ?, ?, ?, 0, 1)"
+_ROWS_AT_ONCE = 32  # 224 parameters a statement
+
+
+def _insert_rows(conn: sqlite3.Connection, rows: list[tuple]) -> int:
+    """Insert ``rows`` in order, many to a statement; how many went in.
+
+    One ``INSERT ... VALUES (...), (...)`` steps once for all its rows:
+    ``executemany`` stepped once a row, and released and took back the GIL
+    each time, which the event loop's thread, wanting it meanwhile, turned
+    into a thread switch a row.  Statements hold 32 rows, then 16, 8 ... 1
+    for the rest, so a handful of shapes stay in the statement cache.
+    """
+    done = i = 0
+    while i < len(rows):
+        left = len(rows) - i
+        k = _ROWS_AT_ONCE if left >= _ROWS_AT_ONCE else 1 << (left.bit_length() - 1)
+        done += conn.execute(_INSERT + ",".join([_ROW] * k),
+                             [v for row in rows[i:i + k] for v in row]).rowcount
+        i += k
+    return done
+
+
 def store_msgs(conn: sqlite3.Connection, peer: str, lines: list[tuple[dict, str]],
                now: int) -> list[int]:
     """Store msgs from ``peer`` none of which is in the log yet, nor twice in
@@ -83,11 +108,9 @@ def store_msgs(conn: sqlite3.Connection, peer: str, lines: list[tuple[dict, str]
                 top[th] = ident
             if not subjects.get(th):
                 subjects[th] = _subject(line)
-    cur = conn.executemany(  # OR IGNORE: a duplicate is the caller's bug, not a failed job
-        "INSERT OR IGNORE INTO log (peer, dir, t, id, th, re, ts, at, line, read, acked)"
-        " VALUES (?, 'in', 'msg', ?, ?, ?, ?, ?, ?, 0, 1)", rows)
+    inserted = _insert_rows(conn, rows)
     ids = [r[1] for r in rows]
-    if cur.rowcount == len(rows):
+    if inserted == len(rows):
         # Every row went in: AUTOINCREMENT gave them the numbers after the
         # largest ever used, one by one, so the last one tells them all.
         last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
