@@ -467,9 +467,12 @@ class Connection:
         """
         self._inflight -= len(batch)
         self._inflight_drop.set()
-        for (line, _raw), result in zip(batch, results, strict=True):  # type: ignore[call-overload]
-            if result[0] != -1:  # -1: refused over a budget, never acked
-                self._held.append(self._ack(line))
+        stored = [line for (line, _raw), result in zip(batch, results, strict=True)  # type: ignore[call-overload]
+                  if result[0] != -1]  # -1: refused over a budget, never acked
+        ts = format_ts(now_ms())
+        self._held.extend(ack_line(line.get("th") or "", line["id"], id=ident, ts=ts)
+                          for line, ident in zip(stored, self.engine.ids.next_run(len(stored)),
+                                                 strict=True))
         if self._post_recv.statistics().current_buffer_used == 0:
             await self._flush_held()
         for result, (line, _raw) in zip(results, batch, strict=True):  # type: ignore[call-overload]

@@ -56,13 +56,17 @@ class AckGaps:
 
     def answered(self, ident: str, now: float) -> bool:
         """The peer acked (or refused) ``ident``; True when that newly shows a gap."""
-        entry = self._sent.get(ident)
+        sent = self._sent
+        if sent and next(iter(sent)) == ident:  # the oldest, as acks mostly come
+            n = sent.popitem(last=False)[1][0]
+            if n > self._acked_n:
+                self._acked_n = n
+            return False
+        entry = sent.pop(ident, None)
         if entry is None:
             return False
-        in_order = next(iter(self._sent)) == ident
-        del self._sent[ident]
         self._acked_n = max(self._acked_n, entry[0])
-        if in_order or self._since is not None:
+        if self._since is not None:
             return False
         self._since, self._cut = now, entry[0]
         return True

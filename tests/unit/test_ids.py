@@ -244,3 +244,17 @@ def test_ids_draw_fresh_random_bits_across_the_pool():
     # fresh draw of random bits happened to land higher: some must have.
     steps = [decode_ulid(b) - decode_ulid(a) for a, b in zip(ids, ids[1:], strict=False)]
     assert any(s > 1 for s in steps)
+
+
+def test_a_run_of_ids_counts_up_from_one_fresh_draw():
+    gen = IdGenerator(clock=fixed(T0))
+    first = gen.next()
+    run = gen.next_run(5)
+    assert len(run) == 5 and first < run[0]
+    values = [decode_ulid(i) for i in run]
+    assert values == list(range(values[0], values[0] + 5))
+    assert gen.next() > run[-1]
+    assert gen.next_run(0) == [] and len(gen.next_run(1)) == 1
+    later = IdGenerator(clock=fixed(T0 + 5))
+    later.seed(run[-1])
+    assert ulid_time_ms(later.next_run(3)[0]) == T0 + 5
