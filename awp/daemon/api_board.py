@@ -228,7 +228,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         return {"topic": topic, "label": label(c, topic), "owner": owner,
                 "owner_name": owner_name(c, owner), "name": name, "mine": owner == me,
                 "subscribed": subscribed, "known": pol is not None, **sb.topic_stats(c, topic),
-                "head": head,
+                "head": head, "stamps": board.seq.view(c, topic),
                 "unread": sb.unread_count(c, topic, me) if subscribed else 0, "policy": pol}
 
     async def topic_answer(topic: str) -> dict:
@@ -413,7 +413,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         p = sb.Post(view.Shown(hash=rec.hash, author=me, ts=rec.ts, parent=parent,
                                parts=parts, edited=0), topic, taken.seqs.get(rec.hash, 0), 0)
         names = {me: owner_name_me(), topic: await topic_label(topic)}
-        return {"post": post_obj(None, p, names), "sent_to": await board.readers(topic)}
+        return {"post": post_obj(None, p, names), "sent_to": await board.readers(topic),
+                "waiting": rec.hash in taken.waiting}  # for the owner's stamp
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""

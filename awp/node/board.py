@@ -58,6 +58,7 @@ from ..wire.numbers import is_count
 from ..wire.presence import raw_elements, raw_member
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 from . import board_links
+from .board_seq import Sequencer
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -116,6 +117,8 @@ class _Link:
         self.wake = trio.Event()
         self.resync: set[str] = set()
         self.deferred: set[str] = set()  # topics whose asks went over the serve budget
+        self.submits = 0  # records the peer handed us towards an owner in this minute
+        self.submits_since = 0.0
         self.subs: dict[str, tuple[object, object]] = {}  # topic -> (grant, via) they sent
         self.heard_sub = False  # their first board-sub came (the one sent on connect)
 
@@ -168,7 +171,8 @@ class Board:
         self.stats = dict.fromkeys(("lines_in", "bytes_in", "lines_out", "bytes_out",
                                     "records_in", "records_refused", "records_out",
                                     "asks_refused", "held_back", "claims_refused",
-                                    "head_gaps"), 0)
+                                    "head_gaps", "seq_holes", "seq_gaps", "submits_refused",
+                                    "records_unstamped", "records_refused_by_owner"), 0)
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
@@ -180,14 +184,17 @@ class Board:
         # Topics we subscribe to whose owner told us (``board-none``) it has no
         # such topic: a post waiting for the document fails at once.
         self.none: set[str] = set()
+        self.seq = Sequencer(self)  # the owner stamps others' records (awp.node.board_seq)
 
     # -- life ------------------------------------------------------------------------
 
     async def on_start(self) -> None:
         self.subs = set(await self.engine.read(sb.subscriptions))
+        await self.seq.start()
         async with trio.open_nursery() as n:
             self._nursery = n
             self._started.set()
+            n.start_soon(self.seq.run)
             n.start_soon(self._sweep_loop)
             n.start_soon(self._head_loop)
             if self.queue is not None:
@@ -228,7 +235,8 @@ class Board:
         ts = max(now_ms(), self._last_ts + 1)
         self._last_ts = ts
         body = bsync.opening(held, floor, ts, 0)
-        head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"])
+        top = await self.engine.read(lambda c: sb.top_seq(c, topic))
+        head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"], top)
         self.heads[topic] = head
         await self._forward_head(topic, head, 0)
 
@@ -261,6 +269,7 @@ class Board:
         if held is not None and parse_ts(held["ts"]) >= parse_ts(head["ts"]):
             return
         self.heads[topic] = head
+        self.seq.head(topic, head)
         await self._forward_head(topic, head, hops + 1, except_key=link.conn.peer_key)
         if self._nursery is not None and topic not in self._checking:
             self._checking.add(topic)
@@ -436,6 +445,10 @@ class Board:
                 await self._on_head(link, line)
             elif t == "board-none":
                 self._on_none(link, line)
+            elif t == "board-submit":
+                await self.seq.on_submit(link, line, raw)
+            elif t == "board-refused":
+                await self.seq.on_refused(link, line)
             elif self.queue is not None:
                 await self.queue.on_line(link, t, line)
         except (BoardError, ValueError, TypeError, KeyError) as e:
@@ -464,6 +477,8 @@ class Board:
             for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
                 del link.subs[topic]
         heard, link.heard_sub = link.heard_sub, True
+        if any(t in self.subs for t in added):
+            self.seq.link_up()  # a path towards an owner our waiting records need
         await board_links.heard(self.engine, link.conn.peer_key,
                                 [t for t in dict.fromkeys(added) if t in self.subs], dropped)
         for topic in dict.fromkeys(added):
@@ -562,19 +577,26 @@ class Board:
         recs = raw_elements(recs_text, MAX_RECS) if recs_text is not None else None
         if not recs:
             return
-        await self.take(recs, via=link.conn.peer_key, hops=min(hops, HOPS_CAP))
+        await self.take(recs, via=link.conn.peer_key, hops=min(hops, HOPS_CAP),
+                        owner=topic.startswith(self.me + "/"))
 
     async def take(self, raws: list[str] | list[Record], *, via: str = "",
-                   hops: int = 0) -> sb.Taken:
-        """Store records (from a peer or from us) and forward what was new."""
+                   hops: int = 0, owner: bool = False) -> sb.Taken:
+        """Store records (from a peer or from us) and forward what was new.
+
+        ``owner``: the records are for a topic of ours, so this take may stamp
+        some (:mod:`awp.node.board_seq`): its commit is durable before any
+        stamp leaves, so a seq is never given twice, even after ``kill -9``.
+        """
         def job(c: sqlite3.Connection) -> sb.Taken:
-            taken = sb.take(c, raws, now_ms(), via=via, hops=hops)
+            taken = sb.take(c, raws, now_ms(), via=via, hops=hops, me=self.me,
+                            signer=self.seq.signer)
             if self.queue is not None:
                 self.queue.stored(c, taken)
             return taken
 
         try:
-            taken = await self._store(job, len(raws) if via else 0)
+            taken = await self._store(job, len(raws) if via and not owner else 0)
         except Exception:
             if self.queue is not None:
                 self.queue.forget()
@@ -585,20 +607,21 @@ class Board:
             if taken.refused:
                 log.debug("board: %d records from %s refused: %s", len(taken.refused),
                           via[:18], taken.refused[:3])
-        by_topic: dict[str, list[Record]] = {}
+        by_topic: dict[str, list[str]] = {}
         for rec in taken.new:
             if rec.kind == "topic":
                 self._topic_changed(rec)
                 await self._forward_topic(rec, next_hops(hops), except_key=via)
                 continue
-            by_topic.setdefault(rec.topic, []).append(rec)
+            if rec.hash not in taken.waiting:  # ours waits for the owner's stamp first
+                by_topic.setdefault(rec.topic, []).extend(taken.wire(rec))
             self._changed(rec.topic)
             self.engine.changes.publish({
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me})
-        for topic, recs in by_topic.items():
-            await self._forward(topic, [r.raw for r in recs], next_hops(hops) if via else 0,
-                                except_key=via)
+        for topic, raws_out in by_topic.items():
+            await self._forward(topic, raws_out, next_hops(hops) if via else 0, except_key=via)
+        self.seq.stored(taken)
         if self.queue is not None and taken.new:
             self.queue.after_stored(taken)
         return taken
