@@ -256,7 +256,7 @@ def raw_records(c: sqlite3.Connection, topic: str, hashes: list[str]) -> list[st
     for i in range(0, len(hashes), 500):
         chunk = hashes[i:i + 500]
         marks = ",".join("?" * len(chunk))
-        out.extend(c.execute(
+        out.extend((ts, h, raw, stamp) for ts, h, raw, stamp in c.execute(
             f"SELECT ts, hash, raw, stamp FROM board_records WHERE topic = ? AND waiting = 0"
             f" AND hash IN ({marks})", (topic, *chunk)))
     raws: list[str] = []
