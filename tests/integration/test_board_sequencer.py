@@ -212,3 +212,27 @@ def test_a_line_of_posts_from_the_far_end_spreads_through_the_owner(make_node):
     stamps = [_seqs(n, topic) for n in nodes[1:]]
     assert stamps[0] == stamps[1] and len(stamps[0]) == 40  # the owner's own need no stamp
     assert sorted(stamps[0].values()) == list(range(1, 41))
+
+
+def test_a_flood_of_submits_is_bounded(make_node):
+    """A peer handing the owner records to stamp: ``board_submits_per_minute`` a minute,
+    the rest dropped (their authors' hosts would offer them again)."""
+    a = make_node("a").with_limits(board_submits_per_minute=50).start()
+    a.api("POST", "/v1/board/topic", {"name": "ops", "read": "open", "post": "open",
+                                      "rate": 6000})
+    topic = f"{a.key}/ops"
+    p = RawPeer(a.address, Identity.generate())
+    p.handshake(caps=["chat", "board"])
+    p.resume()
+    p.send_line({"t": "board-sub", "topics": [{"topic": topic}], "drop": []})
+    authors = [Identity.generate() for _ in range(4)]
+    t0 = now_ms()
+    for k, who in enumerate(authors):
+        recs = [wb.make_post(who, topic, [{"k": "text", "text": f"{k} {i}"}], t0 + i).doc
+                for i in range(40)]
+        p.send_line({"t": "board-submit", "topic": topic, "hops": 0, "recs": recs})
+    assert p.ping()["t"] == "pong"
+    wait_for(lambda: a.api("GET", "/v1/status")["board"]["submits_refused"] == 120, 20,
+             "the submits past the budget dropped")
+    assert len(_seqs(a, topic)) == 40
+    p.close()
