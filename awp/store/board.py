@@ -162,14 +162,15 @@ def next_stamp(c: sqlite3.Connection, topic: str, now: int) -> tuple[int, int]:
     The counter is a row of its own, never derived from the records held
     (retention drops records, and a seq must never be given twice): the
     stamp leaves only after this transaction commits, so a crash before the
-    commit loses the stamp and the seq together.  Stamp times never go back.
+    commit loses the stamp and the seq together.  Stamp times strictly
+    increase, so ordering by time (every view does) is ordering by seq.
     """
     row = c.execute("SELECT seq, ts FROM board_stamp_seq WHERE topic = ?", (topic,)).fetchone()
     if row is None:
         top = c.execute("SELECT coalesce(max(sseq), 0) FROM board_records WHERE topic = ?",
                         (topic,)).fetchone()[0]
         row = (top, 0)
-    seq, ts = row[0] + 1, max(now, row[1])
+    seq, ts = row[0] + 1, max(now, row[1] + 1)  # strictly later: views order by time
     _set_stamp_seq(c, topic, seq, ts)
     return seq, ts
 
@@ -364,7 +365,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     policies: dict[str, Policy | None] = {}
     touched: set[str] = set()
     unordered: set[str] = set()
-    arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> stamped this minute (owner)
+    arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> our own this minute
     stamps: dict[str, Record] = {}  # record hash -> the stamp just before it, unverified
     local = False  # the element at hand is one of ours
     named = ""  # the hash of the element at hand, once known
@@ -393,13 +394,18 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
         if pol is not None and author in pol.banned:
             raise BoardError("author is banned from this topic")
         if ours(topic):
-            if pol is not None and h not in stamps:
-                key = (topic, author)
-                if key not in arrivals:
-                    arrivals[key] = stamped_lately(c, topic, author, now)
-                if arrivals[key] >= pol.rate:
-                    raise BoardError(sequencer.OVER_RATE)
-        elif not local and h not in stamps:
+            if pol is not None and h not in stamps and stamped_lately(
+                    c, topic, author, next_ts(c, topic, now)) >= pol.rate:
+                raise BoardError(sequencer.OVER_RATE)  # before paying for the signature
+        elif local:  # ours: the owner's rate, judged here first so that a post fails at once
+            key = (topic, author)
+            if pol is not None and key not in arrivals:
+                arrivals[key] = c.execute(
+                    "SELECT count(*) FROM board_records WHERE topic = ? AND author = ?"
+                    " AND ts > ?", (topic, author, now - retention.WINDOW_MS)).fetchone()[0]
+            if pol is not None and arrivals[key] >= pol.rate:
+                raise BoardError("author over the topic's rate")
+        elif h not in stamps:
             raise BoardError(sequencer.NO_STAMP)
 
     def refuse(why: str) -> None:
@@ -445,7 +451,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             why = admit(rec, pol_of(rec.topic), now)
         else:
             why, st = _stamp_of(c, rec, stamps.get(rec.hash), pol_of(rec.topic), now,
-                                arrivals, signer if ours(rec.topic) else None, local)
+                                signer if ours(rec.topic) else None, local)
         if why:
             refuse(why)
             continue
@@ -464,6 +470,8 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
                 out.sseqs[rec.hash] = st.doc["seq"]
             elif rec.author != rec.owner:
                 out.waiting.add(rec.hash)
+                key = (rec.topic, rec.author)
+                arrivals[key] = arrivals.get(key, 0) + 1
         else:
             out.known += 1
     dropped = False
@@ -478,8 +486,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
 
 
 def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy | None,
-              now: int, arrivals: dict[tuple[str, str], int], signer: Signer | None,
-              local: bool) -> tuple[str, Record | None]:
+              now: int, signer: Signer | None, local: bool) -> tuple[str, Record | None]:
     """Why another author's record is refused (or ""), and the owner's stamp it is kept with.
 
     On the owner (``signer``): a stamp of ours that comes back (we lost the
@@ -499,11 +506,10 @@ def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy
             _set_stamp_seq(c, rec.topic, st.doc["seq"], st.ts)
         return "", st
     if signer is not None:
-        key = (rec.topic, rec.author)
-        why = sequencer.admission(rec, pol, now, arrivals.get(key, 0))
+        arrived = stamped_lately(c, rec.topic, rec.author, next_ts(c, rec.topic, now))
+        why = sequencer.admission(rec, pol, now, arrived)
         if why:
             return why, None
-        arrivals[key] = arrivals.get(key, 0) + 1
         seq, ts = next_stamp(c, rec.topic, now)
         return "", signer(rec.topic, rec.hash, seq, ts)
     if local:
@@ -511,11 +517,18 @@ def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy
     return sequencer.NO_STAMP, None
 
 
-def stamped_lately(c: sqlite3.Connection, topic: str, author: str, now: int) -> int:
-    """How many of ``author``'s records the owner stamped in the minute before ``now``."""
+def stamped_lately(c: sqlite3.Connection, topic: str, author: str, at: int) -> int:
+    """How many of ``author``'s records the owner stamped in the minute before stamp time
+    ``at`` (the window retention's rate rule looks at for a record stamped at ``at``)."""
     return c.execute("SELECT count(*) FROM board_records WHERE topic = ? AND author = ?"
                      " AND ts > ? AND sseq > 0", (topic, author,
-                                                  now - retention.WINDOW_MS)).fetchone()[0]
+                                                  at - retention.WINDOW_MS)).fetchone()[0]
+
+
+def next_ts(c: sqlite3.Connection, topic: str, now: int) -> int:
+    """The time the owner's next stamp of ``topic`` will carry (see :func:`next_stamp`)."""
+    row = c.execute("SELECT ts FROM board_stamp_seq WHERE topic = ?", (topic,)).fetchone()
+    return max(now, row[0] + 1) if row else now
 
 
 def _has_later(c: sqlite3.Connection, rec: Record) -> bool:

@@ -245,7 +245,7 @@ def test_two_stores_converge_after_a_partition_with_edits_and_a_flood():
     now = T0 + 400_000
     stamped_a = [r for i in range(3)  # alice's 51, within her rate: 17 a minute
                  for r in _own(o, [x.raw for x in only_a[i * 17:i * 17 + 17]],
-                               now - (3 - i) * 60_000).new]
+                               now - (3 - i) * 61_000).new]
     stamped_z = _own(o, [r.raw for r in only_z], now).new  # bob over his rate: 30 stamped
     assert len(stamped_a) == 51 and len(stamped_z) == 31
     sb.take(a, _wire(o, stamped_a), now)
