@@ -98,13 +98,16 @@ class Sequencer:
 
     def stored(self, taken: sb.Taken) -> None:
         """After a take: hand our new waiting records on now; note the seqs that came."""
+        mine = []
         for rec in taken.new:
             seq = taken.sseqs.get(rec.hash)
             if seq is not None:
                 self._saw(rec.topic, seq)
                 self.later.pop(rec.hash, None)
-        if taken.waiting:
-            self._wake.set()
+            elif rec.hash in taken.waiting:
+                mine.append(rec)
+        if mine:
+            self.send(mine)  # at once: the retry loop is for when no path was there
 
     async def run(self) -> None:
         """Offer our waiting records now and then, until each is stamped or refused."""
@@ -118,13 +121,14 @@ class Sequencer:
                 log.exception("board: reading the waiting records failed")
                 continue
             self._prune()
-            await self.send(recs)
+            self.send(recs)
 
     def link_up(self) -> None:
         """A link came up (or listed new topics): a path to an owner may be back."""
         self._wake.set()
 
-    async def send(self, recs: list[Record]) -> None:
+    def send(self, recs: list[Record]) -> None:
+        """Hand our waiting records towards their owners (queued on the links, no wait)."""
         by_topic: dict[str, list[str]] = {}
         for r in recs:
             by_topic.setdefault(r.topic, []).append(r.raw)
@@ -199,8 +203,11 @@ class Sequencer:
             if rec.topic != topic or rec.kind in ("topic", "stamp") or rec.author == rec.owner:
                 continue
             named.append((rec.hash, r))
+        # Only a record offered again (its answer was lost, or the owner was away) can be
+        # one we hold stamped by now: a first offer goes on without a store read.
+        again = [h for h, _r in named if h in self.routes]
         held = await self.engine.read(
-            lambda c: {h: sb.stamped_raws(c, topic, h) for h, _r in named})
+            lambda c: {h: sb.stamped_raws(c, topic, h) for h in again}) if again else {}
         now = trio.current_time()
         back: list[str] = []
         for h, r in named:

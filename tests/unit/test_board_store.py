@@ -176,6 +176,9 @@ def test_take_checks_admits_dedups_and_only_for_subscribed_topics(monkeypatch):
     [st, raw] = _wire(db, [p])
     forged = st.replace('"seq":1', '"seq":2')  # the owner's signature no longer covers it
     assert sb.take(replica, [forged, raw], T0).refused == ["the owner's stamp does not verify"]
+    # the stamp vouches for exactly the bytes it names: a changed record is another hash
+    tampered = raw.replace('"text":"x"', '"text":"y"')
+    assert sb.take(replica, [st, tampered], T0).refused == [sequencer.NO_STAMP]
     assert [r.hash for r in sb.take(replica, [st, raw], T0 + 9).new] == [p.hash]
     # a newer topic document is taken; the same one again is known
     monkeypatch.undo()
@@ -281,3 +284,28 @@ def test_migrations_split_into_whole_statements_triggers_included():
     triggers = [x for x in stmts if x.startswith("CREATE TRIGGER")]
     assert len(triggers) == 2 and all(x.rstrip().endswith("END;") for x in triggers)
     assert all(sqlite3.complete_statement(x if x.endswith(";") else x + ";") for x in stmts)
+
+
+def test_records_kept_under_the_old_rule_meet_the_owner_as_sequencer():
+    """Rows stored before stamps: the owner stamps them in arrival order at their arrival
+    time; elsewhere ours wait for the owner and others' go until they come back stamped."""
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open")
+    bob = Identity(b"\x05" * 32)
+    old = [_post("a1", T0 + 5), _post("b1", T0 + 1, who=bob), _post("a2", T0 + 9)]
+    owner, host = _host(topic), _host(topic)
+    for db in (owner, host):
+        for i, rec in enumerate(old):
+            sb.put_record(db, rec, T0 + 100 + i)  # as the old take stored them
+    assert sb.unstamped_at_start(owner, OWNER.key, _stamp) == 3
+    seqs = dict(owner.execute("SELECT hash, sseq FROM board_records"))
+    assert [seqs[r.hash] for r in old] == [1, 2, 3]  # the order they reached the owner
+    assert {r.hash: r.ts for r in sb.records(owner, TOPIC)} == {  # at their arrival time
+        r.hash: T0 + 100 + i for i, r in enumerate(old)}
+    assert sb.next_stamp(owner, TOPIC, T0) == (4, T0 + 103)  # never a seq twice
+    assert sb.unstamped_at_start(owner, OWNER.key, _stamp) == 0  # once
+    assert sb.unstamped_at_start(host, bob.key, _stamp) == 3
+    assert [r.hash for r in sb.waiting(host)] == [old[1].hash]  # bob's own: to the owner
+    assert sb.holdings(host, TOPIC).hashes() == set()  # alice's go until they come stamped
+    sb.take(host, _wire(owner, old), T0 + 200)
+    assert sb.holdings(host, TOPIC).hashes() == sb.holdings(owner, TOPIC).hashes()
+    assert sb.waiting(host) == []
