@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..board import perms
 from ..board.sequencer import Holes, final
 from ..store import board as sb
 from ..wire.board import (
@@ -121,6 +122,8 @@ class Sequencer:
                 log.exception("board: reading the waiting records failed")
                 continue
             self._prune()
+            for topic in {r.topic for r in recs}:
+                await self.board.policy(topic)  # loaded for _reader
             self.send(recs)
 
     def link_up(self) -> None:
@@ -137,17 +140,29 @@ class Sequencer:
                 self._pass_on(topic, raws[i:i + MAX_SUBMIT], 0, "")
 
     def _pass_on(self, topic: str, raws: list[str], hops: int, from_key: str) -> int:
-        """Towards the owner: to it when linked, else to every other subscriber linked."""
+        """Towards the owner: to it when linked, else to every other linked subscriber
+        that may read the topic (a relay that may not read never sees a post, SPEC.md
+        section 14, "Replication": not even on its way to the owner)."""
         owner = topic.split("/", 1)[0]
         links = self.board.links
         targets = [links[owner]] if owner in links and owner != from_key else [
             link for key, link in list(links.items())
-            if key != from_key and topic in link.subs]
+            if key != from_key and self._reader(link, topic)]
         line = self.board._line("board-submit", f'"topic":{json.dumps(topic)},"hops":{hops},'
                                 f'"recs":[{",".join(raws)}]')
         for link in targets:
             link.push(line, topic)
         return len(targets)
+
+    def _reader(self, link: _Link, topic: str) -> bool:
+        """Whether the peer may read ``topic`` now (the policy is loaded by whoever
+        stored or passed the record: :meth:`run` and :meth:`on_submit` make sure)."""
+        if topic not in link.subs:
+            return False
+        grant, via = link.subs[topic]
+        return perms.may_read(link.conn.peer_key, topic=topic, owner=topic.split("/", 1)[0],
+                              policy=self.board.policies.get(topic), now_ms=now_ms(),
+                              grant=grant, via=via)
 
     # -- lines -----------------------------------------------------------------------
 
@@ -159,6 +174,7 @@ class Sequencer:
         recs = raw_elements(text, MAX_SUBMIT) if text is not None else None
         if not recs or not self._budget(link, len(recs)):
             return
+        await self.board.policy(topic)  # loaded for _reader
         if topic.startswith(self.me + "/"):
             await self._stamp(link, topic, recs, hops)
         else:
