@@ -17,6 +17,7 @@ import threading
 from nodes import wait_for
 from rawpeer import RawPeer
 from test_board_cli import posted
+from test_board_withholding import _feed
 from test_cli_support import cli_root_fixture, homes_fixture  # noqa: F401
 from test_mesh_board import key_of, known, line
 from test_mesh_line import held, state
@@ -66,17 +67,6 @@ def test_a_revoked_authors_post_is_refused_on_every_host(homes):
     for h in (a, b, c):
         texts = held(h, topic)
         assert "after the revoke" not in texts and "while granted" in texts, (h.path, texts)
-
-
-def _feed(node, topic: str, doc: wb.Record, recs: list[wb.Record]) -> RawPeer:
-    """A raw peer (a relay of our making) that passes ``node`` exactly these records."""
-    p = RawPeer(node.address, Identity.generate())
-    p.handshake(caps=["chat", "board"])
-    p.resume()
-    p.send_line({"t": "board-sub", "topics": [{"topic": topic}], "drop": []})
-    p.send_line({"t": "board-topic", "hops": 0, "doc": doc.doc})
-    p.send_line({"t": "board-posts", "topic": topic, "hops": 0, "recs": [r.doc for r in recs]})
-    return p
 
 
 def _stamped(owner: Identity, topic: str, author: Identity, n: int) -> list[list[wb.Record]]:
