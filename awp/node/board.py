@@ -195,6 +195,7 @@ class Board:
             self._nursery = n
             self._started.set()
             n.start_soon(self.seq.run)
+            n.start_soon(self.seq.stamper)
             n.start_soon(self._sweep_loop)
             n.start_soon(self._head_loop)
             if self.queue is not None:

@@ -60,6 +60,7 @@ PASS_S = 2.0  # a record passed on towards the owner is not passed again this so
 ROUTE_S = 120.0  # how long a host remembers where a record came from (to route a refusal)
 MAX_ROUTES = 16384  # records remembered for routing back, and as passed on
 MAX_SUBMIT = 256  # records in one board-submit line
+STAMP_BATCH = 1024  # records the owner stamps in one transaction at most
 GAP_WAIT_S = 5.0  # a hole in the seqs is looked at again this long after it opened
 
 
@@ -76,6 +77,9 @@ class Sequencer:
         self.later: dict[str, str] = {}  # our waiting record -> why the owner said "later"
         self._checking: set[str] = set()
         self._wake = trio.Event()
+        # submits to our topics waiting for the stamper: (link, topic, records, hops)
+        self._queued: list[tuple[_Link, str, list[str], int]] = []
+        self._stamp_wake = trio.Event()
 
     # -- the owner's side ------------------------------------------------------------
 
@@ -176,7 +180,8 @@ class Sequencer:
             return
         await self.board.policy(topic)  # loaded for _reader
         if topic.startswith(self.me + "/"):
-            await self._stamp(link, topic, recs, hops)
+            self._queued.append((link, topic, recs, hops))
+            self._stamp_wake.set()
         else:
             await self._relay(link, topic, recs, hops)
 
@@ -190,6 +195,34 @@ class Sequencer:
             self.board.stats["submits_refused"] += n
             return False
         return True
+
+    async def stamper(self) -> None:
+        """Stamp what came meanwhile in one store transaction a link and topic.
+
+        The line handler only queues a submit: stamping waits for a durable
+        commit, and a link's next line would wait behind it.  Whatever
+        arrives while one batch commits goes into the next (a group commit),
+        so the owner pays one fsync for many records.
+        """
+        while True:
+            await self._stamp_wake.wait()
+            self._stamp_wake = trio.Event()
+            batch, self._queued = self._queued, []
+            merged: dict[tuple[int, str], tuple[_Link, str, list[str], int]] = {}
+            for link, topic, recs, hops in batch:
+                got = merged.get((id(link), topic))
+                if got is None:
+                    merged[(id(link), topic)] = (link, topic, list(recs), hops)
+                else:
+                    got[2].extend(recs)
+            for link, topic, recs, hops in merged.values():
+                if link.conn.closed.is_set():
+                    continue  # its author's host offers them again on another path
+                try:
+                    for i in range(0, len(recs), STAMP_BATCH):
+                        await self._stamp(link, topic, recs[i:i + STAMP_BATCH], hops)
+                except Exception:  # the store failed us: the authors' hosts offer them again
+                    log.exception("board: stamping records of %s failed", topic)
 
     async def _stamp(self, link: _Link, topic: str, recs: list[str], hops: int) -> None:
         """On the owner: judge and stamp, then answer the link: the stamped record, or why not."""
