@@ -18,6 +18,11 @@ to any subscriber, a claim fails at once (:class:`NoOwner`).  A
 ``complete`` or ``fail`` that cannot reach the owner is kept
 (``board_pending``) and sent when a path is back, until its lease would have
 run out; a retried ``complete`` the owner had committed is answered "done".
+
+Why one module: the arbiter's side (decide, log, lease records) and the
+asker's side (route, wait, keep, retry) are the two ends of one exchange;
+the market's award windows already live apart (``board_market``), and
+what is left shares the request ids, routes and answers as one protocol.
 """
 
 from __future__ import annotations

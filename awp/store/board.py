@@ -1,9 +1,16 @@
-"""Board tables and the queries on them (migration 6 in :mod:`awp.store.schema`).
+"""Board tables and the queries on them (migrations 6 and 8 in :mod:`awp.store.schema`).
 
 Records are kept as the exact text they arrived in (relayed byte for byte)
-plus the columns hosts index by.  Every function takes an open connection
-and does no I/O of its own; the caller runs it inside the writer's
-transaction, as the rest of the store does.
+plus the columns hosts index by; another author's record with the owner's
+stamp beside it, and ``ts`` the stamp's time.  Every function takes an open
+connection and does no I/O of its own; the caller runs it inside the
+writer's transaction, as the rest of the store does.
+
+Why one module: it is every query on the board's tables.  Admission
+(:func:`take`), retention, the owner's stamp counter and what readers see
+all read the same columns with the same meaning (``ts`` the stamp's time,
+``waiting`` rows counted by some and not others), so a change to a column
+meets all its readers here.
 """
 
 from __future__ import annotations

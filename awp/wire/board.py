@@ -10,10 +10,16 @@ spelling so that a relay cannot re-encode a record into a second name.
 
 Kinds (field ``k``): ``topic`` (the owner's policy, newest ``seq`` wins),
 ``post``, ``edit`` and ``delete`` (by an author, about its own post),
-``hide`` (by the owner, about any record) and ``lease`` (by the owner: the
-work-queue arbiter's decisions).  :func:`check_record` is the one gate for
-hostile input: it returns a :class:`Record` or raises :class:`BoardError`,
-and nothing else.
+``hide`` (by the owner, about any record), ``lease`` (by the owner: the
+work-queue arbiter's decisions) and ``stamp`` (by the owner: its admission
+of another author's record, with the topic's arrival ``seq``).
+:func:`check_record` is the one gate for hostile input: it returns a
+:class:`Record` or raises :class:`BoardError`, and nothing else.
+
+Why one module: it is the board's wire format, one table: every record kind
+and every signed object that crosses the wire (asks, heads, refusals) with
+its one checker, sharing the canonical spellings above, read together as
+SPEC.md section 14's tables are.
 """
 
 from __future__ import annotations

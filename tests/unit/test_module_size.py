@@ -22,7 +22,6 @@ ALLOWED = frozenset({
     "node/connection.py",
     "node/engine.py",
     "node/board.py",
-    "node/board_queue.py",
     "cli/clihelp.py",
 })
 
