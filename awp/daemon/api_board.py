@@ -546,8 +546,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                         if posts:
                             yield {"posts": posts, "cursor": self.after, "timed_out": False}
                             continue
-                        with trio.CancelScope(deadline=deadline):  # not move_on_at: a
-                            await self.woken(events)  # generator-based context, per post
+                        with trio.move_on_at(deadline):
+                            await self.woken(events)
                             continue
                         break
                     posts = await self.look()
