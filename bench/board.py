@@ -62,6 +62,7 @@ from nodes import Node, wait_for  # noqa: E402
 from topo import (  # noqa: E402
     TOPOLOGIES,
     Waiter,
+    board_in,
     build,
     cpu_all,
     cpu_split,
@@ -139,6 +140,7 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
         rest_s = time.monotonic() - t0
         rest_rate = [c / rest_s for c in at_rest]  # CPU-s per second, each daemon
         lines0 = presence_lines(nodes) if presence else 0
+        board0 = board_in(nodes)
         sent: list[tuple[str, int, float]] = []  # hash, poster, call start
         spy = start_profile(nodes[profile], root, kind) if profile >= 0 else None
         cpu1 = cpu_all(nodes)
@@ -170,6 +172,7 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
         if spy is not None:
             stop_profile(spy)
         lines = presence_lines(nodes) - lines0 if presence else 0
+        board1 = board_in(nodes)
         for w in waiters:
             w.stop.set()
         lat = [waiters[i].seen[h] - t for h, t, i in expected if h in waiters[i].seen]
@@ -204,7 +207,8 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
         print(f"      the clients (this process: the posting calls, and the {how} following"
               f" every host) {clients_cpu:.1f} CPU-s = {clients_cpu * 1000 / posts / n:.2f} ms"
               f" per post per host; the hosts sent {answers} answers for"
-              f" {len(lat)} deliveries")
+              f" {len(lat)} deliveries; the daemons took {board1[1] - board0[1]} records in"
+              f" {board1[0] - board0[0]} board lines")
         if presence:
             print(f"      presence lines sent by all daemons while the posts flowed: {lines} in"
                   f" {flow_s:.0f} s ({lines / flow_s * 60 / n:.2f} a daemon a minute)")

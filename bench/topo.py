@@ -98,6 +98,12 @@ def presence_lines(nodes: list[Node]) -> int:
     return sum(n.api("GET", "/v1/status")["presence"]["lines_sent"] for n in nodes)
 
 
+def board_in(nodes: list[Node]) -> tuple[int, int]:
+    """Board lines read and records taken by all daemons so far (``status.board``)."""
+    got = [n.api("GET", "/v1/status")["board"] for n in nodes]
+    return sum(b["lines_in"] for b in got), sum(b["records_in"] for b in got)
+
+
 def presence_signed(nodes: list[Node]) -> int:
     """Documents of their own all daemons have signed so far (``status.presence.signed``)."""
     return sum(n.api("GET", "/v1/status")["presence"].get("signed", 0) for n in nodes)
