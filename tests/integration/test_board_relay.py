@@ -104,3 +104,15 @@ def test_stream_must_be_true_or_false(pair):
     with pytest.raises(ApiFailure) as e:
         b.api("POST", "/v1/board/wait", {"topics": [topic], "stream": "yes"})
     assert e.value.status == 400
+
+
+def test_a_follower_that_hangs_up_stops_waiting(pair):
+    """The stream counts as a waiting client while it is open, and no longer once the
+    client goes: the daemon notices the hang-up and closes the stream's subscription."""
+    _a, b, topic = pair
+    assert b.api("GET", "/v1/activity")["waits"] == 0
+    stream = b.client.stream("POST", "/v1/board/wait", {"topics": [topic], "timeout": 600,
+                                                        "stream": True})
+    wait_for(lambda: b.api("GET", "/v1/activity")["waits"] == 1, 10, "the stream waiting")
+    stream.close()  # hang up while the daemon waits for a post
+    wait_for(lambda: b.api("GET", "/v1/activity")["waits"] == 0, 10, "the stream released")
