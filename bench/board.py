@@ -208,7 +208,8 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
               f" every host) {clients_cpu:.1f} CPU-s = {clients_cpu * 1000 / posts / n:.2f} ms"
               f" per post per host; the hosts sent {answers} answers for"
               f" {len(lat)} deliveries; the daemons took {board1[1] - board0[1]} records in"
-              f" {board1[0] - board0[0]} board lines")
+              f" {board1[0] - board0[0]} board lines, and {board1[2] - board0[2]} times a"
+              " copy was behind the owner's head and asked every peer again")
         if presence:
             print(f"      presence lines sent by all daemons while the posts flowed: {lines} in"
                   f" {flow_s:.0f} s ({lines / flow_s * 60 / n:.2f} a daemon a minute)")

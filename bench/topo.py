@@ -98,10 +98,12 @@ def presence_lines(nodes: list[Node]) -> int:
     return sum(n.api("GET", "/v1/status")["presence"]["lines_sent"] for n in nodes)
 
 
-def board_in(nodes: list[Node]) -> tuple[int, int]:
-    """Board lines read and records taken by all daemons so far (``status.board``)."""
+def board_in(nodes: list[Node]) -> tuple[int, int, int]:
+    """Board lines read, records taken and gap checks that found the copy behind the
+    owner's head (each asks every peer again), by all daemons so far (``status.board``)."""
     got = [n.api("GET", "/v1/status")["board"] for n in nodes]
-    return sum(b["lines_in"] for b in got), sum(b["records_in"] for b in got)
+    return (sum(b["lines_in"] for b in got), sum(b["records_in"] for b in got),
+            sum(b.get("head_gaps", 0) for b in got))
 
 
 def presence_signed(nodes: list[Node]) -> int:
