@@ -141,13 +141,26 @@ class _Link:
         self.wake.set()
         return True
 
-    def push_records(self, topic: str, hops: int, raws: list[str], size: int) -> bool:
-        """Queue records, joining the last queued group when it is the same topic and hops."""
+    def push_records(self, topic: str, hops: int, raws: list[str], size: int,
+                     line: Callable[[], bytes] | None = None) -> bool:
+        """Queue records, joining the last queued group when it is the same topic and hops.
+
+        Given ``line`` and nothing queued, the records leave as ``line()``:
+        the line built once for every link they go to (the common case, a
+        post relayed as it comes).  Behind other lines they wait as records,
+        so that later ones may join them.
+        """
         if self.size + size > self.max_bytes:
             self.resync.add(topic)
             self.wake.set()
             return False
         last = self.queue[-1] if self.queue else None
+        if last is None and line is not None:
+            data = line()
+            self.queue.append(data)
+            self.size += len(data)
+            self.wake.set()
+            return True
         if (isinstance(last, _Records) and last.topic == topic and last.hops == hops
                 and last.size + size <= MAX_LINE - 1024):
             last.raws.extend(raws)
@@ -645,11 +658,21 @@ class Board:
                        except_key: str = "", only: _Link | None = None) -> None:
         links = [only] if only is not None else [
             link for key, link in list(self.links.items()) if key != except_key]
+        groups: list[tuple[list[str], int]] | None = None
+        lines: dict[int, bytes] = {}  # group -> its line, built once for every link
+
+        def line_of(i: int) -> bytes:
+            if i not in lines:
+                lines[i] = self._posts_line(topic, groups[i][0], hops)  # type: ignore[index]
+            return lines[i]
+
         for link in links:
             if not await self._may_read(link, topic):
                 continue
-            for group, size in _groups(raws):
-                if not link.push_records(topic, hops, group, size):
+            if groups is None:
+                groups = _groups(raws)
+            for i, (group, size) in enumerate(groups):
+                if not link.push_records(topic, hops, group, size, lambda i=i: line_of(i)):
                     self.stats["held_back"] += 1
                     break
                 self.stats["records_out"] += len(group)

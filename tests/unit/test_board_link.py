@@ -45,3 +45,29 @@ def test_a_group_never_grows_past_a_line():
     for _ in range(3):
         assert link.push_records("t", 0, ["x"], MAX_LINE // 2)
     assert [len(r.raws) for r in link.queue] == [1, 1, 1]
+
+
+def test_records_for_an_idle_link_leave_as_the_line_built_once_for_every_link():
+    built: list[str] = []
+
+    def line() -> bytes:
+        built.append("t1")
+        return b'{"t":"board-posts"...}\n'
+
+    links = [_Link(_Conn(), max_bytes=10_000) for _ in range(3)]  # type: ignore[arg-type]
+    shared: dict[str, bytes] = {}
+
+    def once() -> bytes:
+        if "l" not in shared:
+            shared["l"] = line()
+        return shared["l"]
+
+    for link in links:
+        assert link.push_records("t1", 0, ["a"], 100, once)
+    assert [list(x.queue) for x in links] == [[b'{"t":"board-posts"...}\n']] * 3
+    assert all(x.size == len(b'{"t":"board-posts"...}\n') for x in links)
+    # Behind a queued line, records wait as records again, and later ones join them.
+    assert links[0].push_records("t1", 0, ["b"], 100, line)
+    assert links[0].push_records("t1", 0, ["c"], 100, line)
+    assert [r.raws for r in list(links[0].queue)[1:]] == [["b", "c"]]
+    assert len(built) == 1
