@@ -51,7 +51,8 @@ from ..wire.presence import raw_elements, raw_member
 from ..wire.timefmt import now_ms
 
 if TYPE_CHECKING:
-    from .board import Board, _Link
+    from .board import Board
+    from .board_sendq import BoardLink
 
 log = logging.getLogger("awp.board.seq")
 
@@ -78,7 +79,7 @@ class Sequencer:
         self._checking: set[str] = set()
         self._wake = trio.Event()
         # submits to our topics waiting for the stamper: (link, topic, records, hops)
-        self._queued: list[tuple[_Link, str, list[str], int]] = []
+        self._queued: list[tuple[BoardLink, str, list[str], int]] = []
         self._stamp_wake = trio.Event()
 
     # -- the owner's side ------------------------------------------------------------
@@ -158,7 +159,7 @@ class Sequencer:
             link.push(line, topic)
         return len(targets)
 
-    def _reader(self, link: _Link, topic: str) -> bool:
+    def _reader(self, link: BoardLink, topic: str) -> bool:
         """Whether the peer may read ``topic`` now (the policy is loaded by whoever
         stored or passed the record: :meth:`run` and :meth:`on_submit` make sure)."""
         if topic not in link.subs:
@@ -170,7 +171,7 @@ class Sequencer:
 
     # -- lines -----------------------------------------------------------------------
 
-    async def on_submit(self, link: _Link, line: dict, raw: bytes) -> None:
+    async def on_submit(self, link: BoardLink, line: dict, raw: bytes) -> None:
         topic, hops = line.get("topic"), line.get("hops")
         if not isinstance(topic, str) or topic not in self.board.subs or not is_count(hops):
             return
@@ -185,7 +186,7 @@ class Sequencer:
         else:
             await self._relay(link, topic, recs, hops)
 
-    def _budget(self, link: _Link, n: int) -> bool:
+    def _budget(self, link: BoardLink, n: int) -> bool:
         """``limits.board_submits_per_minute``: records one peer hands us a minute."""
         now = trio.current_time()
         if now - link.submits_since >= 60:
@@ -208,7 +209,7 @@ class Sequencer:
             await self._stamp_wake.wait()
             self._stamp_wake = trio.Event()
             batch, self._queued = self._queued, []
-            merged: dict[tuple[int, str], tuple[_Link, str, list[str], int]] = {}
+            merged: dict[tuple[int, str], tuple[BoardLink, str, list[str], int]] = {}
             for link, topic, recs, hops in batch:
                 got = merged.get((id(link), topic))
                 if got is None:
@@ -224,7 +225,7 @@ class Sequencer:
                 except Exception:  # the store failed us: the authors' hosts offer them again
                     log.exception("board: stamping records of %s failed", topic)
 
-    async def _stamp(self, link: _Link, topic: str, recs: list[str], hops: int) -> None:
+    async def _stamp(self, link: BoardLink, topic: str, recs: list[str], hops: int) -> None:
         """On the owner: judge and stamp, then answer the link: the stamped record, or why not."""
         taken = await self.board.take(recs, via=link.conn.peer_key, hops=hops, owner=True)
         back = [raw for rec in taken.new for raw in taken.wire(rec)]
@@ -240,7 +241,7 @@ class Sequencer:
             link.push(self.board._line("board-refused", '"doc":' + json.dumps(
                 doc, separators=(",", ":"), ensure_ascii=False)), topic)
 
-    async def _relay(self, link: _Link, topic: str, recs: list[str], hops: int) -> None:
+    async def _relay(self, link: BoardLink, topic: str, recs: list[str], hops: int) -> None:
         """Not the owner: answer with what we hold stamped, pass the rest on."""
         on: list[str] = []
         named: list[tuple[str, str]] = []
@@ -275,7 +276,7 @@ class Sequencer:
         if on:
             self._pass_on(topic, on, min(hops + 1, 1 << 20), link.conn.peer_key)
 
-    async def on_refused(self, link: _Link, line: dict) -> None:
+    async def on_refused(self, link: BoardLink, line: dict) -> None:
         """The owner's refusal: ours is dropped (or offered again later), others' routed back."""
         doc = check_refusal(line.get("doc"))
         topic, h = doc["topic"], doc["of"]

@@ -21,7 +21,6 @@ MARKER = "Why one module:"
 ALLOWED = frozenset({
     "node/connection.py",
     "node/engine.py",
-    "node/board.py",
     "cli/clihelp.py",
 })
 
