@@ -19,7 +19,6 @@ from .timefmt import now_ms
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _DECODE = {c: i for i, c in enumerate(ALPHABET)}
 _MAX = (1 << 128) - 1
-_POOL_IDS = 256  # ids' worth of random bits drawn from the OS at once
 
 
 # Every pair of characters, indexed by the 10 bits it spells.
@@ -68,20 +67,24 @@ def ulid_time_ms(text: str) -> int:
     return decode_ulid(text) >> 80
 
 
+_POOL_IDS = 256  # ids' worth of random bits drawn from the kernel at once
+
+
 class IdGenerator:
     """Strictly increasing ULIDs, seeded with the last id issued."""
 
-    __slots__ = ("_last", "_clock", "_lock", "_pool", "_used")
+    __slots__ = ("_last", "_clock", "_lock", "_pool", "_at")
 
     def __init__(self, last: str | None = None, clock=now_ms) -> None:
         self._last = decode_ulid(last) if last else 0
         self._clock = clock
         # The event loop (acks, pings) and the store's writer thread both draw ids.
         self._lock = threading.Lock()
-        # Random bits drawn from the OS a few hundred ids at a time: one
-        # system call per id was most of an id's cost, and an ack needs one.
+        # Random bits are read from the kernel for many ids at once: each
+        # os.urandom call lets go of the GIL, and under load the event loop
+        # then waited for the writer thread to hand it back once per ack.
         self._pool = b""
-        self._used = 0
+        self._at = 0
 
     def seed(self, last: str | None) -> None:
         """Never go below ``last`` (e.g. the largest id found in the store)."""
@@ -98,28 +101,26 @@ class IdGenerator:
         one (the acks of a stored run take one each)."""
         if n <= 1:
             return [self.next()] if n == 1 else []
-        ms = self._clock()
         with self._lock:
-            if self._used >= len(self._pool):
-                self._pool, self._used = os.urandom(10 * _POOL_IDS), 0
-            fresh = (ms << 80) | int.from_bytes(self._pool[self._used:self._used + 10], "big")
-            self._used += 10
-            if fresh <= self._last:
-                fresh = self._last + 1
+            fresh = self._fresh()
             if fresh + n - 1 > _MAX:
                 raise OverflowError("ULID space exhausted")
             self._last = fresh + n - 1
         return [encode_ulid(v) for v in range(fresh, fresh + n)]
 
+    def _fresh(self) -> int:
+        """The next id's value (the lock held): the clock and random bits, or
+        the last id plus one when that would not be larger."""
+        if self._at >= len(self._pool):
+            self._pool, self._at = os.urandom(10 * _POOL_IDS), 0
+        rnd = self._pool[self._at:self._at + 10]
+        self._at += 10
+        fresh = (self._clock() << 80) | int.from_bytes(rnd, "big")
+        return fresh if fresh > self._last else self._last + 1
+
     def next(self) -> str:
-        ms = self._clock()
         with self._lock:
-            if self._used >= len(self._pool):
-                self._pool, self._used = os.urandom(10 * _POOL_IDS), 0
-            fresh = (ms << 80) | int.from_bytes(self._pool[self._used:self._used + 10], "big")
-            self._used += 10
-            if fresh <= self._last:
-                fresh = self._last + 1
+            fresh = self._fresh()
             if fresh > _MAX:
                 raise OverflowError("ULID space exhausted")
             self._last = fresh
