@@ -27,30 +27,29 @@ from __future__ import annotations
 import sqlite3
 
 from ..wire.messages import default_subject
-from ..wire.timefmt import parse_ts
-from .ops import _IN_LIST, _ensure_thread, note_seen
+from .ops import _IN_LIST, _ensure_thread, line_ts, note_seen
+
+
+def _rows_in(conn: sqlite3.Connection, sql: str, peer: str, values: list[str]) -> list:
+    """``sql`` (``peer = ?`` first, then ``IN ({marks})``) for ``values``, a bounded
+    list at a time."""
+    out: list = []
+    for start in range(0, len(values), _IN_LIST):
+        part = values[start:start + _IN_LIST]
+        out += conn.execute(sql.format(marks=",".join("?" * len(part))), (peer, *part))
+    return out
 
 
 def stored_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> set[str]:
     """Those of ``ids`` already in the log as lines from ``peer``."""
-    out: set[str] = set()
-    for start in range(0, len(ids), _IN_LIST):
-        part = ids[start:start + _IN_LIST]
-        out.update(r[0] for r in conn.execute(
-            f"SELECT id FROM log WHERE peer = ? AND dir = 'in' AND id IN ({','.join('?' * len(part))})",
-            (peer, *part)))
-    return out
+    return {r[0] for r in _rows_in(
+        conn, "SELECT id FROM log WHERE peer = ? AND dir = 'in' AND id IN ({marks})", peer, ids)}
 
 
 def seen_threads(conn: sqlite3.Connection, peer: str, ths: list[str]) -> set[str]:
     """Those of ``ths`` that ``peer`` has a resume point in (it opened them before)."""
-    out: set[str] = set()
-    for start in range(0, len(ths), _IN_LIST):
-        part = ths[start:start + _IN_LIST]
-        out.update(r[0] for r in conn.execute(
-            f"SELECT th FROM seen WHERE peer = ? AND th IN ({','.join('?' * len(part))})",
-            (peer, *part)))
-    return out
+    return {r[0] for r in _rows_in(
+        conn, "SELECT th FROM seen WHERE peer = ? AND th IN ({marks})", peer, ths)}
 
 
 def _subject(line: dict) -> str:
@@ -98,11 +97,7 @@ def store_msgs(conn: sqlite3.Connection, peer: str, lines: list[tuple[dict, str]
     for line, text in lines:
         ident = line["id"]
         th = line.get("th") or ""
-        try:
-            ts = parse_ts(line.get("ts", ""))
-        except ValueError:
-            ts = now
-        rows.append((peer, ident, th, line.get("re") or "", ts, now, text))
+        rows.append((peer, ident, th, line.get("re") or "", line_ts(line, now), now, text))
         if th:
             if ident > top.get(th, ""):
                 top[th] = ident
@@ -116,12 +111,8 @@ def store_msgs(conn: sqlite3.Connection, peer: str, lines: list[tuple[dict, str]
         last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
         seqs = dict(zip(ids, range(last - len(ids) + 1, last + 1), strict=True))
     else:
-        seqs = {}
-        for start in range(0, len(ids), _IN_LIST):
-            part = ids[start:start + _IN_LIST]
-            seqs.update(conn.execute(
-                "SELECT id, seq FROM log WHERE peer = ? AND dir = 'in'"
-                f" AND id IN ({','.join('?' * len(part))})", (peer, *part)))
+        seqs = dict(_rows_in(conn, "SELECT id, seq FROM log WHERE peer = ? AND dir = 'in'"
+                             " AND id IN ({marks})", peer, ids))
     for th, ident in top.items():
         note_seen(conn, peer, th, ident, now)
         _ensure_thread(conn, peer, th, subjects[th], now)

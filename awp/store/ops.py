@@ -456,6 +456,14 @@ def resume_seen(conn: sqlite3.Connection, peer: str, since_ms: int) -> dict[str,
 # --- what we receive ----------------------------------------------------------------
 
 
+def line_ts(line: dict, now: int) -> int:
+    """A peer's line's own stamp in Unix ms, or ``now`` when it has none we can read."""
+    try:
+        return parse_ts(line.get("ts", ""))
+    except ValueError:
+        return now
+
+
 def store_inbound(
     conn: sqlite3.Connection, peer: str, line: dict, text: str, now: int
 ) -> int:
@@ -466,10 +474,7 @@ def store_inbound(
     """
     ident = line["id"]
     th = line.get("th") or ""
-    try:
-        ts = parse_ts(line.get("ts", ""))
-    except ValueError:
-        ts = now
+    ts = line_ts(line, now)
     cur = conn.execute(
         "INSERT OR IGNORE INTO log (peer, dir, t, id, th, re, ts, at, line, read, acked)"
         " VALUES (?, 'in', ?, ?, ?, ?, ?, ?, ?, 0, 1)",
