@@ -58,6 +58,7 @@ from ..wire.numbers import is_count
 from ..wire.presence import raw_elements, raw_member
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 from . import board_links
+from .extension import Extension
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -156,7 +157,7 @@ class _Link:
         return True
 
 
-class Board:
+class Board(Extension):
     """Engine extension for the ``board`` lines."""
 
     def __init__(self, engine: Engine) -> None:

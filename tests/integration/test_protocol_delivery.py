@@ -720,18 +720,6 @@ def test_tie_break_drops_connection_dialed_by_larger_key(node):
             assert node.peer_state(lst.key) == "connected (out)"
 
 
-def test_first_ping_comes_about_3s_after_resume(node):
-    with RawPeer(node.address) as p:
-        assert p.handshake()["t"] == "resume"
-        start = time.monotonic()
-        p.resume()
-        ping = p.recv_until(lambda x: x["t"] == "ping", 8, auto_pong=False)
-        elapsed = time.monotonic() - start
-        assert 2 <= elapsed <= 6, elapsed
-        p.send_line({"t": "pong", "re": ping["id"]})
-        wait_for(lambda: isinstance({x["key"]: x for x in node.api("GET", "/v1/peers")}
-                                    [p.key]["rtt_ms"], int | float), 5, "an RTT from the pong")
-
 
 def test_redial_backs_off_when_connections_keep_dropping(node):
     """A peer that completes the handshake and hangs up at once must not be
