@@ -30,6 +30,7 @@ from ..wire.names import clean_name
 from ..wire.timefmt import now_ms
 from .gaps import line_id
 from .handshake import Handshake
+from .lineout import LineOut
 from .session import PAUSE, Session
 from .session import actions as A
 
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("awp.node")
 trace_log = logging.getLogger("awp.trace")
 
-_WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
 # A run of content lines stored as one job holds at most this many (with the
 # writer's weight per line, see awp.store.writer.lines_weight): a read of
 # tiny lines was one job of hundreds of rows (docs/threat-model.md, "Budgets").
@@ -71,7 +71,8 @@ class Connection:
                                gap_timeout=cfg.limits.gap_timeout,
                                ping_interval=cfg.ping_interval,
                                inflight_lines=cfg.limits.peer_inflight_lines,
-                               run_lines=_RUN_LINES, max_depth=cfg.limits.json_depth)
+                               run_lines=_RUN_LINES, max_depth=cfg.limits.json_depth,
+                               resume_wait=cfg.resume_wait)
         self.peer_key = ""
         self.peer_name = ""
         self.peer_caps: list[str] = []
@@ -85,9 +86,9 @@ class Connection:
         self.failure = ""  # why the handshake failed, for `connect` to report
         self.rtt_ms: float | None = None
         self._cancel = trio.CancelScope()
-        # A semaphore, not a Lock: the rest of a line written before its commit
-        # is finished by another task, which then releases it (send_first).
-        self._send_lock = trio.Semaphore(1, max_value=1)
+        self.out = LineOut(stream, write_timeout=cfg.limits.write_timeout,
+                           on_stall=self._stalled,
+                           trace=self._trace_out if cfg.trace else None)
         self._wake_sender = trio.Event()
         self._timer_wake = trio.Event()
         self._bye_received = trio.Event()
@@ -101,7 +102,7 @@ class Connection:
         self._held: list[bytes] = []  # acks waiting for the end of a burst
         self._inflight_drop = trio.Event()
         self._rate_wait = 0.0  # seconds this key's rate wants us to wait before reading
-        self._resumed_by_peer = trio.Event()
+        self._may_send = trio.Event()  # the peer resumed, or resume_wait passed
         self._sending = False  # the sender loop is writing pushed lines
         self.stalled = False  # closed because a write made no progress in time
         self.inflight_bytes = 0  # bytes of lines handed to the store, not yet done
@@ -118,6 +119,7 @@ class Connection:
     def close(self, reason: str = "") -> None:
         if not self.close_reason:
             self.close_reason = reason
+        self.out.shut = self.close_reason or "connection closed"
         self._cancel.cancel()
 
     async def run(self) -> None:
@@ -130,6 +132,7 @@ class Connection:
         finally:
             self.reader_done.set()
             self.closed.set()
+            self.out.shut = self.close_reason or "connection closed"
             if self.inflight_bytes:  # follow-ups that will never run now
                 self.engine.budgets.give(self.inflight_bytes)
                 self.inflight_bytes = 0
@@ -157,7 +160,7 @@ class Connection:
     async def _run(self) -> None:
         reader = LineReader()
         pending: list[bytes] = []
-        await self._send_raw(self.hs.start())
+        await self.out.send(self.hs.start())
         with trio.move_on_after(self.engine.config.handshake_timeout) as deadline:
             while not self.hs.done:
                 if not pending:
@@ -182,7 +185,7 @@ class Connection:
                         raise ConnectionClosed(e.detail) from None
                     return
                 if reply:
-                    await self._send_raw(reply)
+                    await self.out.send(reply)
         if deadline.cancelled_caught:
             self.failure = "handshake timed out"
             raise ConnectionClosed("handshake timed out")
@@ -207,7 +210,7 @@ class Connection:
 
         seen = await self.engine.resume_seen(self.peer_key)
         self.session.start(trio.current_time())
-        await self._send_raw(self.session.line({"t": "resume", "seen": seen}))
+        await self.out.send(self.session.line({"t": "resume", "seen": seen}))
         self.established.set()
 
         async with trio.open_nursery() as nursery:
@@ -264,8 +267,8 @@ class Connection:
             line["re"] = re
         self.close_reason = f"{code}: {detail}" if detail else code
         try:
-            await self._send_raw(self.session.line(line))
-            await self._half_close()
+            await self.out.send(self.session.line(line))
+            await self.out.half_close()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
         with trio.move_on_after(2):
@@ -341,7 +344,7 @@ class Connection:
             await self._post(eng.writer.submit_nowait(lambda c: ops.apply_acks(c, key, acks)),
                              token)
         elif op is A.SEND:
-            await self._send_raw(act[1])
+            await self.out.send(act[1])
         elif op is A.STORE_CHUNK:
             # At most a few chunks (256 KiB each) wait for the store at once,
             # so a fast sender cannot make us hold a whole file in memory.
@@ -412,7 +415,7 @@ class Connection:
         when the line must take the ordinary way.
         """
         eng, intake = self.engine, self.engine.intake
-        if (intake is None or self._post_inflight or self._held or self._send_busy()
+        if (intake is None or self._post_inflight or self._held or self.out.busy()
                 or not intake.eligible(line, len(raw), mirrored=bool(eng.shares))
                 or not eng.writer.healthy() or not eng.writer.hold()):
             return False
@@ -421,10 +424,10 @@ class Connection:
             eng.writer.release()
             return False
         journaled_ns = time.perf_counter_ns()
-        self._send_lock.acquire_nowait()
+        self.out.lock.acquire_nowait()
         try:
             acts = self.session.durable(token)
-            unsent = self._write_now(b"".join(a[1] for a in acts))
+            unsent = self.out.write_now(b"".join(a[1] for a in acts))
             _give_way()
             pending = eng.writer.run_now(
                 lambda c: [eng.store_inbound(c, self, line, text, now)])
@@ -433,9 +436,9 @@ class Connection:
             else:
                 intake.store_failed(self.peer_key, now, text, pending.error)
             if unsent:
-                await self._write_all(unsent)
+                await self.out.write_all(unsent)
         finally:
-            self._send_lock.release()
+            self.out.lock.release()
         if pending.error is not None:
             self.close("store failure")
             return True
@@ -447,9 +450,9 @@ class Connection:
         """The peer said bye: tell the engine, answer with ours, let it read, end."""
         self._bye_received.set()
         await self.engine.on_peer_bye(self, reason)
-        await self._send_raw(reply)
+        await self.out.send(reply)
         try:
-            await self._half_close()
+            await self.out.half_close()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
         with trio.move_on_after(self.engine.config.bye_linger):
@@ -468,11 +471,11 @@ class Connection:
     async def send_raw_line(self, data: bytes) -> None:
         """Write one pre-built line (relayed presence keeps the origin's bytes)."""
         if not self.session.replay.bye_sent:
-            await self._send_raw(data)
+            await self.out.send(data)
 
     async def send_grants(self, grants: list[dict]) -> None:
         for g in grants:
-            await self._send_raw(self.session.line({"t": "grant", "grant": g}))
+            await self.out.send(self.session.line({"t": "grant", "grant": g}))
 
     # -- ordered post-commit work -------------------------------------------------
 
@@ -556,7 +559,7 @@ class Connection:
             elif op is A.INTRODUCED:
                 eng.changes.publish({"kind": "introduce", "peer": self.peer_key})
             elif op is A.RESUMED:
-                self._resumed_by_peer.set()
+                self._may_send.set()
                 self.wake()
                 eng.on_peer_resumed(self)
             elif op is A.CLOSE:
@@ -567,7 +570,7 @@ class Connection:
         """Write the acks (and their follow-ups) gathered from one burst at once."""
         if self._held:
             data, self._held = b"".join(self._held), []
-            await self._send_raw(data)
+            await self.out.send(data)
 
     # -- outbound -----------------------------------------------------------------
 
@@ -594,17 +597,17 @@ class Connection:
         like every write (a stall closes the connection and the line is
         replayed on the next resume), and this returns True.
         """
-        if self._send_busy() or self.closed.is_set():
+        if self.out.busy() or self.closed.is_set():
             return False
         data = text.encode("utf-8") + b"\n"
-        self._send_lock.acquire_nowait()
-        rest = self._write_now(data)
+        self.out.lock.acquire_nowait()
+        rest = self.out.write_now(data)
         if len(rest) == len(data):
-            self._send_lock.release()
+            self.out.lock.release()
             return False
         self.session.gaps.sent(line_id(text))
         if not rest:
-            self._send_lock.release()
+            self.out.lock.release()
             _give_way()
             return True
         self._sending = True
@@ -614,15 +617,15 @@ class Connection:
     async def _finish_first(self, rest: bytes) -> None:
         """The rest of a line :meth:`send_first` began; releases the send lock."""
         try:
-            await self._write_all(rest)
+            await self.out.write_all(rest)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.close("a write failed")
         finally:
             self._sending = False
-            self._send_lock.release()
+            self.out.lock.release()
 
     def _send_busy(self) -> bool:
-        return self._send_lock.value == 0
+        return self.out.lock.value == 0
 
     def sent_first(self, seq: int) -> None:
         """The line written by :meth:`send_first` got outbox position ``seq``."""
@@ -636,11 +639,10 @@ class Connection:
     async def _sender_loop(self) -> None:
         """Write what :class:`~awp.node.session.Replay` says goes next, in outbox order.
 
-        Nothing goes before the peer's resume (or ``resume_wait``).
+        Nothing goes before the peer's resume (or ``resume_wait``, the session's timer).
         """
         r = self.session.replay
-        with trio.move_on_after(self.engine.config.resume_wait):
-            await self._resumed_by_peer.wait()
+        await self._may_send.wait()
         while not r.bye_sent:
             self._wake_sender = trio.Event()
             step = r.next_step()
@@ -663,7 +665,7 @@ class Connection:
         for part in parts:
             if isinstance(part, str):
                 part = await self.engine.fill_chunk(part)
-            await self._send_raw(part)
+            await self.out.send(part)
 
     async def _timer_loop(self) -> None:
         """Wake the session at the deadline it names: pings, idle, resending a gap."""
@@ -675,7 +677,7 @@ class Connection:
             for act in s.tick(trio.current_time()):
                 op = act[0]
                 if op is A.SEND:
-                    await self._send_raw(act[1])
+                    await self.out.send(act[1])
                 elif op is A.RESEND:
                     rows = await self.engine.read(
                         lambda c, key=self.peer_key, ids=act[1]: ops.fetch_outbox_ids(c, key, ids))
@@ -683,7 +685,9 @@ class Connection:
                     if again is not None:
                         log.info("sending %d line(s) to %s again: a later line was acked"
                                  " first", len(rows), self._who())
-                        await self._send_raw(again[1])
+                        await self.out.send(again[1])
+                elif op is A.REPLAY:
+                    self._may_send.set()
                 elif op is A.LOG:
                     log.info("%s %s", self._who(), act[1])
                 elif op is A.CLOSE:
@@ -704,7 +708,7 @@ class Connection:
             return True
         self.wake()
         try:
-            await self._send_raw(act[1])
+            await self.out.send(act[1])
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.close("could not say bye")
             return False
@@ -715,80 +719,13 @@ class Connection:
 
     # -- writing ------------------------------------------------------------------
 
-    def _write_now(self, data: bytes) -> bytes:
-        """Write to a socket without yielding to the event loop; returns what
-        did not go (all of it when the stream is not a plain socket).
+    def _stalled(self, reason: str) -> None:
+        self.stalled = True
+        log.info("dropping %s: %s", self._who(), reason)
+        self.close(reason)
 
-        The caller holds the send lock, so nothing can come between these
-        bytes and the rest of them.
-        """
-        self._trace_out(data)
-        if type(self.stream) is not trio.SocketStream:
-            return data
-        try:
-            n = os.write(self.stream.socket.fileno(), data)
-        except OSError:  # would block, or broken: send_all will say which
-            return data
-        return data[n:]
-
-    def _trace_out(self, data: bytes) -> None:
-        if self.engine.config.trace:
-            for ln in data.splitlines():
-                self._trace(">", ln)
-
-    async def _send_raw(self, data: bytes) -> None:
-        """Write under the send lock, within the write deadline (see :meth:`_write_all`).
-
-        Waiting for the lock has no deadline of its own: whoever holds it is
-        writing and either makes progress or drops the connection within
-        ``write_timeout``, after which this raises at once.
-        """
-        self._trace_out(data)
-        # An uncontended lock is taken without a trip through the scheduler
-        # (``async with`` yields before it returns), so the bytes leave now.
-        if self._send_busy():
-            await self._send_lock.acquire()
-        else:
-            self._send_lock.acquire_nowait()
-        try:
-            if self._cancel.cancel_called or self.closed.is_set():
-                raise trio.ClosedResourceError(self.close_reason or "connection closed")
-            await self._write_all(data)
-        finally:
-            self._send_lock.release()
-
-    async def _half_close(self) -> None:
-        """``send_eof`` under the send lock: trio refuses it beside a write in
-        progress (acks flushed after a commit, say), which killed the
-        connection task with ``BusyResourceError`` (found by the live fuzzer)."""
-        async with self._send_lock:
-            await self.stream.send_eof()
-
-    async def _write_all(self, data: bytes) -> None:
-        """``send_all`` with a deadline on progress; the caller holds the send lock.
-
-        A peer that stops reading fills the socket buffers and would hold
-        every writer here (pings, acks, ``awp grant``, ``awp bye``) for
-        good.  Each slice of at most 256 KiB must go within
-        ``limits.write_timeout``, else the connection is closed (a write cut
-        short leaves a torn line, so it cannot be used again) and
-        ``BrokenResourceError`` raised; the lines stay in the outbox for the
-        next connection, and the redial backoff is not reset.
-        """
-        timeout = self.engine.config.limits.write_timeout
-        if timeout <= 0:
-            timeout = math.inf
-        for start in range(0, len(data), _WRITE_SLICE):
-            part = data if len(data) <= _WRITE_SLICE else data[start:start + _WRITE_SLICE]
-            with trio.move_on_after(timeout) as scope:
-                await self.stream.send_all(part)
-            if scope.cancelled_caught:
-                self.stalled = True
-                reason = f"a write to the peer stalled for {timeout:g}s"
-                log.info("dropping %s: %s", self.peer_name or self.peer_key[:18] or self.desc,
-                         reason)
-                self.close(reason)
-                raise trio.BrokenResourceError(reason)
+    def _trace_out(self, raw: bytes) -> None:
+        self._trace(">", raw)
 
     def _trace(self, arrow: str, raw: bytes) -> None:
         if self.engine.config.trace:

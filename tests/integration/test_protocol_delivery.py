@@ -209,20 +209,15 @@ def test_unacked_lines_are_replayed_again(node):
 
 
 def test_outbox_replayed_without_peer_resume(node):
-    """Takes ~15 s: the resume wait is the timer under test."""
+    """Takes ~15 s (``resume_wait``).  The whole: a peer that never sends its
+    resume still gets the outbox.  When (nothing before, all at 15 s) is the
+    session's rule, pinned by tests/unit/test_session.py
+    (``test_without_the_peers_resume_replay_starts_after_resume_wait``)."""
     ident = Identity.generate()
     th, lines = _known_then_queue(node, ident, n=2)
     with RawPeer(node.address, ident) as p:
         assert p.handshake()["t"] == "resume"
-        start = time.monotonic()
-        # We never send resume. Nothing comes early...
-        with pytest.raises(TimeoutError):
-            p.recv_until(lambda x: x["t"] == "msg", 10)
-        # ...and everything comes after the 15 s wait.
-        got = _replayed(p, 2, timeout=10)
-        elapsed = time.monotonic() - start
-        assert got == lines
-        assert 13 <= elapsed <= 19, elapsed
+        assert _replayed(p, 2, timeout=25) == lines
 
 
 def test_live_send_goes_out_after_resume(node, peer):

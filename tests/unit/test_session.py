@@ -32,6 +32,7 @@ class Ids:
 def _session(now: float = 100.0, **kw) -> Session:
     kw.setdefault("gap_timeout", 15.0)
     kw.setdefault("ping_interval", 30.0)
+    kw.setdefault("resume_wait", 1000.0)  # out of the way unless the test is about it
     s = Session(Ids(), now=now, clock_ms=lambda: 1_700_000_000_000, **kw)
     s.start(now)
     return s
@@ -256,6 +257,8 @@ def test_resume_is_applied_then_replay_starts_from_the_start():
     s = _session()
     r = s.replay
     r.push(5, "msg", '{"t":"msg","id":"01OURS5"}')
+    assert r.next_step() is None  # nothing goes before the peer's resume
+    r.may_send = True
     assert r.next_step() == ("fetch", 0)  # a first scan is always due
     r.fetched([])
     assert r.next_step() == ("rows", [(5, "msg", '{"t":"msg","id":"01OURS5"}')])
@@ -274,6 +277,7 @@ def test_resume_is_applied_then_replay_starts_from_the_start():
 def test_replay_sends_in_seq_order_and_never_twice():
     s = _session()
     r = s.replay
+    r.may_send = True
     r.fetched([])
     rows = [(1, "msg", '{"t":"msg","id":"01OURS1"}'), (2, "state", '{"t":"state","id":"01OURS2"}')]
     assert r.take(rows) == [b'{"t":"msg","id":"01OURS1"}\n{"t":"state","id":"01OURS2"}\n']
@@ -297,6 +301,7 @@ def test_chunks_leave_their_own_write_in_place():
 def test_rescan_overtakes_pushed_lines_and_bye_stops_everything():
     s = _session()
     r = s.replay
+    r.may_send = True
     r.fetched([])
     r.push(1, "msg", "a")
     r.rescan()
@@ -304,6 +309,29 @@ def test_rescan_overtakes_pushed_lines_and_bye_stops_everything():
     assert s.send_bye("done") is not None
     assert r.next_step() is None
     assert s.send_bye("again") is None  # said once
+
+
+def test_without_the_peers_resume_replay_starts_after_resume_wait():
+    s = _session(now=100.0, resume_wait=15.0)
+    s.replay.push(1, "msg", "a")
+    assert s.next_deadline() == 103.0  # the first ping comes first
+    s.tick(103.0)
+    assert s.next_deadline() == 115.0
+    assert s.tick(114.9) == [] and s.replay.next_step() is None
+    assert s.tick(115.0) == [(A.REPLAY,)]
+    assert s.replay.next_step() == ("fetch", 0)
+    assert not s.replay.resumed_by_peer  # a line of ours is not written early then
+    assert (A.REPLAY,) not in s.tick(200.0)  # once
+
+
+def test_the_peers_resume_ends_the_wait():
+    s = _session(now=100.0, resume_wait=15.0)
+    s.receive([line("resume", id=_id(1), seen={})], 101.0)
+    (act,) = drain(s, 101.0)
+    s.done(act[1], [])
+    assert s.next_deadline() == 103.0
+    s.tick(103.0)
+    assert s.next_deadline() > 115.0 and (A.REPLAY,) not in s.tick(116.0)
 
 
 # -- gaps ---------------------------------------------------------------------------

@@ -55,6 +55,9 @@ GRANTS = "grants"
 INTRODUCED = "introduced"
 #: ``(RESUMED,)``: the peer's resume is applied; replay from the outbox.
 RESUMED = "resumed"
+#: ``(REPLAY,)``: the peer sent no resume within ``resume_wait``: send from
+#: the outbox all the same.
+REPLAY = "replay"
 #: ``(RTT, ms)``: a pong came back.
 RTT = "rtt"
 #: ``(PEER_ERR, line)``: the peer sent an err (kept, shown, passed to extensions).

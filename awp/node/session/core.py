@@ -26,7 +26,8 @@ SPEC.md is decided here and tested without a daemon:
   store; past that :meth:`next_action` answers :data:`PAUSE` until a job is
   done, and the driver stops reading.
 * **Resume and replay** (:class:`~awp.node.session.replay.Replay`): what we
-  send comes from the outbox in ``seq`` order; the peer's resume restarts
+  send comes from the outbox in ``seq`` order, from the peer's resume on (or
+  ``resume_wait`` after the start, if it sends none); its resume restarts
   the scan from the start, and ``seq`` only moves forward.
 * **Gaps** (:mod:`awp.node.gaps`): an ack that overtakes an older line of
   ours starts ``gap_timeout``; then the older line is sent once again.
@@ -70,7 +71,7 @@ class Session:
 
     def __init__(self, ids: object, *, now: float, gap_timeout: float = 15.0,
                  ping_interval: float = 30.0, inflight_lines: int = 256, run_lines: int = 32,
-                 max_depth: int = 32, first_ping: float = 3.0,
+                 max_depth: int = 32, first_ping: float = 3.0, resume_wait: float = 15.0,
                  clock_ms: Callable[[], int] = now_ms) -> None:
         self._next_id = ids.next  # type: ignore[attr-defined]
         self._clock_ms = clock_ms
@@ -93,6 +94,8 @@ class Session:
         self._acked_early: set[int] = set()  # tokens whose acks left at durable()
         # ping and idle
         self.idle = ping_interval * 0.9
+        self.resume_wait = resume_wait
+        self._resume_by = now + resume_wait
         self._first_ping_after = first_ping
         self._first_ping = now + min(first_ping, self.idle)
         self._pinged = False
@@ -104,6 +107,7 @@ class Session:
     def start(self, now: float) -> None:
         """The handshake is done and our resume is going out: the clocks start now."""
         self._first_ping = now + min(self._first_ping_after, self.idle)
+        self._resume_by = now + self.resume_wait
         self.last_recv = now
 
     # -- building our lines ------------------------------------------------------
@@ -356,6 +360,8 @@ class Session:
         due = self.gaps.due()
         if due is not None and not self.replay.bye_sent:
             d = min(d, due)
+        if not self.replay.may_send:
+            d = min(d, self._resume_by)
         return d
 
     def tick(self, now: float) -> list[tuple]:
@@ -363,6 +369,9 @@ class Session:
         out: list[tuple] = []
         if self.state == CLOSED:
             return out
+        if not self.replay.may_send and now >= self._resume_by:
+            self.replay.may_send = True  # the peer sent no resume: replay all the same
+            out.append((A.REPLAY,))
         due = self.gaps.due()
         if due is not None and now >= due:
             again, given_up = self.gaps.take_overdue(now)

@@ -7,7 +7,7 @@ saves a query per message.  The two overlap after a resume, so the rule is
 simple: a line goes only if its ``seq`` is above the last one sent, and the
 peer's resume restarts the scan from the start (it said what it has; acks
 and the store's seen marks drop the rest).  Nothing is sent before the
-peer's resume arrives (or ``resume_wait`` passes, the driver's timer), and
+peer's resume arrives (or ``resume_wait`` passes, the session's timer), and
 nothing at all after our bye.
 
 No I/O: the driver fetches the rows it is told to and writes what
@@ -32,6 +32,7 @@ class Replay:
         self.rescan_due = True  # the outbox must be read from ``last_sent_seq`` on
         self.pushed: list[tuple[int, str, str]] = []
         self.resumed_by_peer = False
+        self.may_send = False  # the peer's resume came, or we stopped waiting for it
         self.bye_sent = False
 
     def resumed(self) -> None:
@@ -44,6 +45,7 @@ class Replay:
         self.last_sent_seq = 0
         self.rescan_due = True
         self.resumed_by_peer = True
+        self.may_send = True
 
     def push(self, seq: int, t: str, text: str) -> None:
         """A line for this peer was just committed (called in commit order)."""
@@ -61,7 +63,7 @@ class Replay:
     def next_step(self) -> tuple[str, object] | None:
         """``("fetch", after_seq)`` to scan the outbox, ``("rows", rows)`` for
         pushed lines, or None when there is nothing to send."""
-        if self.bye_sent:
+        if self.bye_sent or not self.may_send:
             return None
         if self.rescan_due:
             return ("fetch", self.last_sent_seq)
