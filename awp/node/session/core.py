@@ -131,32 +131,40 @@ class Session:
         A line that does not parse ends the intake: what came before it is
         still handled, then a refusal; nothing after it is read.
         """
-        if self._intake_done:
+        if self._intake_done or not raws:
             return
-        q = self._queue
+        append = self._queue.append
+        depth = self.max_depth
+        taken = spoke = False
         for raw in raws:
             try:
-                line = parse_line(raw, self.max_depth)
+                line = parse_line(raw, depth)
             except ProtocolError as e:
-                q.append((_BAD, e.code, None, (e.detail or "").encode("utf-8")))
+                append((_BAD, e.code, None, (e.detail or "").encode("utf-8")))
                 self._intake_done = True
                 self.state = CLOSING
                 break
+            taken = True
             t = line["t"]
-            self.last_recv = now
-            self._unanswered = 0
-            if t != "err":
-                self.peer_spoke = True
             if t in ACKED_TYPES:
-                q.append((_CONTENT, t, line, storable(raw, line)))
+                spoke = True
+                append((_CONTENT, t, line, storable(raw, line)))
             elif t == "ack":
-                q.append((_ACK, t, line, raw))
+                spoke = True
+                append((_ACK, t, line, raw))
             else:
-                q.append((_OTHER, t, line, raw))
+                if t != "err":
+                    spoke = True
+                append((_OTHER, t, line, raw))
                 if t == "bye":  # nothing after a bye counts
                     self.bye_received = True
                     self._intake_done = True
                     break
+        if taken:  # any line from the peer shows it alive
+            self.last_recv = now
+            self._unanswered = 0
+            if spoke:
+                self.peer_spoke = True
 
     def next_action(self, now: float) -> tuple | None:
         """The next thing to do for the lines received; None when all are handled.
