@@ -72,7 +72,7 @@ class Connection:
                                ping_interval=cfg.ping_interval,
                                inflight_lines=cfg.limits.peer_inflight_lines,
                                run_lines=_RUN_LINES, max_depth=cfg.limits.json_depth,
-                               resume_wait=cfg.resume_wait)
+                               resume_wait=cfg.resume_wait, bye_linger=cfg.bye_linger)
         self.peer_key = ""
         self.peer_name = ""
         self.peer_caps: list[str] = []
@@ -91,7 +91,6 @@ class Connection:
                            trace=self._trace_out if cfg.trace else None)
         self._wake_sender = trio.Event()
         self._timer_wake = trio.Event()
-        self._bye_received = trio.Event()
         # Bounded: a fast sender waits for our store instead of filling memory.
         self._post_send, self._post_recv = trio.open_memory_channel(256)
         self._post_lock = trio.Lock()  # one follow-up at a time, in order
@@ -308,8 +307,6 @@ class Connection:
         s.receive(raws, now)
         if s.peer_spoke and not self.peer_resumed.is_set():
             self.peer_resumed.set()
-        if s.bye_received:
-            self._bye_received.set()
         while True:
             act = s.next_action(now)
             if act is None:
@@ -448,7 +445,6 @@ class Connection:
 
     async def _peer_bye(self, reason: str, reply: bytes) -> None:
         """The peer said bye: tell the engine, answer with ours, let it read, end."""
-        self._bye_received.set()
         await self.engine.on_peer_bye(self, reason)
         await self.out.send(reply)
         try:
@@ -698,23 +694,23 @@ class Connection:
         return self.peer_name or self.peer_key[:18] or self.desc
 
     async def send_bye(self, reason: str) -> bool:
-        """Say bye, send nothing more, close after the peer's bye or a timeout.
+        """Say bye, send nothing more; returns once the peer's bye or the
+        session's ``bye_linger`` has closed the connection.
 
         False when the bye could not be written (a stalled or broken
         connection, which is closed): the caller must not wait on that peer.
         """
-        act = self.session.send_bye(reason)
+        act = self.session.send_bye(reason, trio.current_time())
         if act is None:
             return True
         self.wake()
+        self._timer_wake.set()  # the session's bye linger starts now
         try:
             await self.out.send(act[1])
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.close("could not say bye")
             return False
-        with trio.move_on_after(self.engine.config.bye_linger):
-            await self._bye_received.wait()
-        self.close("we said bye")
+        await self.closed.wait()  # the peer's bye, or the linger, ends it
         return True
 
     # -- writing ------------------------------------------------------------------

@@ -547,12 +547,12 @@ def test_daemon_bye_is_sent_and_closes_after_our_bye(node, peer):
 
 
 def test_daemon_bye_unanswered_closes_after_linger(node, peer):
-    start = time.monotonic()
+    """The whole: an unanswered bye still closes and parks.  When (``bye_linger``
+    after the bye) is the session's rule, pinned by tests/unit/test_session.py
+    (``test_our_bye_unanswered_closes_after_bye_linger``)."""
     t, out = _bye_in_background(node, peer.key)
     peer.expect("bye", 5)
     assert peer.closed(8), "daemon did not close within the bye linger"
-    elapsed = time.monotonic() - start
-    assert 4 <= elapsed <= 7.5, elapsed
     t.join(10)
     assert out["result"]["connected"] is True
     wait_for(lambda: node.peer_state(peer.key) == "said bye", 5, "parked")

@@ -306,9 +306,9 @@ def test_rescan_overtakes_pushed_lines_and_bye_stops_everything():
     r.push(1, "msg", "a")
     r.rescan()
     assert r.next_step() == ("fetch", 0)
-    assert s.send_bye("done") is not None
+    assert s.send_bye("done", 100.0) is not None
     assert r.next_step() is None
-    assert s.send_bye("again") is None  # said once
+    assert s.send_bye("again", 100.0) is None  # said once
 
 
 def test_without_the_peers_resume_replay_starts_after_resume_wait():
@@ -390,7 +390,7 @@ def test_no_resend_after_bye():
     _sent_two(s)
     s.receive([line("ack", id=_id(1), th="th", re="01OURSB")], 101.0)
     drain(s, 101.0)
-    s.send_bye("done")
+    s.send_bye("done", 100.0)
     assert not [a for a in s.tick(200.0) if a[0] == A.RESEND]
 
 
@@ -475,7 +475,7 @@ def test_the_peers_bye_is_answered_and_nothing_after_it_is_taken():
 
 def test_a_bye_after_ours_ends_the_connection():
     s = _session()
-    bye = s.send_bye("leaving")
+    bye = s.send_bye("leaving", 100.0)
     assert json.loads(bye[1]) == {**json.loads(bye[1]), "t": "bye", "reason": "leaving"}
     s.receive([msg(1), line("bye", id=_id(2), reason="ok")], 100.0)
     acts = drain(s)
@@ -483,6 +483,16 @@ def test_a_bye_after_ours_ends_the_connection():
     assert acts[1][1] == "bye exchanged"
     # what arrived before the peer's bye is still acked once stored
     assert acked(s.done(acts[0][1], ok(1))) == [_id(1)]
+
+
+def test_our_bye_unanswered_closes_after_bye_linger():
+    s = _session(now=100.0, bye_linger=5.0)
+    s.tick(103.0)  # the first ping
+    assert s.send_bye("done", 110.0) is not None
+    assert s.timer_dirty and s.next_deadline() == 115.0
+    assert s.tick(114.9) == []
+    assert s.tick(115.0) == [(A.CLOSE, "we said bye")]
+    assert s.state == CLOSED
 
 
 def test_a_closing_err_is_passed_on_then_closes():

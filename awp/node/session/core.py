@@ -34,8 +34,9 @@ SPEC.md is decided here and tested without a daemon:
 * **Ping and idle.**  The first ping goes ``min(3 s, idle)`` after the
   start; after that one whenever nothing was read or pinged for ``idle``
   (0.9 x ``ping_interval``).  Two pings unanswered by any line close it.
-* **Bye.**  After ours nothing more is sent; the peer's bye is answered
-  with ours, then the connection ends.  A bye after ours ends it at once.
+* **Bye.**  After ours nothing more is sent, and the connection ends on the
+  peer's bye or ``bye_linger`` later; the peer's bye is answered with ours,
+  then the connection ends.
 
 States: ``OPEN`` (resume sent, waiting for the peer's), ``RESUMED`` (the
 peer's resume is applied, replay may run), ``CLOSING`` (a bye or a
@@ -72,6 +73,7 @@ class Session:
     def __init__(self, ids: object, *, now: float, gap_timeout: float = 15.0,
                  ping_interval: float = 30.0, inflight_lines: int = 256, run_lines: int = 32,
                  max_depth: int = 32, first_ping: float = 3.0, resume_wait: float = 15.0,
+                 bye_linger: float = 5.0,
                  clock_ms: Callable[[], int] = now_ms) -> None:
         self._next_id = ids.next  # type: ignore[attr-defined]
         self._clock_ms = clock_ms
@@ -95,6 +97,8 @@ class Session:
         # ping and idle
         self.idle = ping_interval * 0.9
         self.resume_wait = resume_wait
+        self.bye_linger = bye_linger
+        self._bye_by: float | None = None  # our bye waits for the peer's until then
         self._resume_by = now + resume_wait
         self._first_ping_after = first_ping
         self._first_ping = now + min(first_ping, self.idle)
@@ -370,6 +374,8 @@ class Session:
             d = min(d, due)
         if not self.replay.may_send:
             d = min(d, self._resume_by)
+        if self._bye_by is not None:
+            d = min(d, self._bye_by)
         return d
 
     def tick(self, now: float) -> list[tuple]:
@@ -377,6 +383,9 @@ class Session:
         out: list[tuple] = []
         if self.state == CLOSED:
             return out
+        if self._bye_by is not None and now >= self._bye_by:
+            self.state = CLOSED  # the peer never answered our bye
+            return [(A.CLOSE, "we said bye")]
         if not self.replay.may_send and now >= self._resume_by:
             self.replay.may_send = True  # the peer sent no resume: replay all the same
             out.append((A.REPLAY,))
@@ -418,10 +427,13 @@ class Session:
 
     # -- ending -----------------------------------------------------------------
 
-    def send_bye(self, reason: str) -> tuple | None:
-        """Our bye: nothing more is sent after it.  None when already said."""
+    def send_bye(self, reason: str, now: float) -> tuple | None:
+        """Our bye: nothing more is sent after it, and the connection closes
+        on the peer's bye or ``bye_linger`` from now.  None when already said."""
         if self.replay.bye_sent:
             return None
         self.replay.bye_sent = True
+        self._bye_by = now + self.bye_linger
+        self.timer_dirty = True
         self.state = CLOSING
         return (A.SEND, self.line({"t": "bye", "reason": reason}))
