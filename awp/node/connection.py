@@ -1,41 +1,39 @@
 """One live connection to a peer: the trio driver around the session core.
 
 The handshake is decided by :mod:`awp.node.handshake` and every rule after it
-by :class:`awp.node.session.Session` (dispatch, ack order, gaps, pings, bye,
-replay order); this module only carries out what they ask: it moves bytes,
-keeps the timers the session names, and talks to the store through the
-group-commit writer, reporting each job back to the session when it is
-durable.  What it still decides is how, never what: batching writes, the
-intake journal's fast path for a lone line on a quiet daemon, and waiting
-off the read budgets (:mod:`awp.node.budgets`).  A misbehaving peer costs us
-this connection at most, never the daemon.
+by :class:`awp.node.session.Session` (dispatch, ack order, gaps, pings, resume
+wait, bye, replay order); this module only carries out what they ask.  It
+reads and feeds the session, runs the session's timer, sends from the outbox
+in the order :class:`~awp.node.session.Replay` gives, and tells the engine.
+Store jobs and their in-order follow-ups are :mod:`awp.node.jobs`; writing
+(one writer at a time, a deadline on progress) is :mod:`awp.node.lineout`.
+What it still decides is how, never what: batching writes, waiting off the
+read budgets (:mod:`awp.node.budgets`), the handshake timeout and the linger
+after the peer's bye.  A misbehaving peer costs us this connection at most,
+never the daemon.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import time
 from typing import TYPE_CHECKING
 
 import trio
 
-from ..store import ops, usage
-from ..store.writer import lines_weight
+from ..store import ops
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
 from ..wire.names import clean_name
-from ..wire.timefmt import now_ms
 from .gaps import line_id
 from .handshake import Handshake
-from .lineout import LineOut
+from .jobs import STORE_OPS, Jobs
+from .lineout import LineOut, give_way
 from .session import PAUSE, Session
 from .session import actions as A
 
 if TYPE_CHECKING:
-    from ..store.writer import Pending
     from .engine import Engine
 
 log = logging.getLogger("awp.node")
@@ -91,23 +89,19 @@ class Connection:
                            trace=self._trace_out if cfg.trace else None)
         self._wake_sender = trio.Event()
         self._timer_wake = trio.Event()
-        # Bounded: a fast sender waits for our store instead of filling memory.
-        self._post_send, self._post_recv = trio.open_memory_channel(256)
-        self._post_lock = trio.Lock()  # one follow-up at a time, in order
-        self._post_inflight = 0  # follow-ups queued or running
-        self.committed_ns = 0  # when the job being followed up committed
-        self._drained = trio.Event()
-        self._chunk_slots = trio.Semaphore(8)
-        self._held: list[bytes] = []  # acks waiting for the end of a burst
-        self._inflight_drop = trio.Event()
         self._rate_wait = 0.0  # seconds this key's rate wants us to wait before reading
         self._may_send = trio.Event()  # the peer resumed, or resume_wait passed
         self._sending = False  # the sender loop is writing pushed lines
         self.stalled = False  # closed because a write made no progress in time
-        self.inflight_bytes = 0  # bytes of lines handed to the store, not yet done
         self.throttled = 0  # times reading waited for the rate or the store
         self.quota_refused = 0  # content lines refused with err quota (then all are)
         self.counted_key = False  # counted in the budgets' per-key connections
+        self.jobs = Jobs(self)
+
+    @property
+    def inflight_bytes(self) -> int:
+        """Bytes of the peer's lines handed to the store, not yet done (the budgets read it)."""
+        return self.jobs.inflight_bytes
 
     # -- public -------------------------------------------------------------------
 
@@ -132,9 +126,9 @@ class Connection:
             self.reader_done.set()
             self.closed.set()
             self.out.shut = self.close_reason or "connection closed"
-            if self.inflight_bytes:  # follow-ups that will never run now
-                self.engine.budgets.give(self.inflight_bytes)
-                self.inflight_bytes = 0
+            if self.jobs.inflight_bytes:  # follow-ups that will never run now
+                self.engine.budgets.give(self.jobs.inflight_bytes)
+                self.jobs.inflight_bytes = 0
             self.engine.budgets.closed(self)
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(1):
@@ -213,7 +207,7 @@ class Connection:
         self.established.set()
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._post_commit_loop)
+            nursery.start_soon(self.jobs.loop)
             nursery.start_soon(self._sender_loop)
             nursery.start_soon(self._timer_loop)
             try:
@@ -235,9 +229,9 @@ class Connection:
             finally:
                 self.reader_done.set()
             # EOF or a refusal: let queued acks go out, then stop.
-            await self._post_send.send(None)
+            await self.jobs.finish()
             with trio.move_on_after(2):
-                await self._drained.wait()
+                await self.jobs.drained.wait()
             nursery.cancel_scope.cancel()
         self.close_reason = self.close_reason or "peer closed the connection"
 
@@ -312,8 +306,7 @@ class Connection:
             if act is None:
                 break
             if act is PAUSE:  # let the store catch up first
-                self._inflight_drop = trio.Event()
-                await self._inflight_drop.wait()
+                await self.jobs.store_caught_up()
                 continue
             await self._inbound(act)
         if s.timer_dirty:
@@ -323,48 +316,10 @@ class Connection:
         """Carry out one action the session derived from the peer's lines."""
         op = act[0]
         eng = self.engine
-        if op is A.STORE_RUN:
-            _op, token, run = act
-            now = now_ms()
-            if (len(run) > 1 or self.quota_refused
-                    or eng.budgets.over_stored(  # the most it can cost
-                        self.peer_key, usage.line_cost(len(run[0][1]), new_thread=True))
-                    or not await self._take_in_journaled(token, *run[0], now)):
-                await self._store_run(token, run, now)
-        elif op is A.APPLY_ACKS:
-            _op, token, acks = act
-            key = self.peer_key
-            for _th, re in acks:
-                # The peer has it committed: wake `send --wait-ack` now, and
-                # drop the line from our outbox in the background.
-                eng.ack_received(key, re)
-            await self._post(eng.writer.submit_nowait(lambda c: ops.apply_acks(c, key, acks)),
-                             token)
+        if op in STORE_OPS:
+            await self.jobs.start(act)
         elif op is A.SEND:
             await self.out.send(act[1])
-        elif op is A.STORE_CHUNK:
-            # At most a few chunks (256 KiB each) wait for the store at once,
-            # so a fast sender cannot make us hold a whole file in memory.
-            _op, token, line, nbytes = act
-            await self._chunk_slots.acquire()
-            now = now_ms()
-            await self._post(eng.writer.submit_nowait(
-                lambda c: eng.store_chunk(c, self, line, now), weight=nbytes), token, nbytes)
-        elif op is A.STORE_GRANT:
-            _op, token, line, nbytes = act
-            now = now_ms()
-            await self._post(eng.writer.submit_nowait(
-                lambda c: eng.store_grants(c, self, [line.get("grant")], now)), token, nbytes)
-        elif op is A.STORE_INTRODUCE:
-            _op, token, line, raw = act
-            now, text = now_ms(), raw.decode("utf-8")
-            await self._post(eng.writer.submit_nowait(
-                lambda c: eng.store_introduce(c, self, line, text, now)), token, len(raw))
-        elif op is A.APPLY_RESUME:
-            _op, token, seen = act
-            key = self.peer_key
-            await self._post(eng.writer.submit_nowait(
-                lambda c: ops.apply_resume(c, key, seen)), token)
         elif op is A.RTT:
             self.rtt_ms = act[1]
             eng.on_rtt(self)
@@ -384,65 +339,6 @@ class Connection:
             self.close(act[1])
             raise ConnectionClosed(act[1])
 
-    async def _store_run(self, token: int, run: list, now: int) -> None:
-        """Store a run of content lines in one job; they are acked after its commit."""
-        texts = [(line, raw.decode("utf-8")) for line, raw in run]
-        nbytes = sum(len(raw) for _line, raw in run)
-        eng = self.engine
-        # Copies for dashboard hosts are handed over in commit order, like
-        # our own sends, so a host's lines leave in outbox order.  With
-        # nothing of ours waiting for the store, the job may go ahead of
-        # other connections' (see awp.store.writer, "Urgent jobs go first").
-        pending = eng.writer.submit(
-            lambda c: eng.store_inbound_run(c, self, texts, now),
-            self._hand_over_copies if eng.shares else None,
-            weight=lines_weight(nbytes, len(run)), urgent=not self._post_inflight)
-        await self._post(pending, token, nbytes)
-
-    async def _take_in_journaled(self, token: int, line: dict, raw: bytes, now: int) -> bool:
-        """A lone line on a quiet daemon: journal it, ack it, then store it.
-
-        The ack leaves once the line is synced to the intake journal (see
-        :mod:`awp.store.intake`), ahead of the SQLite transaction: the
-        session is told the line is durable (:meth:`Session.durable`) and
-        answers with its ack.  The store is held from before the journal
-        write until that transaction has committed, with no yield to the
-        event loop in between: nothing else is stored meanwhile, and nothing
-        reads the store before the line is in it.  False, with nothing done,
-        when the line must take the ordinary way.
-        """
-        eng, intake = self.engine, self.engine.intake
-        if (intake is None or self._post_inflight or self._held or self.out.busy()
-                or not intake.eligible(line, len(raw), mirrored=bool(eng.shares))
-                or not eng.writer.healthy() or not eng.writer.hold()):
-            return False
-        text = raw.decode("utf-8")
-        if not intake.append(self.peer_key, now, text):
-            eng.writer.release()
-            return False
-        journaled_ns = time.perf_counter_ns()
-        self.out.lock.acquire_nowait()
-        try:
-            acts = self.session.durable(token)
-            unsent = self.out.write_now(b"".join(a[1] for a in acts))
-            _give_way()
-            pending = eng.writer.run_now(
-                lambda c: [eng.store_inbound(c, self, line, text, now)])
-            if pending.error is None:
-                intake.stored()
-            else:
-                intake.store_failed(self.peer_key, now, text, pending.error)
-            if unsent:
-                await self.out.write_all(unsent)
-        finally:
-            self.out.lock.release()
-        if pending.error is not None:
-            self.close("store failure")
-            return True
-        pending.committed_ns = journaled_ns  # durable from the journal's sync on
-        await self._post(pending, token)
-        return True
-
     async def _peer_bye(self, reason: str, reply: bytes) -> None:
         """The peer said bye: tell the engine, answer with ours, let it read, end."""
         await self.engine.on_peer_bye(self, reason)
@@ -456,13 +352,10 @@ class Connection:
                 pass
         raise ConnectionClosed(f"peer said bye: {reason}" if reason else "peer said bye")
 
-    def _hand_over_copies(self, results: list) -> None:
-        """Writer hook, in commit order: pass mirror copies to their hosts."""
-        for _seq, replies in results:
-            for i, reply in enumerate(replies):
-                if isinstance(reply, tuple) and reply[0] == "queued":
-                    self.engine.hand_over(*reply[1])
-                    replies[i] = ("handed", reply[1])
+    def resumed(self) -> None:
+        """The peer's resume is applied: replay may begin."""
+        self._may_send.set()
+        self.wake()
 
     async def send_raw_line(self, data: bytes) -> None:
         """Write one pre-built line (relayed presence keeps the origin's bytes)."""
@@ -472,101 +365,6 @@ class Connection:
     async def send_grants(self, grants: list[dict]) -> None:
         for g in grants:
             await self.out.send(self.session.line({"t": "grant", "grant": g}))
-
-    # -- ordered post-commit work -------------------------------------------------
-
-    async def _post(self, pending: Pending, token: int, nbytes: int = 0) -> None:
-        """Report job ``token`` to the session when ``pending`` commits, in arrival order.
-
-        A job that already committed inline, with nothing ahead of it, is
-        finished right here: that saves a task switch before the ack.
-        ``nbytes`` of the peer's lines count as in flight until then.
-        """
-        self._post_inflight += 1
-        self.inflight_bytes += nbytes
-        self.engine.budgets.take(nbytes)
-        if self._post_inflight == 1 and pending.event.is_set() and not self._post_lock.locked():
-            self._post_lock.acquire_nowait()  # no scheduler trip on the way to the ack
-            try:
-                await self._post_one((pending, token, nbytes))
-                await self._flush_held()
-            finally:
-                self._post_lock.release()
-            return
-        await self._post_send.send((pending, token, nbytes))
-
-    async def _post_commit_loop(self) -> None:
-        """Report committed jobs strictly in arrival order (acks keep line order)."""
-        async for item in self._post_recv:
-            if item is None:
-                break
-            async with self._post_lock:
-                if not await self._post_one(item):
-                    break
-                if self._held and self._post_recv.statistics().current_buffer_used == 0:
-                    await self._flush_held()
-        await self._flush_held()
-        self._drained.set()
-
-    async def _post_one(self, item: tuple) -> bool:
-        """Run one job's follow-ups; False (and the connection closing) if it failed."""
-        pending, token, nbytes = item
-        ok = True
-        try:
-            result = pending.result() if pending.event.is_set() else await pending.wait()
-            self.committed_ns = pending.committed_ns
-        except Exception as e:
-            log.error("storing a line from %s failed: %s", self.peer_key[:18], e)
-            ok = False
-        finally:
-            self._post_inflight -= 1
-            if nbytes:
-                self.inflight_bytes -= nbytes
-                self.engine.budgets.give(nbytes)
-        acts = self.session.done(token, result) if ok else self.session.failed(token)
-        self._inflight_drop.set()
-        await self._follow(acts)
-        return ok
-
-    async def _follow(self, acts: list[tuple]) -> None:
-        """Carry out the follow-ups of finished jobs (their lines are held for one write)."""
-        eng = self.engine
-        for act in acts:
-            op = act[0]
-            if op is A.SEND:
-                self._held.append(act[1])
-            elif op is A.COMMITTED:
-                eng.on_inbound_committed(self, act[1], act[2], self.committed_ns)
-            elif op is A.FLUSH:
-                if self._post_recv.statistics().current_buffer_used == 0:
-                    await self._flush_held()
-            elif op is A.EFFECT:
-                reply = act[1]
-                if callable(reply):  # work to start now that the line is stored
-                    eng.spawn(reply)
-                elif reply[0] != "handed":  # sharing began while the line was stored
-                    eng.queued_elsewhere(reply[1][0])
-            elif op is A.ACKED:
-                eng.on_acked(self.peer_key, act[1])
-            elif op is A.CHUNK_DONE:
-                self._chunk_slots.release()
-            elif op is A.GRANTS:
-                eng.on_grants_stored(self)
-            elif op is A.INTRODUCED:
-                eng.changes.publish({"kind": "introduce", "peer": self.peer_key})
-            elif op is A.RESUMED:
-                self._may_send.set()
-                self.wake()
-                eng.on_peer_resumed(self)
-            elif op is A.CLOSE:
-                await self._flush_held()
-                self.close(act[1])
-
-    async def _flush_held(self) -> None:
-        """Write the acks (and their follow-ups) gathered from one burst at once."""
-        if self._held:
-            data, self._held = b"".join(self._held), []
-            await self.out.send(data)
 
     # -- outbound -----------------------------------------------------------------
 
@@ -604,7 +402,7 @@ class Connection:
         self.session.gaps.sent(line_id(text))
         if not rest:
             self.out.lock.release()
-            _give_way()
+            give_way()
             return True
         self._sending = True
         self.engine.spawn(lambda: self._finish_first(rest))
@@ -728,18 +526,6 @@ class Connection:
             who = self.peer_name or (self.peer_key[:18] if self.peer_key else self.desc)
             shown = raw if len(raw) <= 2000 else raw[:2000] + b"...(%d bytes)" % len(raw)
             trace_log.info("%s %s %s", who, arrow, shown.decode("utf-8", "replace"))
-
-
-def _give_way() -> None:
-    """Let whoever our write just woke run before our own bookkeeping.
-
-    A line or ack written to a peer on this host wakes its reader, and on a
-    machine with few CPUs the kernel often queues that reader behind us; what
-    we do next (storing the line) is not what anyone is waiting for.  With
-    nothing else runnable here, as when the peer is on another host, this is
-    one cheap system call.
-    """
-    os.sched_yield()
 
 
 def _leaf(e: BaseException) -> BaseException:

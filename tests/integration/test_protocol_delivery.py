@@ -563,13 +563,11 @@ def test_unanswered_pings_close_the_connection(make_node):
     with RawPeer(node.address) as p:
         assert p.handshake()["t"] == "resume"
         p.resume()
-        start = time.monotonic()
+        # when (0.9 x ping_interval apart, two unanswered) is test_session's
         assert p.closed(8), "still open after two unanswered pings"
-        elapsed = time.monotonic() - start
         pings = [x for x in p.skipped if x["t"] == "ping"]
         assert len(pings) >= 2, p.skipped
         assert all(x.get("id") for x in pings)
-        assert elapsed >= 1.5, elapsed  # idle 0.9 s per ping, two of them
 
 
 def test_answered_pings_keep_the_connection_and_give_rtt(make_node):
