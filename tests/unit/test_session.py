@@ -369,6 +369,7 @@ def test_acks_in_order_and_errs_that_answer_show_no_gap():
                line("ack", id=_id(2), th="th", re="01OURSB")], 101.0)
     acts = drain(s, 101.0)
     assert acts[0][0] == A.PEER_ERR
+    assert not [a for a in acts if a[0] == A.SEND]  # an err is never answered with an err
     assert not s.timer_dirty and s.gaps.due() is None
     assert s.state == OPEN  # forbidden does not close
 
