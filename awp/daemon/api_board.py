@@ -412,8 +412,23 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         # A new post: no edit, no reply yet; shaped from the record, not read back.
         p = sb.Post(view.Shown(hash=rec.hash, author=me, ts=rec.ts, parent=parent,
                                parts=parts, edited=0), topic, taken.seqs.get(rec.hash, 0), 0)
-        names = {me: owner_name_me(), topic: await topic_label(topic)}
-        return {"post": post_obj(None, p, names), "sent_to": await board.readers(topic)}
+        readers = await board.readers(topic)
+        lab, shown = await answer_names(topic, readers)
+        names = {me: owner_name_me(), topic: lab}
+        return {"post": post_obj(None, p, names), "sent_to": readers, "names": shown}
+
+    async def answer_names(topic: str, readers: list[str]) -> tuple[str, dict[str, str]]:
+        """The topic's label and how each reader is shown, in one read (none for one of
+        our topics that nobody reads): a post's answer names whom it went to, so the
+        CLI need not ask for the peer list."""
+        if topic.startswith(me + "/") and not readers:
+            return await topic_label(topic), {}
+
+        def q(c: sqlite3.Connection) -> tuple[str, dict[str, str]]:
+            labels = queries.Labels(c)
+            return label(c, topic), {k: labels[k] for k in readers}
+
+        return await engine.read(q)
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""
@@ -442,9 +457,11 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         kept = {r.hash for r in taken.new}
         if not kept:
             raise refusal(taken.refused[0] if taken.refused else "not kept")
+        readers = await board.readers(topic)
         return {"posts": [{"hash": r.hash, "id": r.hash[:10], "topic": topic,
                            "kept": r.hash in kept} for r in recs],
-                "refused": taken.refused, "sent_to": await board.readers(topic)}
+                "refused": taken.refused, "sent_to": readers,
+                "names": (await answer_names(topic, readers))[1]}
 
     @r.route("POST", "/v1/board/get")
     async def get(req: Request) -> dict:
@@ -797,14 +814,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         topic = await topic_of(req.query.get("topic"))
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
-        snap = await door.queue_snapshot(topic) if arbiter else None
-        strikes = await door.queue_strikes(topic) if snap is not None else None
+        snap, strikes = await door.queue_view(topic) if arbiter else (None, {})
 
         def q(c: sqlite3.Connection) -> dict:
             names: dict[str, str] = {}
             posts = {p.shown.hash: p for p in sb.visible_posts(c, topic, 0)
                      if not p.shown.parent}
-            leases = [r for r in sb.records(c, topic) if r.kind == "lease"]
+            leases = sb.records(c, topic, kind="lease")
             if snap is not None:
                 view = {e["item"]: e for e in snap}
             else:
@@ -822,8 +838,12 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                               "until": e.get("until", 0), "attempts": e.get("attempts", 0),
                               "since": f.get("since", 0), "renewals": f.get("renewals", 0),
                               "needs": list(needs.get(h, []))})
+            workers = workers_of(items, leases, strikes if snap is not None else None)
+            labels = queries.Labels(c)
+            shown = {k: labels[k] for k in {i["holder"] for i in items}
+                     | {w["holder"] for w in workers} if k and k != me}
             return {"topic": topic, "items": items, "arbiter": snap is not None,
-                    "workers": workers_of(items, leases, strikes)}
+                    "workers": workers, "self": me, "names": shown}
 
         return await engine.read(q)
 
@@ -847,8 +867,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 items = {p.shown.hash for p in sb.visible_posts(c, topic, 0)
                          if not p.shown.parent}
                 view = ({e["item"]: e for e in snap} if snap is not None else
-                        board.queue.lease_view([r for r in sb.records(c, topic)
-                                                if r.kind == "lease"], pol, now_ms()))
+                        board.queue.lease_view(sb.records(c, topic, kind="lease"), pol,
+                                               now_ms()))
                 return sum(1 for h in items if view.get(h, {}).get("status", "open") == "open")
 
             out.append({"topic": topic, "label": lab, "open": await engine.read(count)})
