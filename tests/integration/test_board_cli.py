@@ -96,6 +96,10 @@ def test_topic_grant_post_reply_get_subscribe_edit_delete_hide(homes):
                         r" that may not read the topic never carries it\)\n", r.stdout), r.stdout
     first = posted(b.ok("post", "alice/ops", "deploy", "is", "green"))
     assert "sent to alice" in b.ok("post", "alice/ops", "-", input="from stdin\n").stdout
+    # The answer names whom the post went to (the CLI asks for no peer list).
+    res = json.loads(b.ok("post", "alice/ops", "named", "--json").stdout)
+    alice_key = json.loads(a.ok("status", "--json").stdout)["key"]
+    assert res["sent_to"] == [alice_key] and res["names"] == {alice_key: "alice"}
 
     # The owner sees bob's posts, oldest first.
     wait_for(lambda: "from stdin" in a.ok("get", "ops").stdout, 20, "bob's posts at alice")
@@ -221,6 +225,12 @@ def test_files_ride_inside_posts_and_save_safely(homes, cli_root):
              "the new policy at bob")
     r = b.run("post", "alice/drop", "again", "--file", small)
     assert r.returncode == 1 and "over the 16.0 KiB a post on alice/drop may have" in r.stderr
+    # A text post over it is refused by the daemon, as clearly, and nothing is posted.
+    before = b.ok("get", "alice/drop", "-n", "0", "--json").stdout.count('"hash"')
+    r = b.run("post", "alice/drop", "y" * 20_000)
+    assert r.returncode == 1 and "larger than the topic's max_post" in r.stderr, r.stderr
+    assert "send big files with awp send --file" in r.stderr
+    assert b.ok("get", "alice/drop", "-n", "0", "--json").stdout.count('"hash"') == before
 
 
 def test_get_since_and_wait(homes):
