@@ -94,10 +94,11 @@ def test_topic_grant_post_reply_get_subscribe_edit_delete_hide(homes):
     assert re.fullmatch(r"granted post on ops to bob until \S+Z: it travels with the topic to"
                         r" every subscriber over any path of readers \(1 linked now; a relay"
                         r" that may not read the topic never carries it\)\n", r.stdout), r.stdout
-    first = posted(b.ok("post", "alice/ops", "deploy", "is", "green"))
-    assert "sent to alice" in b.ok("post", "alice/ops", "-", input="from stdin\n").stdout
+    r = b.ok("post", "alice/ops", "deploy", "is", "green")
+    assert "sent to alice" in r.stdout
+    first = posted(r)
+    res = json.loads(b.ok("post", "alice/ops", "-", "--json", input="from stdin\n").stdout)
     # The answer names whom the post went to (the CLI asks for no peer list).
-    res = json.loads(b.ok("post", "alice/ops", "named", "--json").stdout)
     alice_key = json.loads(a.ok("status", "--json").stdout)["key"]
     assert res["sent_to"] == [alice_key] and res["names"] == {alice_key: "alice"}
 
@@ -225,9 +226,14 @@ def test_files_ride_inside_posts_and_save_safely(homes, cli_root):
              "the new policy at bob")
     r = b.run("post", "alice/drop", "again", "--file", small)
     assert r.returncode == 1 and "over the 16.0 KiB a post on alice/drop may have" in r.stderr
-    # A text post over it is refused by the daemon, as clearly, and nothing is posted.
+    r = b.run("post", "alice/drop", "y" * 20_000)  # a big text post: checked here too
+    assert r.returncode == 1 and "over the 16.0 KiB a post on alice/drop may have" in r.stderr
+    # A small text post goes straight to the daemon, whose refusal says as much.
+    a.ok("topic", "set", "drop", "--max-post", "1KiB")
+    wait_for(lambda: "1.0 KiB a post" in b.ok("topic", "show", "alice/drop").stdout, 20,
+             "the smaller max_post at bob")
     before = b.ok("get", "alice/drop", "-n", "0", "--json").stdout.count('"hash"')
-    r = b.run("post", "alice/drop", "y" * 20_000)
+    r = b.run("post", "alice/drop", "y" * 2_000)
     assert r.returncode == 1 and "larger than the topic's max_post" in r.stderr, r.stderr
     assert "send big files with awp send --file" in r.stderr
     assert b.ok("get", "alice/drop", "-n", "0", "--json").stdout.count('"hash"') == before
