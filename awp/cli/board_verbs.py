@@ -340,16 +340,20 @@ def subscribe(topics: list[str], once: bool, timeout: str, home: str | None,
     """``awp subscribe``."""
     secs = parse_seconds(timeout, "--timeout")
     client = client_for(home, secs if once else STREAM_WAIT)
-    # The cursor first: whatever arrives from the subscription on, the backlog
-    # the owner sends included, is after it.
-    start = client.post("/v1/board/wait", {"topics": [], "timeout": 0})
-    assert isinstance(start, dict)
-    cursor = start.get("cursor")
+    # The first subscribe's answer carries the cursor taken before it subscribed:
+    # whatever arrives from the subscription on, the backlog the owner sends
+    # included, is after it.
+    cursor = None
     refs = []
     for topic in topics:
         # A moment for the owner's document, when a connected peer holds it.
         res = client.post("/v1/board/subscribe", {"topic": topic, "timeout": SUB_DOC_WAIT})
         assert isinstance(res, dict)
+        if not refs:
+            cursor = res.get("cursor")
+            if cursor is None:  # an older daemon's answer: from now on, then
+                start = client.post("/v1/board/wait", {"topics": [], "timeout": 0})
+                cursor = start.get("cursor") if isinstance(start, dict) else None
         t = res.get("topic") if isinstance(res.get("topic"), dict) else {}
         refs.append(t.get("topic") or topic)
         if not t.get("known"):

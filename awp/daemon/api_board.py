@@ -151,14 +151,18 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         except wb.BoardError as e:
             raise _bad(f"topic {echo(ref)}: {e}", "bad_topic") from None
 
-    async def topic_of(ref: object) -> str:
+    def topic_here(ref: object) -> str | None:
+        """A full topic id, or one of ours: no lookup needed (None: one is)."""
         if isinstance(ref, str) and (ref.startswith(wb.KEY_PREFIX) or "/" not in ref):
-            try:  # a full topic id, or one of ours: no lookup needed
+            try:
                 return wb.topic_id(*ref.strip().rsplit("/", 1)) if "/" in ref else \
                     wb.topic_id(me, ref.strip())
             except (wb.BoardError, TypeError):
                 pass  # let topic_in say what is wrong
-        return await engine.read(lambda c: topic_in(c, ref))
+        return None
+
+    async def topic_of(ref: object) -> str:
+        return topic_here(ref) or await engine.read(lambda c: topic_in(c, ref))
 
     def label(c: sqlite3.Connection, topic: str) -> str:
         owner, name = topic.split("/", 1)
@@ -292,11 +296,14 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await topic_of(body.get("topic"))
         timeout = _secs(body, "timeout", 0)
+        # Where "new" starts for the subscriber, taken before it subscribes, so the
+        # backlog the owner sends counts as new (a cheap indexed max, read in place).
+        cursor = engine.read_sync(sb.last_seq)
         if not await subscribe_to(topic):
             await board.refresh_authority([topic])
         if timeout > 0:
             await await_doc(topic, timeout)
-        return {"topic": await topic_answer(topic), "subscribed": True}
+        return {"topic": await topic_answer(topic), "subscribed": True, "cursor": cursor}
 
     @r.route("POST", "/v1/board/unsubscribe")
     async def unsubscribe(req: Request) -> dict:
@@ -466,14 +473,14 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("POST", "/v1/board/get")
     async def get(req: Request) -> dict:
         body = json_body(req)
-        topic = await topic_of(body.get("topic"))
+        ref = body.get("topic")
         n = _int(body, "n", 20)
         since = _int(body, "since", 0)
-        parent = ""
-        if body.get("parent"):
-            parent = (await engine.read(lambda c: record_in(c, body.get("parent")))).hash
 
         def q(c: sqlite3.Connection) -> dict:
+            # the topic and the parent resolved in the same read: one thread hand-over
+            topic = topic_here(ref) or topic_in(c, ref)
+            parent = record_in(c, body.get("parent")).hash if body.get("parent") else ""
             names: dict[str, str] = {}
             posts = sb.visible_posts(c, topic, n, since, parent)
             return {"topic": topic_obj(c, topic), "posts": [post_obj(c, p, names) for p in posts]}
