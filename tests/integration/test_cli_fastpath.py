@@ -194,7 +194,8 @@ def test_board_commands_and_help_import_nothing_heavy(homes):
     a.ok("topic", "create", "jobs", "--queue")
     assert _new_modules(a.path, (
         "for argv in (['topics'], ['get', 'jobs'], ['post', 'jobs', 'x'], ['queue', 'jobs'],\n"
-        "             ['topic', 'show', 'jobs'], ['claim', 'jobs'],\n"
+        "             ['topic', 'show', 'jobs'], ['claim', 'jobs'], ['claim', 'jobs', '--json'],\n"
+        "             ['queue', 'jobs', '--json'],\n"
         "             ['subscribe', 'jobs', '--once', '--timeout', '0.1s']):\n"
         "    try:\n"
         "        main([*argv, '--home', sys.argv[1]])\n"
