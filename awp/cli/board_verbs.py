@@ -272,7 +272,9 @@ def topic_show(topic: str, home: str | None, as_json: bool) -> None:
     if as_json:
         out_json(t)
         return
-    out(render_board.topic_details(t, peer_names(client)))
+    pol = t.get("policy") if isinstance(t.get("policy"), dict) else {}
+    # Names are only shown for banned keys: the peer list is asked for only then.
+    out(render_board.topic_details(t, peer_names(client) if pol.get("banned") else {}))
 
 
 def topic_grant(topic: str, peer: str, read: bool, post: bool, ttl: str, home: str | None,

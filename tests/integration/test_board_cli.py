@@ -300,6 +300,7 @@ def test_revoke_stops_new_posts_and_ban(homes):
     assert r.stdout == "banned bob from alice/lobby\n"
     t = json.loads(a.ok("topic", "show", "lobby", "--json").stdout)
     assert t["policy"]["banned"] == [json.loads(b.ok("status", "--json").stdout)["key"]]
+    assert "  banned     bob\n" in a.ok("topic", "show", "lobby").stdout  # by name
     b.run("post", "alice/lobby", "while banned")
     marker("marker 2")
     assert "while banned" not in a.ok("get", "lobby").stdout
