@@ -26,6 +26,11 @@ there:
 
 All waits are bounded by the scenario's deadline; the "nothing came" checks
 watch for a fixed second (as ``grant`` does) on top of a ping round trip.
+
+Why one module: it is one table, SPEC.md section 14 as checks a stranger
+can run, read side by side with the spec; the scenarios share their probes
+(gathering lines, the digest exchange of a replica of our own) and nothing
+else uses them.
 """
 
 from __future__ import annotations

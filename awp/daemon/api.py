@@ -2,6 +2,14 @@
 
 Handlers translate between JSON and the engine; protocol rules stay in the
 engine, and rendering for humans stays in the CLI.
+
+Why one module: it is one table, the endpoints of the CLI's verbs, read
+against docs/local-api.md; its handlers share closures over the engine
+(resolving a peer reference, waiting for an ack) that ``build_router``
+makes once.  The board's, the agent's and the dashboard's routes are
+modules of their own (``api_board``, ``api_agent``, ``api_web``).  It splits
+further when the routes call a typed daemon facade instead of the engine
+(issue 21).
 """
 
 from __future__ import annotations

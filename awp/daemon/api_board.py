@@ -3,6 +3,12 @@
 Handlers turn references (``alice/ops``, a hash prefix) into topics and
 records, call the board extension, and shape answers; the replication and
 queue rules stay in :mod:`awp.node.board` and :mod:`awp.node.board_queue`.
+
+Why one module: it is one table, the ``/v1/board`` endpoints of
+docs/local-api.md, whose handlers share the closures ``add_board_routes``
+makes once over the board (resolving ``alice/ops`` and hash prefixes, the
+wait for posts); the rules themselves live in the node.  It splits when the
+routes call a typed daemon facade instead of the board (issue 21).
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ total, so this module may import only ``_socket``, ``_json`` (through
 The HTTP it speaks is the small subset the daemon uses: one request at a
 time, JSON bodies, responses framed by Content-Length, chunked encoding or
 connection close.
+
+Why one module: the hook imports exactly this file after every tool call,
+and each module more is a file to find and load inside that 30 ms; the HTTP
+framing (``_Conn``) and the calls built on it (``LocalClient``) are only
+used together.
 """
 
 from __future__ import annotations

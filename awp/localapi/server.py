@@ -5,7 +5,10 @@ API: plain HTTP on a private Unix socket, so ``curl --unix-socket`` works for
 debugging and any language can talk to the daemon. It is small and fixed
 (JSON in, JSON or NDJSON out), so instead of a web framework this is h11 (a
 sans-I/O HTTP parser) driven by trio, which keeps the daemon a single trio
-process with no second event loop and no extra dependencies.
+process with no second event loop and no extra dependencies.  The HTTP
+plumbing itself (reading within bounds, keep-alive, streaming, hang-ups) is
+the core :mod:`awp.localapi.h11serve`, which ``awp web`` runs on too; this
+module is the local API's side of it: requests, routes, JSON answers.
 
 Every connection runs in its own task, so a client that stalls (stops reading,
 sends half a request) only ever holds up itself.
@@ -20,11 +23,9 @@ import os
 import socket
 import stat
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-import h11
 import trio
 
 from ..base.echo import cut_message
@@ -32,6 +33,7 @@ from ..base.limits import Limits
 from ..wire.canonical import compact_json
 from ..wire.strictjson import loads as strict_loads
 from ..wire.strictjson import without_lone_surrogates
+from .h11serve import HttpConnection, Incoming, serve_connection
 
 log = logging.getLogger("awp.localapi")
 
@@ -52,11 +54,6 @@ IDLE_TIMEOUT = 300.0
 
 #: How long closing a stream's iterator may take when the client goes away.
 _ACLOSE_GRACE = 5.0
-
-#: Pipelined bytes we buffer while a stream is running before we stop reading.
-_MAX_PIPELINED = 64 * 1024
-
-_RECV_SIZE = 64 * 1024
 
 Handler = Callable[["Request"], Awaitable[Any]]
 
@@ -325,148 +322,33 @@ def _encode_result(result: Any) -> tuple[int, bytes]:
     return 200, compact_json(result).encode()
 
 
-class _Drop(Exception):
-    """The connection is over (idle timeout, peer gone): close it quietly."""
-
-
-class _Reject(Exception):
-    """Answer the current request with an error and then close the connection."""
-
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-def _reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
-
-
-def _header_list(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-
-
 class _Connection:
-    """Drives one client connection through h11, request after request."""
+    """Answers one client's requests with the router's handlers (on the h11 core)."""
 
-    def __init__(
-        self,
-        stream: trio.abc.Stream,
-        router: Router,
-        *,
-        max_body: int,
-        idle_timeout: float,
-        connection_id: int,
-        max_depth: int = MAX_DEPTH,
-    ) -> None:
-        self.stream = stream
+    def __init__(self, conn: HttpConnection, router: Router, *, connection_id: int,
+                 max_depth: int = MAX_DEPTH) -> None:
+        self.conn = conn
         self.router = router
-        self.max_body = max_body
         self.max_depth = max_depth
-        self.idle_timeout = idle_timeout
         self.id = connection_id
-        self.h11 = h11.Connection(h11.SERVER)
-        self._head = False  # answering a HEAD request: headers only
 
     async def run(self) -> None:
-        try:
-            while True:
-                try:
-                    req = await self._receive_request()
-                except _Reject as rej:
-                    await self._send_json(rej.error.status, rej.error.body(), close=True)
-                    return
-                except h11.RemoteProtocolError as exc:
-                    await self._answer_protocol_error(exc)
-                    return
-                if req is None:
-                    return
-                completed = await self._respond(req)
-                if not completed or self.h11.our_state is not h11.DONE:
-                    return
-                if self.h11.their_state is not h11.DONE:
-                    return
-                self.h11.start_next_cycle()
-        except (_Drop, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the client went away or idled out; nothing to tell anyone
-        except Exception:
-            # A bug in the plumbing itself; never let it take the server down.
-            log.exception("local API connection %d failed", self.id)
-        finally:
-            await self.stream.aclose()
+        await serve_connection(self.conn, self._answer, self._refuse, log)
 
-    # -- reading
+    async def _refuse(self, status: int, message: str) -> None:
+        error = ApiError(status, message, "bad_request")
+        await self._send_json(error.status, error.body(), close=True)
 
-    async def _next_event(self) -> Any:
-        while True:
-            event = self.h11.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            with trio.move_on_after(self.idle_timeout):
-                data = await self.stream.receive_some(_RECV_SIZE)
-                self.h11.receive_data(data)
-                continue
-            raise _Drop()
-
-    async def _receive_request(self) -> Request | None:
-        self._head = False
-        event = await self._next_event()
-        if isinstance(event, h11.ConnectionClosed):
-            return None
-        if not isinstance(event, h11.Request):  # pragma: no cover - h11 guarantees it
-            raise _Drop()
-        headers: dict[str, str] = {}
-        for name, value in event.headers:
-            key = name.decode("latin-1")  # h11 lower-cases names already
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
-        method = event.method.decode("ascii", "replace").upper()
-        target = event.target.decode("utf-8", "replace")
-        self._head = method == "HEAD"
-
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            # Refuse before reading (and without "100 Continue"), then close:
-            # the unread body makes the connection unusable.
-            raise _Reject(self._too_large())
-        if self.h11.they_are_waiting_for_100_continue:
-            # curl sends "Expect: 100-continue" for larger bodies and would
-            # otherwise pause a second before sending them.
-            response = h11.InformationalResponse(status_code=100, headers=[])
-            await self.stream.send_all(self.h11.send(response))
-
-        body = bytearray()
-        while True:
-            event = await self._next_event()
-            if isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > self.max_body:
-                    raise _Reject(self._too_large())
-            elif isinstance(event, h11.EndOfMessage):
-                break
-            else:  # ConnectionClosed mid-body; h11 normally raises instead
-                raise _Drop()
-        return Request(method, target, headers, bytes(body), connection_id=self.id,
-                       max_depth=self.max_depth)
-
-    def _too_large(self) -> ApiError:
-        return ApiError(413, f"request body larger than {self.max_body} bytes", "too_large")
-
-    async def _answer_protocol_error(self, exc: h11.RemoteProtocolError) -> None:
-        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            return
-        error = ApiError(exc.error_status_hint, f"bad HTTP request: {exc}", "bad_request")
-        try:
-            await self._send_json(error.status, error.body(), close=True)
-        except h11.LocalProtocolError:
-            pass  # h11 will not let us answer in this state; just close
-
-    # -- answering
-
-    async def _respond(self, req: Request) -> bool:
+    async def _answer(self, incoming: Incoming) -> bool:
         """Run the handler and send its answer; False if the connection must end."""
+        if not incoming.complete:
+            # The unread body makes the connection unusable: answer, then close.
+            error = ApiError(413, f"request body larger than {self.conn.max_body} bytes",
+                             "too_large")
+            await self._send_json(error.status, error.body(), close=True)
+            return False
+        req = Request(incoming.method, incoming.target, incoming.headers, incoming.body,
+                      connection_id=self.id, max_depth=self.max_depth)
         try:
             handler, req.params = self.router.resolve(req.method, req.path)
             result = await handler(req)
@@ -488,45 +370,17 @@ class _Connection:
             log.exception("local API handler for %s %s returned a bad result", req.method, req.path)
             await self._send_internal_error(exc)
             return True
-        await self._send_body(status, body)
+        await self.conn.respond(status, [("content-type", "application/json")], body)
         return True
 
     async def _send_internal_error(self, exc: BaseException) -> None:
         message = f"internal error: {type(exc).__name__}: {exc}"
         await self._send_json(500, {"error": message, "code": "internal"})
 
-    async def _send_json(
-        self,
-        status: int,
-        obj: Any,
-        *,
-        extra: dict[str, str] | None = None,
-        close: bool = False,
-    ) -> None:
-        await self._send_body(status, compact_json(obj).encode(), extra=extra, close=close)
-
-    async def _send_body(
-        self,
-        status: int,
-        body: bytes,
-        *,
-        extra: dict[str, str] | None = None,
-        close: bool = False,
-    ) -> None:
-        headers = [(b"content-type", b"application/json")]
-        if status != 204:
-            headers.append((b"content-length", str(len(body)).encode()))
-        if extra:
-            headers += _header_list(extra)
-        if close:
-            headers.append((b"connection", b"close"))
-        response = h11.Response(status_code=status, headers=headers, reason=_reason(status))
-        parts = [self.h11.send(response)]
-        if body and status != 204 and not self._head:
-            parts.append(self.h11.send(h11.Data(data=body)))
-        parts.append(self.h11.send(h11.EndOfMessage()))
-        # One write per response: fewer syscalls on the hook's latency path.
-        await self.stream.send_all(b"".join(p for p in parts if p))
+    async def _send_json(self, status: int, obj: Any, *, extra: dict[str, str] | None = None,
+                         close: bool = False) -> None:
+        headers = [("content-type", "application/json"), *(extra or {}).items()]
+        await self.conn.respond(status, headers, compact_json(obj).encode(), close=close)
 
     async def _send_stream(self, req: Request, resp: Stream) -> bool:
         headers = {
@@ -535,9 +389,6 @@ class _Connection:
             "cache-control": "no-store",
         }
         headers.update(resp.headers)
-        response = h11.Response(
-            status_code=resp.status, headers=_header_list(headers), reason=_reason(resp.status)
-        )
         try:
             # Opened before anything is sent so that an unusable source is a
             # plain 500, and so that the iterator is closed in every case below.
@@ -549,12 +400,12 @@ class _Connection:
 
         completed = False
         try:
-            await self.stream.send_all(self.h11.send(response))
-            if self._head:  # headers only; the source is never started
-                await self.stream.send_all(self.h11.send(h11.EndOfMessage()))
+            await self.conn.start(resp.status, list(headers.items()))
+            if self.conn.head_only:  # headers only; the source is never started
+                await self.conn.end()
                 return True
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch_for_hangup, nursery.cancel_scope)
+                nursery.start_soon(self.conn.watch_hangup, nursery.cancel_scope)
                 completed = await self._pump(req, iterator)
                 nursery.cancel_scope.cancel()
         finally:
@@ -565,9 +416,8 @@ class _Connection:
         """Copy objects from the iterator to the socket; True if it ended cleanly."""
         try:
             async for obj in iterator:
-                line = (compact_json(obj) + "\n").encode()
-                await self.stream.send_all(self.h11.send(h11.Data(data=line)))
-            await self.stream.send_all(self.h11.send(h11.EndOfMessage()))
+                await self.conn.send((compact_json(obj) + "\n").encode())
+            await self.conn.end()
             return True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return False  # client gone while we were writing
@@ -576,27 +426,6 @@ class _Connection:
             # without the final chunk tells the client the stream is broken.
             log.exception("local API stream for %s %s failed", req.method, req.path)
             return False
-
-    async def _watch_for_hangup(self, scope: trio.CancelScope) -> None:
-        """Cancel the running stream as soon as the client closes its end.
-
-        Clients do not send anything while reading a stream, so the only
-        thing to wait for is EOF. Bytes that do arrive (a pipelined next
-        request) are handed to h11 for later, up to a bound.
-        """
-        buffered = 0
-        try:
-            while True:
-                data = await self.stream.receive_some(_RECV_SIZE)
-                if not data:
-                    break
-                self.h11.receive_data(data)
-                buffered += len(data)
-                if buffered > _MAX_PIPELINED:
-                    await trio.sleep_forever()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        scope.cancel()
 
 
 async def _aclose_iterator(iterator: AsyncIterator[Any], req: Request) -> None:
@@ -635,11 +464,8 @@ async def serve_listener(
     ids = itertools.count(1)
 
     async def handle(stream: trio.abc.Stream) -> None:
-        conn = _Connection(
-            stream, router, max_body=max_body, idle_timeout=idle_timeout, connection_id=next(ids),
-            max_depth=max_depth,
-        )
-        await conn.run()
+        conn = HttpConnection(stream, idle_timeout=idle_timeout, max_body=max_body)
+        await _Connection(conn, router, connection_id=next(ids), max_depth=max_depth).run()
 
     await trio.serve_listeners(handle, [listener], task_status=task_status)
 

@@ -38,8 +38,12 @@ nothing else of that connection is waiting for the store) and given a weight
 (its bytes).  Queued urgent jobs make a batch of their own ahead of the
 others, and other batches stop at about ``_BATCH_BYTES`` of weight, so a
 quiet peer's line waits for at most one modest transaction of a flooding
-peer's, not for everything the flooder has queued.  Jobs that are not
-urgent keep their order, and hooks still run in commit order.
+peer's, not for everything the flooder has queued.  An urgent job queued
+while such a batch is being staged joins it: it is staged after the job in
+progress, the batch's jobs not yet staged go back to the head of the queue,
+and the quiet line shares the commit under way instead of waiting for the
+rest of the batch and a commit of its own.  Jobs that are not urgent keep
+their order, and hooks still run in commit order.
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ class Writer:
         self.early_batches = 0
         self.inline_batches = 0
         self.relaxed_batches = 0
+        self.urgent_joins = 0  # batches an urgent job joined while they were staged
 
     def start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -283,11 +288,14 @@ class Writer:
         self.inline_batches += 1
         return True
 
-    def _stage(self, batch: list[Pending]) -> bool:
+    def _stage(self, batch: list[Pending], *, let_urgent_in: bool = False) -> bool:
         """BEGIN and run every job in its savepoint; False if nothing is left to commit.
 
         A job alone in its batch needs no savepoint: if it fails, the
-        transaction is rolled back and there is nothing to commit.
+        transaction is rolled back and there is nothing to commit.  With
+        ``let_urgent_in``, urgent jobs queued meanwhile take the place of
+        the jobs not yet run, which go back to the head of the queue (see
+        :meth:`_let_urgent_in`).
         """
         conn = self._conn
         try:
@@ -295,6 +303,7 @@ class Writer:
         except sqlite3.Error as e:
             self._fail_all(batch, e)
             return False
+        i = 0
         if len(batch) == 1:  # alone: its failure undoes the whole transaction
             p = batch[0]
             try:
@@ -308,8 +317,15 @@ class Writer:
                 if threading.current_thread() is self._thread:
                     self._resolve(batch)
                 return False
-            return True
-        for p in batch:
+            i = 1
+        while True:
+            if let_urgent_in and self._urgent:  # a racy peek; taken under the lock
+                self._let_urgent_in(batch, i)
+                let_urgent_in = False
+            if i >= len(batch):
+                return True
+            p = batch[i]
+            i += 1
             try:
                 conn.execute("SAVEPOINT job")
                 p.value = p.job(conn)
@@ -321,7 +337,23 @@ class Writer:
                     conn.execute("RELEASE job")
                 except sqlite3.Error:
                     pass
-        return True
+
+    def _let_urgent_in(self, batch: list[Pending], staged: int) -> None:
+        """Urgent jobs queued while a batch of others is being staged join it.
+
+        The jobs not yet staged go back to the head of the queue (their order
+        kept) and the urgent ones are staged in their place, so a quiet
+        peer's line waits for one job of a flooder's and shares its commit,
+        instead of waiting for the rest of the batch and a commit of its own.
+        Hooks still run in commit order: the whole batch resolves at once,
+        in list order.
+        """
+        with self._ready:
+            self._q.extendleft(reversed(batch[staged:]))
+            del batch[staged:]
+            batch.extend(self._urgent)
+            self._urgent.clear()
+        self.urgent_joins += 1
 
     def _commit(self, batch: list[Pending], sent_early: int, *, relaxed: bool = False) -> bool:
         """The policy's bookkeeping, then COMMIT; on failure every job fails.
@@ -378,32 +410,34 @@ class Writer:
     def _run(self) -> None:
         assert self._token is not None
         while True:
-            batch = self._next_batch()
+            batch, urgent = self._next_batch()
             if not batch:
                 break
             with self._lock:
-                if self._stage(batch):
+                if self._stage(batch, let_urgent_in=not urgent):
                     sent = self._run_early_hooks(batch)
                     if self._commit(batch, sent):
                         self._resolve(batch)
 
-    def _next_batch(self) -> list[Pending]:
+    def _next_batch(self) -> tuple[list[Pending], bool]:
         """Wait for jobs: the urgent ones if any, else the others in order,
-        up to ``_MAX_BATCH`` jobs and about ``_BATCH_BYTES`` of weight.  Empty
-        once stopping with nothing left."""
+        up to ``_MAX_BATCH`` jobs and about ``_BATCH_BYTES`` of weight; and
+        whether they are the urgent ones.  Empty once stopping with nothing
+        left."""
         with self._ready:
             while not self._q and not self._urgent:
                 if self._stopping:
-                    return []
+                    return [], False
                 self._ready.wait()
-            src = self._urgent if self._urgent else self._q
+            urgent = bool(self._urgent)
+            src = self._urgent if urgent else self._q
             batch = [src.popleft()]
             weight = batch[0].weight
             while src and len(batch) < _MAX_BATCH and weight < _BATCH_BYTES:
                 p = src.popleft()
                 weight += p.weight
                 batch.append(p)
-            return batch
+            return batch, urgent
 
     def _run_early_hooks(self, batch: list[Pending]) -> int:
         """Hand the batch's early hooks to the trio thread now, if allowed."""

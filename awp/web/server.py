@@ -1,6 +1,7 @@
 """``awp web``: the dashboard page and its read-only API over HTTP.
 
-A separate trio process (h11, like the local API) that reads this host's
+A separate trio process on the local API's h11 core
+(:mod:`awp.localapi.h11serve`) that reads this host's
 daemon through :mod:`awp.web.daemon` and never opens the store or starts a
 daemon. Every connection runs in its own task; event streams are fed through
 bounded per-client queues (see :mod:`awp.web.hub`), so a reader that stalls
@@ -29,18 +30,16 @@ Security (see the Web API docs):
 from __future__ import annotations
 
 import ipaddress
-import itertools
 import logging
 import os
 from collections.abc import Callable
-from http import HTTPStatus
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
-import h11
 import trio
 
+from ..localapi.h11serve import HttpConnection, Incoming, serve_connection
 from ..wire.canonical import compact_json
 from .daemon import DaemonDown, DaemonError
 from .hub import Hub, sse
@@ -82,7 +81,6 @@ IDLE_TIMEOUT = 60.0
 #: A write that takes longer than this ends the connection (a stalled reader).
 WRITE_TIMEOUT = 30.0
 PING_SECONDS = float(os.environ.get("AWP_WEB_PING_SECONDS") or 20.0)
-_RECV = 64 * 1024
 _MAX_REQUEST_HEAD = 64 * 1024
 #: How long the browser keeps the token cookie (the token itself lasts until
 #: ``<home>/web.token`` is deleted).
@@ -169,13 +167,6 @@ def _content_disposition(kind: str, name: str) -> str:
     return f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name[:200], safe='')}"
 
 
-def _status_reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
-
-
 def _cookies(header: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in header.split(";"):
@@ -186,14 +177,15 @@ def _cookies(header: str) -> dict[str, str]:
 
 
 class _Request:
-    def __init__(self, method: str, target: str, headers: dict[str, str]) -> None:
-        self.method = method
-        path, _, qs = target.partition("?")
+    def __init__(self, incoming: Incoming) -> None:
+        self.method = incoming.method
+        path, _, qs = incoming.target.partition("?")
         self.path = path
         self.pairs = parse_qsl(qs, keep_blank_values=True)
         self.query = dict(self.pairs)
-        self.headers = headers
-        self.has_body = False  # the client sent body bytes (left unread)
+        # Repeated headers are joined; the token check reads one value.
+        self.headers = incoming.headers
+        self.has_body = not incoming.complete  # the client sent a body (left unread)
 
 
 class WebApp:
@@ -208,68 +200,22 @@ class WebApp:
         self.check_host = loopback
         self.allowed = normalize_allowed(allow_hosts)
         self.static = load_static()
-        self._ids = itertools.count(1)
 
     # -- connection ------------------------------------------------------------------
 
     async def handle(self, stream: trio.abc.Stream) -> None:
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST_HEAD)
-        try:
-            while True:
-                req = await self._read_request(stream, conn)
-                if req is None:
-                    return
-                keep = await self._respond(stream, conn, req)
-                if not keep or conn.our_state is not h11.DONE:
-                    return
-                if conn.their_state is not h11.DONE:
-                    return
-                conn.start_next_cycle()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
-            pass
-        except h11.RemoteProtocolError as e:
-            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                try:
-                    await self._send(stream, conn, e.error_status_hint,
-                                     {"error": f"bad HTTP request: {e}"}, close=True)
-                except Exception:
-                    pass
-        except Exception:
-            log.exception("web connection failed")
-        finally:
-            with trio.move_on_after(1):
-                await stream.aclose()
+        # No route takes a body (max_body 0): a request that has one is
+        # answered without reading it, and the connection closes after.
+        conn = HttpConnection(stream, idle_timeout=IDLE_TIMEOUT, write_timeout=WRITE_TIMEOUT,
+                              max_body=0, max_head=_MAX_REQUEST_HEAD)
 
-    async def _read_request(self, stream: trio.abc.Stream, conn: h11.Connection
-                            ) -> _Request | None:
-        request = None
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                with trio.move_on_after(IDLE_TIMEOUT):
-                    data = await stream.receive_some(_RECV)
-                    conn.receive_data(data)
-                    continue
-                return None
-            if isinstance(event, h11.ConnectionClosed):
-                return None
-            if isinstance(event, h11.Request):
-                headers: dict[str, str] = {}
-                for k, v in event.headers:
-                    key = k.decode("latin-1")
-                    headers[key] = v.decode("latin-1")
-                request = _Request(event.method.decode("ascii", "replace").upper(),
-                                   event.target.decode("utf-8", "replace"), headers)
-                continue
-            if isinstance(event, h11.Data):
-                if request is not None and len(event.data) > 0:
-                    # No route takes a body: answer now, without reading the
-                    # rest, and close the connection afterwards.
-                    request.has_body = True
-                    return request
-                continue
-            if isinstance(event, h11.EndOfMessage):
-                return request
+        async def answer(incoming: Incoming) -> bool:
+            return await self._respond(conn, _Request(incoming))
+
+        async def refuse(status: int, message: str) -> None:
+            await self._send(conn, status, {"error": message}, close=True)
+
+        await serve_connection(conn, answer, refuse, log)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -281,31 +227,12 @@ class WebApp:
             headers += extra
         return headers
 
-    async def _write(self, stream: trio.abc.Stream, data: bytes) -> None:
-        if data:
-            with trio.fail_after(WRITE_TIMEOUT):
-                await stream.send_all(data)
-
-    async def _send_raw(self, stream: trio.abc.Stream, conn: h11.Connection, status: int,
-                        body: bytes, headers: list[tuple[str, str]], *, head: bool = False,
-                        close: bool = False) -> None:
-        headers = [*headers, ("content-length", str(len(body)))]
-        if close:
-            headers.append(("connection", "close"))
-        out = conn.send(h11.Response(status_code=status, headers=headers,
-                                     reason=_status_reason(status)))
-        if body and not head:
-            out += conn.send(h11.Data(data=body))
-        out += conn.send(h11.EndOfMessage())
-        await self._write(stream, out)
-
-    async def _send(self, stream: trio.abc.Stream, conn: h11.Connection, status: int, obj: Any,
-                    *, head: bool = False, close: bool = False,
+    async def _send(self, conn: HttpConnection, status: int, obj: Any, *, close: bool = False,
                     extra: list[tuple[str, str]] | None = None) -> None:
         body = obj if isinstance(obj, bytes) else compact_json(obj).encode()
         headers = self._headers("application/json; charset=utf-8",
                                 [("cache-control", "no-store"), *(extra or [])])
-        await self._send_raw(stream, conn, status, body, headers, head=head, close=close)
+        await conn.respond(status, headers, body, close=close)
 
     # -- the token ---------------------------------------------------------------------
 
@@ -323,77 +250,73 @@ class WebApp:
         return ("set-cookie", f"{self.cookie}={self.token}; Path=/; Max-Age={COOKIE_MAX_AGE};"
                               " HttpOnly; SameSite=Strict")
 
-    async def _refuse(self, stream: trio.abc.Stream, conn: h11.Connection, req: _Request,
+    async def _refuse(self, conn: HttpConnection, req: _Request,
                       status: int, why: str) -> None:
         message = (f"{why}: open the URL that awp web printed (it ends in ?token=...);"
                    " the token is also in web.token in the awp home")
-        head = req.method == "HEAD"
         extra = [("www-authenticate", 'Bearer realm="awp web"')] if status == 401 else []
         if req.path.startswith("/api/"):
-            await self._send(stream, conn, status, {"error": message}, head=head, extra=extra,
+            await self._send(conn, status, {"error": message}, extra=extra,
                              close=req.has_body)
         else:
-            await self._send_raw(stream, conn, status, (message + "\n").encode(), self._headers(
+            await conn.respond(status, self._headers(
                 "text/plain; charset=utf-8", [("cache-control", "no-store"), *extra]),
-                head=head, close=req.has_body)
+                (message + "\n").encode(), close=req.has_body)
 
-    async def _check_token(self, stream: trio.abc.Stream, conn: h11.Connection,
+    async def _check_token(self, conn: HttpConnection,
                            req: _Request) -> bool:
         """Whether the request may go on; if not, its answer has been sent."""
         given = self._credential(req)
         if given is None:
-            await self._refuse(stream, conn, req, 401, "this dashboard needs its token")
+            await self._refuse(conn, req, 401, "this dashboard needs its token")
             return False
         if not same(given, self.token):
-            await self._refuse(stream, conn, req, 403, "wrong token for this dashboard")
+            await self._refuse(conn, req, 403, "wrong token for this dashboard")
             return False
         if "token" in req.query and req.path in PAGES and req.method in ("GET", "HEAD"):
             # Trade the token in the URL for a cookie, and get it out of the
             # address bar and the history.
             rest = urlencode([(k, v) for k, v in req.pairs if k != "token"])
-            await self._send_raw(stream, conn, 303, b"", self._headers(
-                "text/plain; charset=utf-8", [
-                    ("location", req.path + ("?" + rest if rest else "")),
-                    ("cache-control", "no-store"), self._set_cookie()]),
-                head=req.method == "HEAD", close=req.has_body)
+            await conn.respond(303, self._headers("text/plain; charset=utf-8", [
+                ("location", req.path + ("?" + rest if rest else "")),
+                ("cache-control", "no-store"), self._set_cookie()]), close=req.has_body)
             return False
         return True
 
     # -- routing ---------------------------------------------------------------------
 
-    async def _respond(self, stream: trio.abc.Stream, conn: h11.Connection,
+    async def _respond(self, conn: HttpConnection,
                        req: _Request) -> bool:
-        head = req.method == "HEAD"
         if self.check_host and not host_allowed(req.headers.get("host"), self.allowed):
-            await self._send(stream, conn, 421, {
+            await self._send(conn, 421, {
                 "error": "misdirected request: this dashboard answers only for localhost"
-                         " (use --allow-host NAME behind a proxy)"}, head=head, close=True)
+                         " (use --allow-host NAME behind a proxy)"}, close=True)
             return False
-        if not await self._check_token(stream, conn, req):
+        if not await self._check_token(conn, req):
             return not req.has_body
         if req.method not in ("GET", "HEAD"):
-            await self._send(stream, conn, 405, {"error": f"method {req.method} not allowed"},
+            await self._send(conn, 405, {"error": f"method {req.method} not allowed"},
                              extra=[("allow", "GET, HEAD")], close=req.has_body)
             return not req.has_body
         if req.has_body:
-            await self._send(stream, conn, 400, {
-                "error": "the dashboard API takes no request body"}, head=head, close=True)
+            await self._send(conn, 400, {
+                "error": "the dashboard API takes no request body"}, close=True)
             return False
         try:
             if req.path in STATIC:
                 name, ctype = STATIC[req.path]
-                await self._send_raw(stream, conn, 200, self.static[name], self._headers(
-                    ctype, [("cache-control", "no-cache")]), head=head)
+                await conn.respond(200, self._headers(ctype, [("cache-control", "no-cache")]),
+                                   self.static[name])
                 return True
             if req.path == "/api/events":
-                if head:
-                    await self._send_raw(stream, conn, 200, b"", self._headers(
-                        "text/event-stream", [("cache-control", "no-store")]), head=True)
+                if conn.head_only:
+                    await conn.respond(200, self._headers(
+                        "text/event-stream", [("cache-control", "no-store")]))
                     return True
-                await self._events(stream, conn, req)
+                await self._events(conn, req)
                 return False
             if req.path == "/api/blob":
-                return await self._blob(stream, conn, req, head)
+                return await self._blob(conn, req)
             handler = {
                 "/api/state": self._state,
                 "/api/activity": self._activity,
@@ -404,17 +327,17 @@ class WebApp:
             if handler is None:
                 raise HttpError(404, f"not found: {req.path}")
             status, obj = await handler(req)
-            await self._send(stream, conn, status, obj, head=head)
+            await self._send(conn, status, obj)
             return True
         except HttpError as e:
-            await self._send(stream, conn, e.status, {"error": e.message}, head=head)
+            await self._send(conn, e.status, {"error": e.message})
             return True
         except DaemonError as e:
             status = e.status if e.status in (400, 404, 409) else 502
-            await self._send(stream, conn, status, {"error": e.message}, head=head)
+            await self._send(conn, status, {"error": e.message})
             return True
         except DaemonDown as e:
-            await self._send(stream, conn, 503, {"error": str(e)}, head=head)
+            await self._send(conn, 503, {"error": str(e)})
             return True
 
     async def _state(self, req: _Request) -> tuple[int, Any]:
@@ -470,8 +393,7 @@ class WebApp:
             query["n"] = req.query["n"]
         return 200, board.topic_view(await self.hub.link.get("/v1/web/topic", query))
 
-    async def _blob(self, stream: trio.abc.Stream, conn: h11.Connection, req: _Request,
-                    head: bool) -> bool:
+    async def _blob(self, conn: HttpConnection, req: _Request) -> bool:
         peer, direction, ref = self._need(req, "peer", "dir", "ref")
         if direction not in ("in", "out"):
             raise HttpError(400, "dir must be in or out")
@@ -497,25 +419,24 @@ class WebApp:
                     ("content-disposition", _content_disposition("attachment", name)),
                     ("cache-control", "no-store")], csp=SANDBOX_CSP)
             headers.append(("content-length", str(size)))
-            out = conn.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
-            await self._write(stream, out)
-            if not head:
-                await self._write(stream, conn.send(h11.Data(data=first)))
+            await conn.start(200, headers)
+            if not conn.head_only:
+                await conn.send(first)
                 sent = len(first)
                 while sent < size:
                     chunk = await f.read(min(256 * 1024, size - sent))
                     if not chunk:
                         break
                     sent += len(chunk)
-                    await self._write(stream, conn.send(h11.Data(data=chunk)))
+                    await conn.send(chunk)
                 if sent != size:
                     return False  # the file shrank: cut the response short
-            await self._write(stream, conn.send(h11.EndOfMessage()))
+            await conn.end()
         return True
 
     # -- server-sent events ------------------------------------------------------------
 
-    async def _events(self, stream: trio.abc.Stream, conn: h11.Connection,
+    async def _events(self, conn: HttpConnection,
                       req: _Request) -> None:
         last_raw = req.headers.get("last-event-id") or req.query.get("last_event_id") or ""
         try:
@@ -536,17 +457,16 @@ class WebApp:
         try:
             headers = self._headers("text/event-stream; charset=utf-8", [
                 ("cache-control", "no-store"), ("x-accel-buffering", "no")])
-            out = conn.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
-            await self._write(stream, out)
-            await self._write(stream, conn.send(h11.Data(data=b"".join(first))))
+            await conn.start(200, headers)
+            await conn.send(b"".join(first))
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch_hangup, stream, nursery.cancel_scope)
-                await self._pump_events(stream, conn, client)
+                nursery.start_soon(conn.watch_hangup, nursery.cancel_scope)
+                await self._pump_events(conn, client)
                 nursery.cancel_scope.cancel()
         finally:
             hub.unsubscribe(client)
 
-    async def _pump_events(self, stream: trio.abc.Stream, conn: h11.Connection,
+    async def _pump_events(self, conn: HttpConnection,
                            client: Any) -> None:
         next_ping = trio.current_time() + PING_SECONDS
         while True:
@@ -560,20 +480,9 @@ class WebApp:
                 chunk = b": ping\n\n"
                 next_ping = trio.current_time() + PING_SECONDS
             try:
-                await self._write(stream, conn.send(h11.Data(data=chunk)))
+                await conn.send(chunk)
             except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # a reader that stopped reading, or went away
-
-    @staticmethod
-    async def _watch_hangup(stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
-        try:
-            while True:
-                data = await stream.receive_some(_RECV)
-                if not data:
-                    break
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        scope.cancel()
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -59,16 +59,24 @@ def ulid_time_ms(text: str) -> int:
     return decode_ulid(text) >> 80
 
 
+_POOL_IDS = 256  # ids' worth of random bits drawn from the kernel at once
+
+
 class IdGenerator:
     """Strictly increasing ULIDs, seeded with the last id issued."""
 
-    __slots__ = ("_last", "_clock", "_lock")
+    __slots__ = ("_last", "_clock", "_lock", "_pool", "_at")
 
     def __init__(self, last: str | None = None, clock=now_ms) -> None:
         self._last = decode_ulid(last) if last else 0
         self._clock = clock
         # The event loop (acks, pings) and the store's writer thread both draw ids.
         self._lock = threading.Lock()
+        # Random bits are read from the kernel for many ids at once: each
+        # os.urandom call lets go of the GIL, and under load the event loop
+        # then waited for the writer thread to hand it back once per ack.
+        self._pool = b""
+        self._at = 0
 
     def seed(self, last: str | None) -> None:
         """Never go below ``last`` (e.g. the largest id found in the store)."""
@@ -80,8 +88,12 @@ class IdGenerator:
         return encode_ulid(self._last) if self._last else None
 
     def next(self) -> str:
-        fresh = (self._clock() << 80) | int.from_bytes(os.urandom(10), "big")
         with self._lock:
+            if self._at >= len(self._pool):
+                self._pool, self._at = os.urandom(10 * _POOL_IDS), 0
+            rnd = self._pool[self._at:self._at + 10]
+            self._at += 10
+            fresh = (self._clock() << 80) | int.from_bytes(rnd, "big")
             if fresh <= self._last:
                 fresh = self._last + 1
             if fresh > _MAX:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
+import threading
 import time
 
 import pytest
@@ -269,3 +271,72 @@ def test_tiny_messages_cannot_make_the_stored_budget_several_times_bigger_on_dis
     assert grown <= budget * 1.15, (
         f"{sent} tiny msgs under a {budget}-byte budget grew awp.db by {grown} bytes")
     assert grown >= budget * 0.6, grown  # and the budget is not overcharged either
+
+
+def test_an_honest_line_is_acked_ahead_of_a_flooders_backlog(make_node):
+    """Order, not milliseconds: while one peer has thousands of lines queued
+    at the daemon, another peer's line is stored (and acked) after at most
+    what the flooder may hold in flight (``peer_inflight_lines`` per
+    connection, see docs/threat-model.md), never after the flooder's
+    backlog.  Counted in the store's own order (``log.seq``): how many of
+    the flooder's lines were stored between the moment the honest line was
+    sent and the moment it was stored."""
+    node = make_node("d")
+    node.start()
+    limit = 256  # limits.peer_inflight_lines, the default
+    backlog = 12_000
+    flood = joined(node, "flooder")
+    honest = joined(node, "honest")
+    body = b"".join(dumps(flood.envelope({"t": "msg", "th": "thr_flood0001", "parts": [
+        {"k": "text", "text": f"flood {i}"}]})) + b"\n" for i in range(backlog))
+    done = threading.Event()
+
+    def drain_acks() -> None:  # the flooder reads what it is sent, so only budgets slow it
+        flood.sock.settimeout(0.5)
+        while not done.is_set():
+            try:
+                if not flood.sock.recv(1 << 20):
+                    return
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    db = sqlite3.connect(f"file:{node.home}/awp.db?mode=ro", uri=True, timeout=30)
+
+    def stored(key: str) -> int:
+        return db.execute("SELECT count(*) FROM log WHERE dir = 'in' AND peer = ?",
+                          (key,)).fetchone()[0]
+
+    threads = [threading.Thread(target=drain_acks, daemon=True),
+               threading.Thread(target=flood.send_raw, args=(body,), daemon=True)]
+    try:
+        for t in threads:
+            t.start()
+        wait_for(lambda: stored(flood.key) >= 500, 60, "the flood under way")
+        sent_at: list[tuple[str, int]] = []
+        for i in range(5):
+            before = stored(flood.key)  # at most what was stored when the line left
+            sent = honest.msg(f"honest {i}", th="thr_honest01")
+            honest.expect("ack", timeout=30, re=sent["id"])
+            sent_at.append((sent["id"], before))
+        wait_for(lambda: stored(flood.key) >= backlog, 120, "the whole backlog stored")
+        seqs = [row[0] for row in db.execute(
+            "SELECT seq FROM log WHERE dir = 'in' AND peer = ? ORDER BY seq", (flood.key,))]
+        found = []
+        for ident, before in sent_at:
+            (seq,) = db.execute("SELECT seq FROM log WHERE dir = 'in' AND id = ?",
+                                (ident,)).fetchone()
+            ahead = sum(1 for s in seqs if s < seq)  # the flooder's, stored first
+            found.append((ahead - before, backlog - ahead))
+        # Each honest line overtook the flooder's backlog: most of it was
+        # stored after it, and it waited for no more than the lines the
+        # flooder may have in flight (32-96 here; twice the bound leaves room
+        # for this test process being descheduled between count and send).
+        assert found[0][1] > backlog // 4, found
+        assert all(waited <= 2 * limit for waited, _left in found), found
+    finally:
+        done.set()
+        db.close()
+        flood.close()
+        honest.close()

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from awp.harness import bootstrap as bs
+from awp.harness import configfiles as cf
 from awp.harness import plugin_files
 from awp.harness.identity import HARNESSES, detect, explicit, normalize
 
@@ -63,64 +64,64 @@ def test_explicit() -> None:
 
 def test_strip_jsonc() -> None:
     text = '// top\n{\n  "a": "x // not a comment", /* block\n */ "b": [1, 2,],\n}\n'
-    assert json.loads(bs.strip_jsonc(text)) == {"a": "x // not a comment", "b": [1, 2]}
-    assert json.loads(bs.strip_jsonc('{"s": "a\\"b/*c*/"}')) == {"s": 'a"b/*c*/'}
+    assert json.loads(cf.strip_jsonc(text)) == {"a": "x // not a comment", "b": [1, 2]}
+    assert json.loads(cf.strip_jsonc('{"s": "a\\"b/*c*/"}')) == {"s": 'a"b/*c*/'}
 
 
 def test_load_json_kinds(tmp_path) -> None:
     p = tmp_path / "c.json"
-    assert not bs.load_json(str(p)).exists
+    assert not cf.load_json(str(p)).exists
     p.write_text('{"a": 1}')
-    assert bs.load_json(str(p)).data == {"a": 1}
+    assert cf.load_json(str(p)).data == {"a": 1}
     p.write_text('{"a": 1, // c\n}')
-    assert bs.load_json(str(p)).problem == "comments"
+    assert cf.load_json(str(p)).problem == "comments"
     p.write_text("{nope")
-    assert bs.load_json(str(p)).problem == "invalid"
+    assert cf.load_json(str(p)).problem == "invalid"
     p.write_text("[1]")
-    assert bs.load_json(str(p)).problem == "invalid"
+    assert cf.load_json(str(p)).problem == "invalid"
     p.write_text("")
-    assert bs.load_json(str(p)).data == {}
+    assert cf.load_json(str(p)).data == {}
 
 
 def test_dump_json_keeps_indent_and_order() -> None:
-    assert bs.dump_json({"b": 1, "a": 2}).startswith('{\n  "b": 1,\n  "a": 2')
-    assert bs.dump_json({"b": 1}, '{\n    "x": 1\n}').startswith('{\n    "b"')
-    assert bs.dump_json({"b": 1}, '{\n\t"x": 1\n}').startswith('{\n\t"b"')
+    assert cf.dump_json({"b": 1, "a": 2}).startswith('{\n  "b": 1,\n  "a": 2')
+    assert cf.dump_json({"b": 1}, '{\n    "x": 1\n}').startswith('{\n    "b"')
+    assert cf.dump_json({"b": 1}, '{\n\t"x": 1\n}').startswith('{\n\t"b"')
 
 
 def test_set_and_delete_prune() -> None:
     d: dict = {"z": 1}
-    bs._set(d, ("mcp", "awp"), {"k": 1})
+    cf.set_at(d, ("mcp", "awp"), {"k": 1})
     assert list(d) == ["z", "mcp"]
-    bs._delete(d, ("mcp", "awp"))
+    cf.delete_at(d, ("mcp", "awp"))
     assert d == {"z": 1}
     d = {"mcp": {"other": 1, "awp": 2}}
-    bs._delete(d, ("mcp", "awp"))
+    cf.delete_at(d, ("mcp", "awp"))
     assert d == {"mcp": {"other": 1}}
 
 
 def test_is_our_hook() -> None:
-    assert bs.is_our_hook("/usr/local/bin/awp hook inbox --format cursor")
-    assert bs.is_our_hook("'/home/me/my tools/awp' hook stop")
-    assert bs.is_our_hook('"${CLAUDE_PLUGIN_ROOT}/bin/awp" hook session-start')
-    assert bs.is_our_hook("/venv/bin/python -m awp hook inbox --format gemini")
-    assert bs.is_our_hook("/usr/bin/awp2 hook stop --format cursor")
-    assert bs.is_our_hook("awp-dev hook inbox")
-    assert not bs.is_our_hook("awp send bob hi")
-    assert not bs.is_our_hook("./format.sh")
-    assert not bs.is_our_hook(None)
+    assert cf.is_our_hook("/usr/local/bin/awp hook inbox --format cursor")
+    assert cf.is_our_hook("'/home/me/my tools/awp' hook stop")
+    assert cf.is_our_hook('"${CLAUDE_PLUGIN_ROOT}/bin/awp" hook session-start')
+    assert cf.is_our_hook("/venv/bin/python -m awp hook inbox --format gemini")
+    assert cf.is_our_hook("/usr/bin/awp2 hook stop --format cursor")
+    assert cf.is_our_hook("awp-dev hook inbox")
+    assert not cf.is_our_hook("awp send bob hi")
+    assert not cf.is_our_hook("./format.sh")
+    assert not cf.is_our_hook(None)
 
 
 def test_flat_hooks_keep_place_and_others() -> None:
     hooks = {"stop": [{"command": "mine.sh"}, {"command": "/old/awp hook stop"},
                       {"command": "other.sh"}]}
-    bs.put_flat_hook(hooks, "stop", {"command": "/new/awp hook stop --format cursor"})
+    cf.put_flat_hook(hooks, "stop", {"command": "/new/awp hook stop --format cursor"})
     assert [e["command"] for e in hooks["stop"]] == [
         "mine.sh", "/new/awp hook stop --format cursor", "other.sh"]
-    bs.put_flat_hook(hooks, "postToolUse", {"command": "/new/awp hook inbox"})
+    cf.put_flat_hook(hooks, "postToolUse", {"command": "/new/awp hook inbox"})
     assert hooks["postToolUse"] == [{"command": "/new/awp hook inbox"}]
-    bs.drop_flat_hooks(hooks, "stop")
-    bs.drop_flat_hooks(hooks, "postToolUse")
+    cf.drop_flat_hooks(hooks, "stop")
+    cf.drop_flat_hooks(hooks, "postToolUse")
     assert hooks == {"stop": [{"command": "mine.sh"}, {"command": "other.sh"}]}
 
 
@@ -130,16 +131,16 @@ def test_nested_hooks() -> None:
                                        {"type": "command", "command": "awp hook inbox"}]}
     hooks = {"AfterTool": [theirs, mixed]}
     ours = {"matcher": "*", "hooks": [{"type": "command", "command": "/b/awp hook inbox"}]}
-    bs.put_nested_hook(hooks, "AfterTool", ours)
+    cf.put_nested_hook(hooks, "AfterTool", ours)
     assert hooks["AfterTool"] == [
         theirs, ours, {"matcher": "*", "hooks": [{"type": "command", "command": "log.sh"}]}]
-    bs.put_nested_hook(hooks, "AfterTool", ours)  # idempotent
+    cf.put_nested_hook(hooks, "AfterTool", ours)  # idempotent
     assert hooks["AfterTool"].count(ours) == 1 and len(hooks["AfterTool"]) == 3
-    bs.drop_nested_hooks(hooks, "AfterTool")
+    cf.drop_nested_hooks(hooks, "AfterTool")
     assert hooks["AfterTool"] == [
         theirs, {"matcher": "*", "hooks": [{"type": "command", "command": "log.sh"}]}]
     only = {"SessionStart": [{"hooks": [{"type": "command", "command": "awp hook session-start"}]}]}
-    bs.drop_nested_hooks(only, "SessionStart")
+    cf.drop_nested_hooks(only, "SessionStart")
     assert only == {}
 
 

@@ -25,7 +25,7 @@ import time
 import pytest
 import trio
 
-from awp.transport import streams, tailcat
+from awp.transport import streams, tailcat, tailcat_listen
 from awp.transport.tailcat import TailcatError, validate_address
 from awp.wire.address import Address, parse_address
 
@@ -96,7 +96,7 @@ def env(monkeypatch):
     monkeypatch.setenv("FAKE_TC_MARKER", marker)
     monkeypatch.delenv("AWP_TAILCAT_DERPMAP_URL", raising=False)
     monkeypatch.delenv("AWP_TAILCAT_REGION", raising=False)
-    monkeypatch.setattr(tailcat, "BACKOFF_START", 0.1)
+    monkeypatch.setattr(tailcat_listen, "BACKOFF_START", 0.1)
     monkeypatch.setattr(tailcat, "_binary_cache", {})
     errors: list[str | None] = []
     cfg = tailcat.setup(home, report=errors.append)
@@ -341,7 +341,7 @@ def test_failing_child_is_retried_with_backoff_and_reported(env, monkeypatch):
 
 def test_child_that_prints_no_address_is_restarted(env, monkeypatch):
     monkeypatch.setenv("FAKE_TC_MODE", "hang")
-    monkeypatch.setattr(tailcat, "ADDRESS_TIMEOUT", 0.5)
+    monkeypatch.setattr(tailcat_listen, "ADDRESS_TIMEOUT", 0.5)
 
     async def main():
         async with trio.open_nursery() as nursery:
@@ -362,7 +362,7 @@ def test_child_that_prints_no_address_is_restarted(env, monkeypatch):
 
 def test_child_that_never_reaches_its_relay_is_restarted_quietly(env, monkeypatch):
     monkeypatch.setenv("FAKE_TC_MODE", "norelay")
-    monkeypatch.setattr(tailcat, "RELAY_TIMEOUT", 0.3)
+    monkeypatch.setattr(tailcat_listen, "RELAY_TIMEOUT", 0.3)
 
     async def main():
         async with trio.open_nursery() as nursery:
@@ -372,7 +372,7 @@ def test_child_that_never_reaches_its_relay_is_restarted_quietly(env, monkeypatc
                 while lst._watch_relay:
                     await trio.sleep(0.02)
             # two quick restarts, then it stops expecting the log line
-            assert lst.restarts == tailcat.RELAY_WATCH_GIVE_UP - 1
+            assert lst.restarts == tailcat_listen.RELAY_WATCH_GIVE_UP - 1
             assert not any(env["errors"])  # never shown as an error
             assert lst.child is not None and lst.child.alive()
             await lst.aclose()
@@ -453,7 +453,7 @@ def test_bridge_socket_moves_out_of_a_long_home(tmp_path, monkeypatch):
 def test_bridge_passes_half_closes_both_ways(tmp_path):
     """The bridge on its own: EOF from either side reaches the other."""
     code_path = tmp_path / "bridge.py"
-    code_path.write_text(tailcat.BRIDGE_CODE)
+    code_path.write_text(tailcat_listen.BRIDGE_CODE)
     sock_path = str(tmp_path / "s.sock")
     srv = socket.socket(socket.AF_UNIX)
     srv.bind(sock_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import trio
 
@@ -220,11 +221,47 @@ def test_a_flood_of_tiny_lines_makes_modest_transactions(tmp_path):
     w = Writer(_store(tmp_path))
     for _ in range(200):  # 6,400 lines of 150 bytes queued
         w.submit_nowait(_insert(0), weight=writer_mod.lines_weight(32 * 150, 32))
-    batch = w._next_batch()
+    batch, _urgent = w._next_batch()
     assert 32 <= len(batch) * 32 <= 128, len(batch)
     big = writer_mod.lines_weight(1_000_000, 1)  # a 1 MB line is a batch of its own
     (tmp_path / "x").mkdir()
     w2 = Writer(_store(tmp_path / "x"))
     for _ in range(3):
         w2.submit_nowait(_insert(0), weight=big)
-    assert len(w2._next_batch()) == 1
+    assert len(w2._next_batch()[0]) == 1
+
+
+def test_an_urgent_job_joins_the_batch_being_staged(tmp_path):
+    """A quiet peer's line (an urgent job) queued while a batch of a flooder's
+    jobs is being staged is staged next and shares that batch's commit; the
+    flooder's jobs not yet staged go back to the queue, in order, and commit
+    after it.  It waited for the rest of the batch and a commit of its own."""
+    conn = _store(tmp_path)
+    inside, go = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow(c: sqlite3.Connection) -> str:
+        inside.set()
+        go.wait(10)
+        c.execute("INSERT INTO t (n) VALUES (0)")
+        return "a"
+
+    async def main() -> None:
+        w = Writer(conn)
+        w.start()
+        a = w.submit_nowait(slow, order.append, weight=10)
+        rest = [w.submit_nowait(lambda c, n=n: (_insert(n)(c), f"f{n}")[1], order.append,
+                                weight=10) for n in range(1, 4)]
+        assert await trio.to_thread.run_sync(inside.wait, 10)
+        u = w.submit_nowait(lambda c: (_insert(99)(c), "u")[1], order.append, urgent=True)
+        go.set()
+        for p in (a, u, *rest):
+            await p.wait()
+        assert order == ["a", "u", "f1", "f2", "f3"]
+        assert u.committed_ns == a.committed_ns  # one commit for both
+        assert rest[0].committed_ns > u.committed_ns
+        assert w.urgent_joins == 1
+        await w.stop()
+
+    trio.run(main)
+    assert sorted(n for (n,) in conn.execute("SELECT n FROM t")) == [0, 1, 2, 3, 99]

@@ -1,0 +1,85 @@
+"""The one HTTP/1.1 core both servers run on (awp.localapi.h11serve), over memory streams."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+import trio.testing
+
+from awp.localapi.h11serve import HttpConnection, Incoming, serve_connection
+
+log = logging.getLogger("test.h11serve")
+
+
+def _exchange(request: bytes, *, max_body: int = 16, write_timeout: float | None = None,
+              stream_body: bool = False) -> tuple[bytes, list[Incoming]]:
+    """Serve ``request`` (one or more pipelined) and return what the client read."""
+    seen: list[Incoming] = []
+
+    async def main() -> bytes:
+        client, server = trio.testing.memory_stream_pair()
+        conn = HttpConnection(server, idle_timeout=2, max_body=max_body,
+                              write_timeout=write_timeout)
+
+        async def answer(req: Incoming) -> bool:
+            seen.append(req)
+            if stream_body:
+                await conn.start(200, [("content-type", "text/plain")])
+                for part in (b"one\n", b"two\n"):
+                    await conn.send(part)
+                await conn.end()
+                return True
+            await conn.respond(200 if req.complete else 413, [("content-type", "text/plain")],
+                               b"ok " + req.body, close=not req.complete)
+            return req.complete
+
+        async def refuse(status: int, message: str) -> None:
+            await conn.respond(status, [("content-type", "text/plain")], message.encode(),
+                               close=True)
+
+        got = bytearray()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_connection, conn, answer, refuse, log)
+            await client.send_all(request)
+            await client.send_eof()
+            while data := await client.receive_some(65536):
+                got += data
+        return bytes(got)
+
+    return trio.run(main), seen
+
+
+def test_keep_alive_answers_pipelined_requests_in_order_with_their_bodies():
+    out, seen = _exchange(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+                          b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert [(r.method, r.target, r.body) for r in seen] == [("POST", "/a", b"abc"),
+                                                            ("GET", "/b", b"")]
+    assert out.count(b"HTTP/1.1 200 OK") == 2
+    assert out.index(b"ok abc") < out.rindex(b"ok ")
+
+
+def test_a_body_over_the_bound_is_not_read_and_the_connection_closes():
+    out, seen = _exchange(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+                          + b"x" * 100 + b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert len(seen) == 1 and not seen[0].complete and seen[0].body == b""
+    assert out.startswith(b"HTTP/1.1 413 ") and b"connection: close" in out
+    assert out.count(b"HTTP/1.1") == 1  # the pipelined GET is never answered
+
+
+def test_head_gets_the_length_but_no_body():
+    out, _ = _exchange(b"HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert b"content-length: 3" in head and body == b""
+
+
+def test_a_malformed_request_gets_the_callers_error_and_a_close():
+    out, seen = _exchange(b"NOT HTTP AT ALL\r\n\r\n")
+    assert seen == [] and out.startswith(b"HTTP/1.1 400 ")
+    assert b"bad HTTP request" in out and b"connection: close" in out
+
+
+def test_a_streamed_response_goes_out_in_pieces():
+    out, _ = _exchange(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n", stream_body=True)
+    assert b"transfer-encoding: chunked" in out.lower()
+    assert b"one\n" in out and b"two\n" in out and out.endswith(b"0\r\n\r\n")
