@@ -47,7 +47,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -60,13 +62,16 @@ from nodes import Node, wait_for  # noqa: E402
 from topo import (  # noqa: E402
     TOPOLOGIES,
     Waiter,
+    board_in,
     build,
     cpu_all,
+    cpu_split,
     distances,
     open_topic,
     pct,
     presence_lines,
     spent,
+    spent_split,
     start_all,
     subscribe_all,
 )
@@ -115,7 +120,7 @@ def hashes(node: Node, topic: str) -> set[str]:
 
 
 def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bool,
-           root: str) -> bool:
+           root: str, profile: int = -1, poll: bool = False) -> bool:
     extra = ["--presence"] if presence else []
     nodes = [Node(os.path.join(root, f"{kind}{i}"), f"{kind}{i}", extra=extra) for i in range(n)]
     waiters: list[Waiter] = []
@@ -124,10 +129,10 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
         adj = build(nodes, kind)
         topic = create_topic(nodes[0], "bench")
         took_sub = subscribe_all(nodes, adj, topic)
-        waiters = [Waiter(x, topic) for x in nodes]
+        waiters = [Waiter(x, topic, poll=poll) for x in nodes]
         for w in waiters:
             w.start()
-        # At rest: every client long-polling, nothing posted.
+        # At rest: every client following its host, nothing posted.
         time.sleep(min(5.0, rest))
         cpu0, t0 = cpu_all(nodes), time.monotonic()
         time.sleep(rest)
@@ -135,8 +140,13 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
         rest_s = time.monotonic() - t0
         rest_rate = [c / rest_s for c in at_rest]  # CPU-s per second, each daemon
         lines0 = presence_lines(nodes) if presence else 0
+        board0 = board_in(nodes)
         sent: list[tuple[str, int, float]] = []  # hash, poster, call start
+        spy = start_profile(nodes[profile], root, kind) if profile >= 0 else None
         cpu1 = cpu_all(nodes)
+        split1 = [cpu_split(x) for x in nodes]
+        clients0 = time.process_time()
+        answers0 = sum(w.answers for w in waiters)
         t_start = t_next = time.monotonic()
         for k in range(posts):
             poster = (k * 7 + 1) % n  # hosts in turn, near and far from the owner
@@ -157,7 +167,12 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
             pass
         flow_s = time.monotonic() - t_start
         flow = spent(cpu1, cpu_all(nodes))
+        clients_cpu = time.process_time() - clients0
+        split = spent_split(split1, [cpu_split(x) for x in nodes])
+        if spy is not None:
+            stop_profile(spy)
         lines = presence_lines(nodes) - lines0 if presence else 0
+        board1 = board_in(nodes)
         for w in waiters:
             w.stop.set()
         lat = [waiters[i].seen[h] - t for h, t, i in expected if h in waiters[i].seen]
@@ -176,7 +191,7 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
             print(f"      of the {len(lost)} missing, {held} are held by their host: stored,"
                   " but never returned by /v1/board/wait")
         per_min = [r * 60 for r in rest_rate]
-        print(f"      CPU per daemon at rest (every client long-polling):"
+        print(f"      CPU per daemon at rest (every client following its host):"
               f" avg {sum(per_min) / n:.3f}, max {max(per_min):.3f} CPU-s a minute")
         extra_cpu = [f - r * flow_s for f, r in zip(flow, rest_rate, strict=True)]
         per_host_ms = [max(0.0, c) * 1000 / posts for c in extra_cpu]
@@ -185,7 +200,16 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
         print(f"      CPU per post per host: {per_post_ms:.2f} ms (busiest host"
               f" {max(per_host_ms):.2f} ms; all {n} daemons {sum(flow):.1f} CPU-s in"
               f" {flow_s:.1f} s, {sum(r * flow_s for r in rest_rate):.1f} of it their rest"
-              f" rate)  (target <= {CPU_TARGET_MS} ms) {verdict(ok_cpu)}")
+              f" rate; user {split[0]:.1f}, system {split[1]:.1f})  (target <="
+              f" {CPU_TARGET_MS} ms) {verdict(ok_cpu)}")
+        answers = sum(w.answers for w in waiters) - answers0
+        how = "long-polls" if poll else "streaming waits"
+        print(f"      the clients (this process: the posting calls, and the {how} following"
+              f" every host) {clients_cpu:.1f} CPU-s = {clients_cpu * 1000 / posts / n:.2f} ms"
+              f" per post per host; the hosts sent {answers} answers for"
+              f" {len(lat)} deliveries; the daemons took {board1[1] - board0[1]} records in"
+              f" {board1[0] - board0[0]} board lines, and {board1[2] - board0[2]} times a"
+              " copy was behind the owner's head and asked every peer again")
         if presence:
             print(f"      presence lines sent by all daemons while the posts flowed: {lines} in"
                   f" {flow_s:.0f} s ({lines / flow_s * 60 / n:.2f} a daemon a minute)")
@@ -198,6 +222,24 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
             w.stop.set()
         for x in nodes:
             x.kill()
+
+
+def start_profile(node: Node, root: str, kind: str) -> tuple[subprocess.Popen, str]:
+    """Sample ``node``'s daemon with py-spy while the posts flow (``--profile``)."""
+    assert node.proc is not None
+    out = os.path.join(os.path.dirname(root), f"awp-board-{kind}-{node.name}.txt")
+    exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    spy = subprocess.Popen([exe, "record", "--pid", str(node.proc.pid), "--format", "raw",
+                            "--rate", "250", "--gil", "--nonblocking", "--output", out],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return spy, out
+
+
+def stop_profile(spy: tuple[subprocess.Popen, str]) -> None:
+    proc, out = spy
+    proc.send_signal(signal.SIGINT)
+    proc.wait(30)
+    print(f"      py-spy samples (collapsed stacks) of the profiled daemon: {out}")
 
 
 # -- the small cluster: 2. burst, 3. catch-up, 4. queue ----------------------------------------
@@ -422,6 +464,11 @@ def main() -> int:
     ap.add_argument("--items", type=int, default=1000, help="items on the work queue")
     ap.add_argument("--claim-hosts", type=int, default=4,
                     help="hosts besides the owner and the subscriber that claim")
+    ap.add_argument("--poll", action="store_true",
+                    help="the spread's clients long-poll (a request a wake-up) instead of"
+                         " streaming one wait each")
+    ap.add_argument("--profile", type=int, default=-1, metavar="HOST",
+                    help="sample daemon HOST with py-spy while the spread's posts flow")
     ap.add_argument("--only", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS))
     args = ap.parse_args()
     parts = {p.strip() for p in args.only.split(",") if p.strip()}
@@ -440,7 +487,7 @@ def main() -> int:
         if "spread" in parts:
             for kind in kinds:
                 ok &= spread(kind, args.hosts, args.posts, args.rate, args.rest, args.presence,
-                             root)
+                             root, args.profile, args.poll)
         if parts & {"burst", "catchup", "queue"}:
             ok &= cluster(args, parts, root)
     finally:

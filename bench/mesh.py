@@ -15,6 +15,9 @@ daemons' own business (SPEC.md section 8, "Keeping links").
    every host is up; a post's latency at a host is from the start of the
    owner's ``/v1/board/post`` call until that host's ``/v1/board/wait``
    returned it, for every subscriber at any distance (target: p99 <= 2 s).
+   **stamped spread**: the same for ``--far`` posts from the host farthest
+   from the owner (granted posting by key): each travels to the owner, is
+   stamped there, and spreads from it to every other host (target: p99 <= 2 s).
 2. **healing**: while the rest of ``--posts`` flow, ``--kills`` times a
    random relay (a host with more than one link, not the owner) is killed
    with SIGKILL, kept down ``--down`` seconds, and started again.  For each
@@ -30,7 +33,7 @@ healed by the daemons' own redial); they build their own small lines and run
 once whatever ``--topology`` says.
 
 Run: python bench/mesh.py [--scenario healing,hostile,claims] [--hosts 32]
-[--topology line,tree] [--fanout 3] [--posts 1000] [--calm 200] [--rate 10] [--kills 10]
+[--topology line,tree] [--fanout 3] [--posts 1000] [--calm 200] [--far 100] [--rate 10] [--kills 10]
 [--down 2] [--settle 60] [--seed 1] [mesh_board.py's options]
 """
 
@@ -85,17 +88,22 @@ class Mesh:
             except subprocess.TimeoutExpired:  # SIGKILL sent; slow to go on a loaded machine
                 print(f"      {x.name} was slow to die after SIGKILL", file=sys.stderr)
 
+    def far(self) -> int:
+        """The host farthest from the owner (the end of a line, a deepest leaf)."""
+        return max(self.dist, key=lambda i: (self.dist[i], i))
+
     def granted_topic(self, name: str, **policy: object) -> str:
         """A topic of host 0 that only granted keys may read; every other host is granted
         reading by key alone with ``awp topic grant`` (most are not linked to host 0) and
-        subscribes, nearest first."""
+        subscribes, nearest first.  The farthest host may post too."""
         topic = create_topic(self.nodes[0], name, read="grant", post="grant", **policy)
         owner = self.nodes[0]
         env = {**os.environ, "PYTHONPATH": ROOT}
         for i, _d in sorted(self.dist.items(), key=lambda x: x[1]):
             if i:
                 subprocess.run([sys.executable, "-m", "awp", "topic", "grant", name,
-                                self.nodes[i].key, "--read", "--home", owner.home],
+                                self.nodes[i].key, *(["--post"] if i == self.far() else
+                                                     ["--read"]), "--home", owner.home],
                                check=True, capture_output=True, env=env, timeout=60,
                                stdin=subprocess.DEVNULL)
                 subscribe(self.nodes[i], topic)
@@ -176,11 +184,17 @@ class Poster(threading.Thread):
 # -- scenario: healing ----------------------------------------------------------------------
 
 
-def spread(mesh: Mesh, topic: str, args: argparse.Namespace) -> bool:
-    waiters = [Waiter(x, topic) for x in mesh.nodes[1:]]
+def spread(mesh: Mesh, topic: str, args: argparse.Namespace, author: int = 0) -> bool:
+    """Posts from ``author`` at ``--rate``, each timed at every other host.
+
+    From the owner a post goes straight out; from another host it goes to the
+    owner first (over the line), is stamped there, and spreads from it.
+    """
+    waiters = [Waiter(x, topic) for i, x in enumerate(mesh.nodes) if i != author]
     for w in waiters:
         w.start()
-    poster = Poster(mesh.nodes[0], topic, args.calm, args.rate, "calm")
+    count = args.calm if author == 0 else args.far
+    poster = Poster(mesh.nodes[author], topic, count, args.rate, "calm" if author == 0 else "far")
     poster.run()  # in this thread
     everyone = [(h, t, w) for h, t in poster.sent for w in waiters]
     until(lambda: all(h in w.seen for h, _t, w in everyone), 30, 0.1)
@@ -190,8 +204,11 @@ def spread(mesh: Mesh, topic: str, args: argparse.Namespace) -> bool:
     missing = len(everyone) - len(lat)
     p99 = pct(lat, 99) if not missing else float("inf")
     ok = bool(lat) and p99 <= 2.0 and not poster.error
-    print(f"spread, {mesh.kind} of {mesh.n}: {len(poster.sent)} posts from the owner at"
-          f" {args.rate:g}/s to all {mesh.n - 1} subscribers (up to"
+    who = ("from the owner" if author == 0 else
+           f"from host {author}, {mesh.dist[author]} hops out, stamped by the owner,")
+    name = "spread" if author == 0 else "stamped spread"
+    print(f"{name}, {mesh.kind} of {mesh.n}: {len(poster.sent)} posts {who} at"
+          f" {args.rate:g}/s to all {mesh.n - 1} other hosts (up to"
           f" {max(mesh.dist.values())} hops): p50 {pct(lat, 50) * 1000:.0f} ms, p99"
           f" {p99 * 1000:.0f} ms, {missing} of {len(everyone)} deliveries missing after 30 s"
           f"  (target p99 <= 2 s) {verdict(ok)}")
@@ -204,6 +221,8 @@ def healing(mesh: Mesh, args: argparse.Namespace) -> bool:
     rnd = random.Random(args.seed)
     topic = mesh.granted_topic("heal", rate=6000, keep=1_000_000, keep_bytes=1024 ** 3)
     ok = spread(mesh, topic, args) if args.calm else True
+    if args.far:
+        ok &= spread(mesh, topic, args, author=mesh.far())
     poster = Poster(mesh.nodes[0], topic, args.posts - args.calm, args.rate, "flow")
     poster.start()
     links_back: list[float] = []
@@ -283,6 +302,8 @@ def main() -> int:
     ap.add_argument("--fanout", type=int, default=3, help="children of each host in the tree")
     ap.add_argument("--posts", type=int, default=1000, help="posts in all, calm ones included")
     ap.add_argument("--calm", type=int, default=200, help="posts made before any kill (spread)")
+    ap.add_argument("--far", type=int, default=100,
+                    help="posts from the farthest host, stamped by the owner (stamped spread)")
     ap.add_argument("--rate", type=float, default=10.0, help="posts a second")
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--down", type=float, default=2.0, help="seconds a killed relay stays down")

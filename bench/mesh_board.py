@@ -126,7 +126,9 @@ def hostile(root: str, args: argparse.Namespace) -> bool:
         p.send_line({"t": "board-sub", "topics": [{"topic": topic}], "drop": []})
         for group in (flood, crowd):
             for i in range(0, len(group), 7):
-                p.send_line({"t": "board-posts", "topic": topic, "hops": 0,
+                # the authors' way in: towards the owner, which stamps what it admits
+                # (as board-posts, a host that is not the owner refuses them unstamped)
+                p.send_line({"t": "board-submit", "topic": topic, "hops": 0,
                              "recs": [r.doc for r in group[i:i + 7]]})
         p.ping(timeout=120)
         _quiet([alice, bob, carol], topic)

@@ -76,7 +76,9 @@ def at_work(nodes: list[Node], adj: dict[int, set[int]], seconds: float, rate: f
     n = len(nodes)
     topic = open_topic(nodes[0], "work")
     subscribe_all(nodes, adj, topic)
-    waiters = [Waiter(x, topic) for x in nodes]
+    # Long-polls, not one stream each: every wait call is an agent acting, the
+    # activity this part shows must not cost the network a document per call.
+    waiters = [Waiter(x, topic, poll=True) for x in nodes]
     try:
         for w in waiters:
             w.start()

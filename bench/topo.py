@@ -67,10 +67,15 @@ def start_all(nodes: list[Node], timeout: float = 180) -> None:
 
 def cpu_seconds(node: Node) -> float:
     """User plus system CPU time the node's daemon has used so far."""
+    return sum(cpu_split(node))
+
+
+def cpu_split(node: Node) -> tuple[float, float]:
+    """User and system CPU time the node's daemon has used so far."""
     assert node.proc is not None
     with open(f"/proc/{node.proc.pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
 
 def cpu_all(nodes: list[Node]) -> list[float]:
@@ -81,9 +86,24 @@ def spent(before: list[float], after: list[float]) -> list[float]:
     return [b - a for a, b in zip(before, after, strict=True)]
 
 
+def spent_split(before: list[tuple[float, float]],
+                after: list[tuple[float, float]]) -> tuple[float, float]:
+    """User and system CPU-s spent by all the daemons between two :func:`cpu_split` readings."""
+    return (sum(b[0] - a[0] for a, b in zip(before, after, strict=True)),
+            sum(b[1] - a[1] for a, b in zip(before, after, strict=True)))
+
+
 def presence_lines(nodes: list[Node]) -> int:
     """Presence lines all daemons have sent so far (``status.presence.lines_sent``)."""
     return sum(n.api("GET", "/v1/status")["presence"]["lines_sent"] for n in nodes)
+
+
+def board_in(nodes: list[Node]) -> tuple[int, int, int]:
+    """Board lines read, records taken and gap checks that found the copy behind the
+    owner's head (each asks every peer again), by all daemons so far (``status.board``)."""
+    got = [n.api("GET", "/v1/status")["board"] for n in nodes]
+    return (sum(b["lines_in"] for b in got), sum(b["records_in"] for b in got),
+            sum(b.get("head_gaps", 0) for b in got))
 
 
 def presence_signed(nodes: list[Node]) -> int:
@@ -115,29 +135,46 @@ def open_topic(owner: Node, name: str, **policy: object) -> str:
 
 
 class Waiter(threading.Thread):
-    """Long-polls one host's ``/v1/board/wait``, noting when each post arrived."""
+    """Follows one host's board topic, noting when each post arrived.
 
-    def __init__(self, node: Node, topic: str) -> None:
+    By default with one streaming ``/v1/board/wait`` (``stream``: the host
+    sends every post that arrived since the last, as it arrives, on one
+    request), as a client that follows a topic does; ``poll=True`` long-polls
+    instead, one request a wake-up, as a script waiting for the next post.
+    """
+
+    def __init__(self, node: Node, topic: str, poll: bool = False) -> None:
         super().__init__(daemon=True)
-        self.node, self.topic = node, topic
+        self.node, self.topic, self.poll = node, topic, poll
         self.seen: dict[str, float] = {}
         self.stop = threading.Event()
         first = node.api("POST", "/v1/board/wait", {"topics": [topic], "timeout": 0})
         self.cursor = first["cursor"]
         self.error = ""
+        self.answers = 0  # objects (answers or stream chunks) the host sent
+
+    def _note(self, got: dict) -> None:
+        now = time.monotonic()
+        self.answers += 1
+        for p in got["posts"]:
+            self.seen.setdefault(p["hash"], now)
+        self.cursor = got["cursor"]
 
     def run(self) -> None:
         client = self.node.client  # one connection, kept, as an agent's loop holds
         try:
             while not self.stop.is_set():
-                # A long poll: the host answers as soon as a post is there.
-                got = client.request("POST", "/v1/board/wait",
-                                     {"topics": [self.topic], "after": self.cursor,
-                                      "timeout": 30})
-                now = time.monotonic()
-                for p in got["posts"]:
-                    self.seen.setdefault(p["hash"], now)
-                self.cursor = got["cursor"]
+                body = {"topics": [self.topic], "after": self.cursor}
+                if self.poll:
+                    # A long poll: the host answers as soon as a post is there.
+                    self._note(client.request("POST", "/v1/board/wait", {**body, "timeout": 30}))
+                    continue
+                with client.stream("POST", "/v1/board/wait",
+                                   {**body, "timeout": 600, "stream": True}) as chunks:
+                    for got in chunks:
+                        self._note(got)
+                        if self.stop.is_set():
+                            break
         except Exception as e:  # noqa: BLE001 - reported by the bench, not raised in a thread
             if not self.stop.is_set():
                 self.error = f"{type(e).__name__}: {e}"

@@ -19,7 +19,8 @@ def tmp_home_root():
     """A short temp dir (Unix socket paths must stay under ~100 bytes)."""
     d = tempfile.mkdtemp(prefix="awpt", dir="/tmp")
     yield d
-    shutil.rmtree(d, ignore_errors=True)
+    if not os.environ.get("AWP_KEEP_TMP"):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

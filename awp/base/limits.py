@@ -59,6 +59,8 @@ class Limits:
     board_link_bytes: int = 8 * MiB         # board lines queued for one peer; more wait for a digest
     board_serve_bytes: int = 64 * MiB       # records sent to one peer per minute on its asking
     board_claims_per_minute: int = 6000     # queue requests one peer makes of our queues
+    board_submits_per_minute: int = 60000   # records one peer hands us to carry to (or, on
+    #                                         our topics, to stamp as) a topic's owner
     board_queue_log: int = 10000            # rows in one queue's arbiter log before compacting
     board_award_window: float = 0.05        # claims on our queues arriving this close are
     #                                         served together, best bid first (the market)
@@ -92,6 +94,7 @@ for _f, _k in (
     ("api_body_bytes", "bytes"), ("board_subscriptions", "count"),
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),
     ("board_claims_per_minute", "count"), ("board_queue_log", "count"),
+    ("board_submits_per_minute", "count"),
     ("board_award_window", "seconds"),
     ("kept_peers", "count"), ("warm_for", "seconds"),
     ("board_leases_per_claimant", "count"),

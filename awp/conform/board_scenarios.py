@@ -22,7 +22,15 @@ there:
 * ``board-relay`` (with ``--board-topic``): a post from us reaches a second
   party once, byte for byte, with ``hops`` + 1 and never comes back to us; a
   future-dated and a badly signed record are not relayed; when the topic is
-  not open to post, our post is not relayed at all.
+  not open to post, our post is not relayed at all.  A peer that is not the
+  topic's owner relays no record of ours (another author's record needs the
+  owner's stamp).
+* ``board-stamp`` (with ``--board-topic`` owned by the peer): our post in a
+  ``board-submit`` comes back stamped: a ``stamp`` signed by the owner,
+  naming our post, with a positive ``seq``, just before the post in a
+  ``board-posts`` line; offering it again draws the same stamp (a record is
+  stamped once).  When the topic is not open to post, the answer is a
+  ``board-refused`` signed by the owner, final.
 
 All waits are bounded by the scenario's deadline; the "nothing came" checks
 watch for a fixed second (as ``grant`` does) on top of a ping round trip.
@@ -48,6 +56,7 @@ from ..wire.board import (
     Record,
     check_policy,
     check_record,
+    check_refusal,
     make_ask,
     make_delete,
     make_head,
@@ -610,6 +619,13 @@ def s_board_relay(ctx: Ctx) -> str:
              record_hash(bad_needs): "a post whose needs are not a list of tags"}
     t0 = time.monotonic()
     _posts(ctx, a.conn, topic, [post.doc])
+    if topic.split("/", 1)[0] != ctx.peer.get("key"):
+        lines_a, lines_b = _gather([a.conn, b.conn], 2 * QUIET, ctx.deadline)
+        _relay_checks(lines_a, lines_b, once="", never={
+            post.hash: "another author's record without the topic owner's stamp"})
+        _ping(ctx, b.conn)
+        return ("note: the peer is not the topic's owner: checked that our unstamped post is"
+                " not relayed")
     if not (policy.post_open and policy.read_open):
         lines_a, lines_b = _gather([a.conn, b.conn], 2 * QUIET, ctx.deadline)
         why = ("a stranger's post to a topic not open to post" if not policy.post_open
@@ -633,6 +649,66 @@ def s_board_relay(ctx: Ctx) -> str:
     return f"relayed in {took * 1000:.0f} ms"
 
 
+# -- board-stamp -----------------------------------------------------------------------------
+
+
+def _submit(ctx: Ctx, conn: PeerConn, topic: str, recs: list[dict]) -> None:
+    conn.send({"t": "board-submit", "topic": topic, "hops": 0, "recs": recs}, ctx.deadline)
+
+
+def _await_stamp(ctx: Ctx, conn: PeerConn, topic: str, rec: Record, what: str) -> Record:
+    """The owner's stamp of ``rec``, which must come just before it in a board-posts line."""
+    line = conn.expect(lambda x: x.get("t") == "board-posts" and x.get("topic") == topic
+                       and rec.hash in _hashes_in(x), ctx.deadline,
+                       f"{what} back, stamped, after our board-submit")
+    recs = line.get("recs") or []
+    at = next(i for i, d in enumerate(recs)
+              if isinstance(d, dict) and d.get("sig") == rec.doc["sig"])
+    try:
+        st = check_record(compact_json(recs[at - 1])) if at > 0 else None
+    except (BoardError, TypeError, ValueError) as e:
+        raise Fail(f"the stamp before {what} is not a valid record ({e})") from None
+    if st is None or st.kind != "stamp" or st.of != rec.hash:
+        raise Fail(f"{what} came back without the owner's stamp naming it just before it")
+    return st
+
+
+def s_board_stamp(ctx: Ctx) -> str:
+    a = _board_session(ctx)
+    topic = _need_topic(ctx)
+    if topic.split("/", 1)[0] != ctx.peer.get("key"):
+        raise Skip("the peer is not the --board-topic's owner: only the owner stamps")
+    _sub(ctx, a.conn, [topic])
+    _doc, policy = _await_doc(ctx, a.conn, topic, " (to us)")
+    me = ctx.identity
+    post = _text_post(me, topic, "conformance: a post for the owner to stamp")
+    t0 = time.monotonic()
+    _submit(ctx, a.conn, topic, [post.doc])
+    if not policy.post_open:
+        line = a.conn.expect(lambda x: x.get("t") == "board-refused", ctx.deadline,
+                             "a board-refused for our post to a topic not open to post")
+        try:
+            doc = check_refusal(line.get("doc"))
+        except BoardError as e:
+            raise Fail(f"the board-refused is not the owner's signed refusal ({e})") from None
+        if doc["of"] != post.hash or doc["later"]:
+            raise Fail("the refusal names another record, or asks us to offer it again")
+        return "note: the topic is not open to post: refused, signed by the owner"
+    st = _await_stamp(ctx, a.conn, topic, post, "our post")
+    took = time.monotonic() - t0
+    seq = st.doc["seq"]
+    _submit(ctx, a.conn, topic, [post.doc])  # offered again: the same stamp, no new seq
+    again = _await_stamp(ctx, a.conn, topic, post, "our post offered again")
+    if again.raw != st.raw:
+        raise Fail(f"our post offered again was stamped anew (seq {again.doc['seq']} after"
+                   f" {seq}): a record is stamped once")
+    gone = make_delete(me, post, now_ms())  # leave the topic as it was
+    _submit(ctx, a.conn, topic, [gone.doc])
+    _await_stamp(ctx, a.conn, topic, gone, "our delete of the post")
+    _sub(ctx, a.conn, [], drop=(topic,))
+    return f"stamped as seq {seq} in {took * 1000:.0f} ms"
+
+
 BOARD_SCENARIOS: list[Scenario] = [
     Scenario("board-unknown-topic", "board-sub, digest, want and claim for a topic the peer"
              " does not hold draw nothing about it and no err (cap board)",
@@ -648,4 +724,8 @@ BOARD_SCENARIOS: list[Scenario] = [
              " once, byte for byte, hops + 1; bad, future and bad-needs records do not"
              " (cap board)", s_board_relay,
              own_connection=True),
+    Scenario("board-stamp", "with --board-topic owned by the peer: our post in a board-submit"
+             " comes back with the owner's stamp (a seq), once however often offered; a"
+             " topic not open to post answers with a signed board-refused (cap board)",
+             s_board_stamp, own_connection=True),
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ..wire.board import BoardError, check_record, is_hash, parse_topic
+from ..wire.board import BoardError, check_record, check_refusal, is_hash, parse_topic
 from ..wire.canonical import compact_json
 from .schema import _is_int as is_int
 from .schema import shown
@@ -26,7 +26,8 @@ MAX_HOPS = 8
 OPS = ("claim", "renew", "release", "complete", "fail")
 _FP = re.compile(r"[0-9a-f]{24}\Z", re.ASCII)
 CHECKED = ("board-sub", "board-topic", "board-digest", "board-want", "board-posts",
-           "board-claim", "board-lease")
+           "board-claim", "board-lease", "board-submit", "board-refused")
+MAX_SUBMIT = 256  # records in one board-submit
 
 
 def _topic(p: list[str], where: str, v: object) -> bool:
@@ -127,6 +128,12 @@ def check_board(t: str, line: dict) -> list[str]:
     if t not in CHECKED:
         return p  # a board line this draft does not define: unknown types are fine
     topic = line.get("topic")
+    if t == "board-refused":
+        try:
+            check_refusal(line.get("doc"))
+        except BoardError as e:
+            p.append(f"board-refused.doc is not the owner's signed refusal ({e})")
+        return p
     if t != "board-topic" and _topic(p, f"{t}.topic", topic) is False:
         topic = None
     if t == "board-topic":
@@ -140,6 +147,14 @@ def check_board(t: str, line: dict) -> list[str]:
         else:
             for i, doc in enumerate(recs):
                 p += check_board_record(doc, f"board-posts.recs[{i}]",
+                                        topic=topic if isinstance(topic, str) else "")
+    elif t == "board-submit":
+        recs = line.get("recs")
+        if not isinstance(recs, list) or not 0 < len(recs) <= MAX_SUBMIT:
+            p.append(f"board-submit without a list of 1 to {MAX_SUBMIT} 'recs'")
+        else:
+            for i, doc in enumerate(recs):
+                p += check_board_record(doc, f"board-submit.recs[{i}]",
                                         topic=topic if isinstance(topic, str) else "")
     elif t == "board-digest":
         if not is_int(line.get("floor")):

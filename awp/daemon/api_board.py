@@ -24,7 +24,7 @@ from ..board import market, view
 from ..board.market import Bid
 from ..board.workers import earlier_results, lease_facts
 from ..board.workers import workers as workers_of
-from ..localapi.server import ApiError, Request, Router
+from ..localapi.server import ApiError, Request, Router, Stream
 from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
 from ..node.claim_wait import ClaimAsk
@@ -238,7 +238,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         return {"topic": topic, "label": label(c, topic), "owner": owner,
                 "owner_name": owner_name(c, owner), "name": name, "mine": owner == me,
                 "subscribed": subscribed, "known": pol is not None, **sb.topic_stats(c, topic),
-                "head": head,
+                "head": head, "stamps": board.seq.view(c, topic),
                 "unread": sb.unread_count(c, topic, me) if subscribed else 0, "policy": pol}
 
     async def topic_answer(topic: str) -> dict:
@@ -428,7 +428,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         readers = await board.readers(topic)
         lab, shown = await answer_names(topic, readers)
         names = {me: owner_name_me(), topic: lab}
-        return {"post": post_obj(None, p, names), "sent_to": readers, "names": shown}
+        return {"post": post_obj(None, p, names), "sent_to": readers, "names": shown,
+                "waiting": rec.hash in taken.waiting}  # for the owner's stamp
 
     async def answer_names(topic: str, readers: list[str]) -> tuple[str, dict[str, str]]:
         """The topic's label and how each reader is shown, in one read (none for one of
@@ -493,8 +494,102 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         return await engine.read(q)
 
+    class Arrivals:
+        """Posts in scope that arrived after a cursor, as one answer or as a stream.
+
+        Both wake on the change hints the board publishes as it stores records
+        and read everything past the cursor in one query: records stored
+        together (one line, one batch) come back together.  The stream is how a
+        client that follows a topic pays one request for every post instead of
+        a request per post: each wake-up costs one query and one chunk.
+        """
+
+        def __init__(self, topics: list[str], after: int, mine: bool) -> None:
+            self.topics, self.after, self.mine = topics, after, mine
+            self.wanted = set(topics)
+            self.idle = after  # where a wait that timed out may go on from
+            self.names: dict[str, str] = {}  # authors and topics shown, kept for a stream
+
+        def _q(self, c: sqlite3.Connection, limit: int, seen: bool) -> tuple[list[dict], int]:
+            # The newest seq first: every post up to it is then seen by the
+            # query after it, so a wait may start from it when nothing is new.
+            last = sb.last_seq(c) if seen else 0
+            posts = sb.posts_after(c, self.topics, self.after, me, self.mine, limit)
+            return [post_obj(c, p, self.names) for p in posts], last
+
+        async def look(self, seen: bool = True) -> list[dict]:
+            """What is new past the cursor (which moves past it).
+
+            Read right here while it is a few posts, as it is for a waiter
+            that keeps up (a reader thread's two hand-overs cost more CPU than
+            the query, once per post on every waiting host); when there may be
+            more, on a reader thread.  With ``seen`` and nothing new,
+            :attr:`idle` moves to the newest seq: nothing in scope lies before
+            it (a stream asks only when it ends).
+            """
+            posts, last = engine.read_sync(lambda c: self._q(c, LIVE_POSTS, seen))
+            if len(posts) >= LIVE_POSTS:
+                posts, last = await engine.read(lambda c: self._q(c, 500, seen))
+            if posts:
+                self.after = self.idle = max(p["seq"] for p in posts)
+            elif seen:
+                self.idle = max(self.idle, last)
+            return posts
+
+        async def woken(self, events: trio.MemoryReceiveChannel) -> None:
+            """Until a record of our topics is stored; hints queued meanwhile are taken too."""
+            while True:
+                ev = await events.receive()
+                if ev.get("kind") == "board" and ev.get("topic") in self.wanted:
+                    break
+            while True:  # one look for every record of the same store job
+                try:
+                    events.receive_nowait()
+                except trio.WouldBlock:
+                    return
+
+        async def once(self, timeout: float) -> dict:
+            engine.waiting += 1
+            try:
+                with engine.changes.subscribe() as events, trio.move_on_after(timeout):
+                    while True:
+                        posts = await self.look()
+                        if posts:
+                            return {"posts": posts, "cursor": self.after, "timed_out": False}
+                        await self.woken(events)
+            finally:
+                engine.waiting -= 1
+            # Not the newest seq now: a post in scope stored since the last look
+            # would be skipped by a wait starting there.
+            return {"posts": [], "cursor": self.idle, "timed_out": True}
+
+        async def stream(self, timeout: float) -> Any:
+            """One object a wake-up with posts, as :meth:`once` answers; after
+            ``timeout`` a last one with ``timed_out`` and the cursor to go on from."""
+            engine.waiting += 1
+            try:
+                with engine.changes.subscribe() as events:
+                    deadline = trio.current_time() + timeout
+                    while True:
+                        if len(self.names) > 1024:
+                            self.names.clear()
+                        posts = await self.look(seen=False)
+                        if posts:
+                            yield {"posts": posts, "cursor": self.after, "timed_out": False}
+                            continue
+                        with trio.move_on_at(deadline):
+                            await self.woken(events)
+                            continue
+                        break
+                    posts = await self.look()
+                    if posts:
+                        yield {"posts": posts, "cursor": self.after, "timed_out": False}
+            finally:
+                engine.waiting -= 1
+            yield {"posts": [], "cursor": self.idle, "timed_out": True}
+
     @r.route("POST", "/v1/board/wait")
-    async def wait(req: Request) -> dict:
+    async def wait(req: Request) -> dict | Stream:
         body = json_body(req)
         refs = body.get("topics") or []
         if not isinstance(refs, list):
@@ -502,49 +597,18 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         topics = [await topic_of(t) for t in refs] or sorted(board.subs)
         timeout = _secs(body, "timeout", 300.0)
         mine = bool(body.get("mine", False))
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise _bad("stream must be true or false")
         after = body.get("after")
         if after is None:
             after = await engine.read(sb.last_seq)
         elif isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise _bad("after must be a cursor (a seq) from an earlier answer")
-
-        def q(c: sqlite3.Connection, limit: int = 500) -> tuple[list[dict], int]:
-            # The newest seq first: every post up to it is then seen by the
-            # query after it, so a wait may start from it when nothing is new.
-            seen = sb.last_seq(c)
-            names: dict[str, str] = {}
-            posts = sb.posts_after(c, topics, after, me, mine, limit)
-            return [post_obj(c, p, names) for p in posts], seen
-
-        async def look() -> tuple[list[dict], int]:
-            """What is new: read right here while it is a few posts, as it is for a
-            waiter that keeps up (a reader thread's two hand-overs cost more CPU
-            than the query, once per post on every waiting host); when there may
-            be more, on a reader thread."""
-            posts, seen = engine.read_sync(lambda c: q(c, LIVE_POSTS))
-            if len(posts) < LIVE_POSTS:
-                return posts, seen
-            return await engine.read(q)
-
-        engine.waiting += 1
-        last = after  # nothing in scope up to here: where the next wait may start
-        try:
-            with engine.changes.subscribe() as events, trio.move_on_after(timeout):
-                while True:
-                    posts, seen = await look()
-                    if posts:
-                        return {"posts": posts, "cursor": max(p["seq"] for p in posts),
-                                "timed_out": False}
-                    last = max(last, seen)
-                    while True:
-                        ev = await events.receive()
-                        if ev.get("kind") == "board" and ev.get("topic") in topics:
-                            break
-        finally:
-            engine.waiting -= 1
-        # Not the newest seq now: a post in scope stored since the last look
-        # would be skipped by a wait starting there.
-        return {"posts": [], "cursor": last, "timed_out": True}
+        watch = Arrivals(topics, after, mine)
+        if stream:
+            return Stream(lambda: watch.stream(timeout))
+        return await watch.once(timeout)
 
     @r.route("POST", "/v1/board/unread")
     async def unread(req: Request) -> dict:

@@ -78,46 +78,45 @@ def _float_repr(o: float) -> str:
     return float.__repr__(o)
 
 
+def _scalar(o: object) -> str | None:
+    """A JSON scalar other than a string as ``json.dumps`` writes it; None for anything else."""
+    if o is None:
+        return "null"
+    if o is True:
+        return "true"
+    if o is False:
+        return "false"
+    if isinstance(o, int):
+        return int.__repr__(o)
+    if isinstance(o, float):
+        return _float_repr(o)
+    return None
+
+
 def dumps(obj: object, *, ensure_ascii: bool = True,
           separators: tuple[str, str] = (", ", ": ")) -> str:
     """Encode ``obj`` as ``json.dumps(obj, ensure_ascii=..., separators=...)`` does."""
     if isinstance(obj, str):
         enc = _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring
         return enc(obj)
+    if not isinstance(obj, dict | list | tuple):
+        text = _scalar(obj)
+        if text is None:
+            _unsupported(obj)
+        return text  # type: ignore[return-value]
     encode = _json.make_encoder(
         {}, _unsupported,
         _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring,
         None, separators[1], separators[0], False, False, True)
-    if not isinstance(obj, dict | list | tuple):
-        if obj is None:
-            return "null"
-        if obj is True:
-            return "true"
-        if obj is False:
-            return "false"
-        if isinstance(obj, int):
-            return int.__repr__(obj)
-        if isinstance(obj, float):
-            return _float_repr(obj)
-        _unsupported(obj)
     return "".join(encode(obj, 0))
 
 
 def _key(k: object) -> str:
     """A dict key as ``json.dumps`` writes it (keys become strings)."""
-    if isinstance(k, str):
-        return k
-    if k is True:
-        return "true"
-    if k is False:
-        return "false"
-    if k is None:
-        return "null"
-    if isinstance(k, int):
-        return int.__repr__(k)
-    if isinstance(k, float):
-        return _float_repr(k)
-    raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
+    text = k if isinstance(k, str) else _scalar(k)
+    if text is None:
+        raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
+    return text
 
 
 def indented(obj: object, *, indent: int = 2, ensure_ascii: bool = False) -> str:

@@ -22,6 +22,17 @@ exchange runs on every link every :data:`RESYNC_S` seconds, which also
 offers again records a peer refused as dated too far ahead.
 
 The work-queue arbiter is :mod:`awp.node.board_queue`.
+
+Why one module: it is the replication state machine of one host, and its
+parts share that state: the links and their subscriptions, the topics we
+hold, the heads we have heard and the documents in force.  A subscription
+decides which links a record goes to, a head decides when a digest is asked
+again, a document decides who may read: split, each part would reach into
+the others' dictionaries.  What stands on its own has left: a link's send
+queue (:mod:`awp.node.board_sendq`), the owner's stamps
+(:mod:`awp.node.board_seq`), business with peers
+(:mod:`awp.node.board_links`), the pure rules (:mod:`awp.board`) and every
+query (:mod:`awp.store.board`).
 """
 
 from __future__ import annotations
@@ -29,9 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
@@ -58,6 +67,9 @@ from ..wire.numbers import is_count
 from ..wire.presence import raw_elements, raw_member
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 from . import board_links
+from .board_sendq import MAX_LINE, BoardLink, Records
+from .board_seq import Sequencer
+from .extension import Extension
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -67,7 +79,6 @@ log = logging.getLogger("awp.board")
 
 RELAXED_RECORDS = 32  # relayed records stored inline without an fsync, at most, per line
 HOPS_CAP = 1 << 20  # ``hops`` is a count for people reading the store; it stops growing here
-MAX_LINE = 512 * 1024  # a board-posts line stays under this
 MAX_SUBS = 256  # topics in one board-sub
 MAX_WANT = 4096  # hashes in one board-want
 MAX_RECS = 4096  # records read from one board-posts line
@@ -86,89 +97,20 @@ def speaks_board(conn: Connection) -> bool:
     return CAP in conn.peer_caps
 
 
-@dataclass
-class _Records:
-    """Records waiting in a link's queue for one ``board-posts`` line.
-
-    Kept as records, not as a built line, so that records queued one after
-    another for the same topic leave together: under load a subscriber gets
-    a few large lines instead of one line per post.
-    """
-
-    topic: str
-    hops: int
-    raws: list[str]
-    size: int
-
-
-class _Link:
-    """One connection's outgoing board lines, written by its own task."""
-
-    def __init__(self, conn: Connection, max_bytes: int) -> None:
-        self.conn = conn
-        self.max_bytes = max_bytes
-        self.served = 0  # bytes sent on the peer's asking in this minute
-        self.served_since = 0.0
-        self.claims = 0  # queue requests from the peer in this minute
-        self.claims_since = 0.0
-        self.queue: deque[bytes | _Records] = deque()
-        self.size = 0
-        self.wake = trio.Event()
-        self.resync: set[str] = set()
-        self.deferred: set[str] = set()  # topics whose asks went over the serve budget
-        self.subs: dict[str, tuple[object, object]] = {}  # topic -> (grant, via) they sent
-        self.heard_sub = False  # their first board-sub came (the one sent on connect)
-
-    def full(self) -> bool:
-        return self.size >= self.max_bytes
-
-    def push(self, data: bytes, topic: str = "") -> bool:
-        """Queue a line; False (and a resync of ``topic``) when the queue is full.
-
-        Every line about a topic passes ``topic``, answers to the peer's own
-        lines above all (a ``board-sub`` of 256 topics asks for 512 lines):
-        only our own ``board-sub`` goes past the bound.
-        """
-        if self.size + len(data) > self.max_bytes and topic:
-            self.resync.add(topic)
-            self.wake.set()
-            return False
-        self.queue.append(data)
-        self.size += len(data)
-        self.wake.set()
-        return True
-
-    def push_records(self, topic: str, hops: int, raws: list[str], size: int) -> bool:
-        """Queue records, joining the last queued group when it is the same topic and hops."""
-        if self.size + size > self.max_bytes:
-            self.resync.add(topic)
-            self.wake.set()
-            return False
-        last = self.queue[-1] if self.queue else None
-        if (isinstance(last, _Records) and last.topic == topic and last.hops == hops
-                and last.size + size <= MAX_LINE - 1024):
-            last.raws.extend(raws)
-            last.size += size
-        else:
-            self.queue.append(_Records(topic, hops, list(raws), size))
-        self.size += size
-        self.wake.set()
-        return True
-
-
-class Board:
+class Board(Extension):
     """Engine extension for the ``board`` lines."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.me = engine.identity.key
         self.subs: set[str] = set()  # topics we subscribe to
-        self.links: dict[str, _Link] = {}  # peer key -> its current link
+        self.links: dict[str, BoardLink] = {}  # peer key -> its current link
         self.policies: dict[str, Policy | None] = {}
         self.stats = dict.fromkeys(("lines_in", "bytes_in", "lines_out", "bytes_out",
                                     "records_in", "records_refused", "records_out",
                                     "asks_refused", "held_back", "claims_refused",
-                                    "head_gaps"), 0)
+                                    "head_gaps", "seq_holes", "seq_gaps", "submits_refused",
+                                    "records_unstamped", "records_refused_by_owner"), 0)
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
@@ -180,14 +122,18 @@ class Board:
         # Topics we subscribe to whose owner told us (``board-none``) it has no
         # such topic: a post waiting for the document fails at once.
         self.none: set[str] = set()
+        self.seq = Sequencer(self)  # the owner stamps others' records (awp.node.board_seq)
 
     # -- life ------------------------------------------------------------------------
 
     async def on_start(self) -> None:
         self.subs = set(await self.engine.read(sb.subscriptions))
+        await self.seq.start()
         async with trio.open_nursery() as n:
             self._nursery = n
             self._started.set()
+            n.start_soon(self.seq.run)
+            n.start_soon(self.seq.stamper)
             n.start_soon(self._sweep_loop)
             n.start_soon(self._head_loop)
             if self.queue is not None:
@@ -228,7 +174,8 @@ class Board:
         ts = max(now_ms(), self._last_ts + 1)
         self._last_ts = ts
         body = bsync.opening(held, floor, ts, 0)
-        head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"])
+        top = await self.engine.read(lambda c: sb.top_seq(c, topic))
+        head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"], top)
         self.heads[topic] = head
         await self._forward_head(topic, head, 0)
 
@@ -242,7 +189,7 @@ class Board:
         if topic.startswith(self.me + "/"):
             self._dirty.add(topic)
 
-    async def _on_head(self, link: _Link, line: dict) -> None:
+    async def _on_head(self, link: BoardLink, line: dict) -> None:
         """A head from the owner, relayed: keep the newest, pass it on, and look for gaps.
 
         A range where we hold fewer records than the owner, or a newer
@@ -261,6 +208,7 @@ class Board:
         if held is not None and parse_ts(held["ts"]) >= parse_ts(head["ts"]):
             return
         self.heads[topic] = head
+        self.seq.head(topic, head)
         await self._forward_head(topic, head, hops + 1, except_key=link.conn.peer_key)
         if self._nursery is not None and topic not in self._checking:
             self._checking.add(topic)
@@ -312,7 +260,7 @@ class Board:
         if speaks_board(conn):
             await self._link_for(conn)
 
-    async def _link_for(self, conn: Connection) -> _Link:
+    async def _link_for(self, conn: Connection) -> BoardLink:
         """The link of ``conn``, made (and our board-sub queued) on first use.
 
         The peer's first board lines may come before the engine has told us
@@ -325,14 +273,14 @@ class Board:
         link = self.links.get(conn.peer_key)
         if link is not None and link.conn is conn:
             return link
-        link = _Link(conn, self.engine.config.limits.board_link_bytes)
+        link = BoardLink(conn, self.engine.config.limits.board_link_bytes)
         self.links[conn.peer_key] = link
         assert self._nursery is not None
         self._nursery.start_soon(self._sender, link)
         link.push(await self._sub_line(sorted(self.subs), []))
         return link
 
-    async def _sender(self, link: _Link) -> None:
+    async def _sender(self, link: BoardLink) -> None:
         conn = link.conn
         async with trio.open_nursery() as n:
             async def watch() -> None:
@@ -347,7 +295,7 @@ class Board:
                 while True:
                     while link.queue:
                         item = link.queue.popleft()
-                        if isinstance(item, _Records):
+                        if isinstance(item, Records):
                             link.size -= item.size
                             data = self._posts_line(item.topic, item.raws, item.hops)
                         else:
@@ -401,7 +349,7 @@ class Board:
         for link in list(self.links.values()):
             link.push(await self._sub_line(topics, drop))
 
-    async def _may_read(self, link: _Link, topic: str) -> bool:
+    async def _may_read(self, link: BoardLink, topic: str) -> bool:
         if topic not in link.subs:
             return False
         grant, via = link.subs[topic]
@@ -436,13 +384,17 @@ class Board:
                 await self._on_head(link, line)
             elif t == "board-none":
                 self._on_none(link, line)
+            elif t == "board-submit":
+                await self.seq.on_submit(link, line, raw)
+            elif t == "board-refused":
+                await self.seq.on_refused(link, line)
             elif self.queue is not None:
                 await self.queue.on_line(link, t, line)
         except (BoardError, ValueError, TypeError, KeyError) as e:
             log.info("board line from %s dropped: %s", conn.peer_key[:18], e)
         return True
 
-    async def _on_sub(self, link: _Link, line: dict) -> None:
+    async def _on_sub(self, link: BoardLink, line: dict) -> None:
         topics, drop = line.get("topics"), line.get("drop")
         added = []  # listed again too: a new grant may let the peer read now
         for e in topics[:MAX_SUBS] if isinstance(topics, list) else []:
@@ -464,6 +416,8 @@ class Board:
             for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
                 del link.subs[topic]
         heard, link.heard_sub = link.heard_sub, True
+        if any(t in self.subs for t in added):
+            self.seq.link_up()  # a path towards an owner our waiting records need
         await board_links.heard(self.engine, link.conn.peer_key,
                                 [t for t in dict.fromkeys(added) if t in self.subs], dropped)
         for topic in dict.fromkeys(added):
@@ -491,7 +445,7 @@ class Board:
             if heard or self.me < link.conn.peer_key:
                 link.push(await self._opening(topic), topic)
 
-    def _on_none(self, link: _Link, line: dict) -> None:
+    def _on_none(self, link: BoardLink, line: dict) -> None:
         """The owner of a topic we subscribe to says it has no such topic.
 
         Believed only from the owner itself: a relay cannot know, and must
@@ -504,7 +458,7 @@ class Board:
             self.none.add(topic)
             self.engine.changes.publish({"kind": "board", "topic": topic, "rec": "none"})
 
-    async def _on_topic(self, link: _Link, line: dict, raw: bytes) -> None:
+    async def _on_topic(self, link: BoardLink, line: dict, raw: bytes) -> None:
         hops = line.get("hops")
         doc = raw_member(raw.decode("utf-8"), "doc")
         if doc is None or not is_count(hops):
@@ -540,7 +494,7 @@ class Board:
             if key != except_key and self._may_see_doc(link, rec.topic):
                 link.push(self._line("board-topic", f'"hops":{hops},"doc":' + rec.raw))
 
-    def _may_see_doc(self, link: _Link, topic: str) -> bool:
+    def _may_see_doc(self, link: BoardLink, topic: str) -> bool:
         """Topic documents go to every subscriber that is not banned, reader or not.
 
         The document is the topic's public face (policy, title, who is revoked
@@ -552,7 +506,7 @@ class Board:
         pol = self.policies.get(topic)
         return pol is None or link.conn.peer_key not in pol.banned
 
-    async def _on_posts(self, link: _Link, line: dict, raw: bytes) -> None:
+    async def _on_posts(self, link: BoardLink, line: dict, raw: bytes) -> None:
         topic, hops = line.get("topic"), line.get("hops")
         if not isinstance(topic, str) or topic not in self.subs:
             return
@@ -562,19 +516,26 @@ class Board:
         recs = raw_elements(recs_text, MAX_RECS) if recs_text is not None else None
         if not recs:
             return
-        await self.take(recs, via=link.conn.peer_key, hops=min(hops, HOPS_CAP))
+        await self.take(recs, via=link.conn.peer_key, hops=min(hops, HOPS_CAP),
+                        owner=topic.startswith(self.me + "/"))
 
     async def take(self, raws: list[str] | list[Record], *, via: str = "",
-                   hops: int = 0) -> sb.Taken:
-        """Store records (from a peer or from us) and forward what was new."""
+                   hops: int = 0, owner: bool = False) -> sb.Taken:
+        """Store records (from a peer or from us) and forward what was new.
+
+        ``owner``: the records are for a topic of ours, so this take may stamp
+        some (:mod:`awp.node.board_seq`): its commit is durable before any
+        stamp leaves, so a seq is never given twice, even after ``kill -9``.
+        """
         def job(c: sqlite3.Connection) -> sb.Taken:
-            taken = sb.take(c, raws, now_ms(), via=via, hops=hops)
+            taken = sb.take(c, raws, now_ms(), via=via, hops=hops, me=self.me,
+                            signer=self.seq.signer)
             if self.queue is not None:
                 self.queue.stored(c, taken)
             return taken
 
         try:
-            taken = await self._store(job, len(raws) if via else 0)
+            taken = await self._store(job, len(raws) if via and not owner else 0)
         except Exception:
             if self.queue is not None:
                 self.queue.forget()
@@ -585,20 +546,21 @@ class Board:
             if taken.refused:
                 log.debug("board: %d records from %s refused: %s", len(taken.refused),
                           via[:18], taken.refused[:3])
-        by_topic: dict[str, list[Record]] = {}
+        by_topic: dict[str, list[str]] = {}
         for rec in taken.new:
             if rec.kind == "topic":
                 self._topic_changed(rec)
                 await self._forward_topic(rec, next_hops(hops), except_key=via)
                 continue
-            by_topic.setdefault(rec.topic, []).append(rec)
+            if rec.hash not in taken.waiting:  # ours waits for the owner's stamp first
+                by_topic.setdefault(rec.topic, []).extend(taken.wire(rec))
             self._changed(rec.topic)
             self.engine.changes.publish({
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me})
-        for topic, recs in by_topic.items():
-            await self._forward(topic, [r.raw for r in recs], next_hops(hops) if via else 0,
-                                except_key=via)
+        for topic, raws_out in by_topic.items():
+            await self._forward(topic, raws_out, next_hops(hops) if via else 0, except_key=via)
+        self.seq.stored(taken)
         if self.queue is not None and taken.new:
             self.queue.after_stored(taken)
         return taken
@@ -618,14 +580,24 @@ class Board:
         return await self.engine.writer.run(job)
 
     async def _forward(self, topic: str, raws: list[str], hops: int,
-                       except_key: str = "", only: _Link | None = None) -> None:
+                       except_key: str = "", only: BoardLink | None = None) -> None:
         links = [only] if only is not None else [
             link for key, link in list(self.links.items()) if key != except_key]
+        groups: list[tuple[list[str], int]] | None = None
+        lines: dict[int, bytes] = {}  # group -> its line, built once for every link
+
+        def line_of(i: int) -> bytes:
+            if i not in lines:
+                lines[i] = self._posts_line(topic, groups[i][0], hops)  # type: ignore[index]
+            return lines[i]
+
         for link in links:
             if not await self._may_read(link, topic):
                 continue
-            for group, size in _groups(raws):
-                if not link.push_records(topic, hops, group, size):
+            if groups is None:
+                groups = _groups(raws)
+            for i, (group, size) in enumerate(groups):
+                if not link.push_records(topic, hops, group, size, lambda i=i: line_of(i)):
                     self.stats["held_back"] += 1
                     break
                 self.stats["records_out"] += len(group)
@@ -656,7 +628,7 @@ class Board:
                           f'"floor":{body["floor"]},"ranges":'
                           + json.dumps(body["ranges"], separators=(",", ":")))
 
-    async def _on_digest(self, link: _Link, line: dict) -> None:
+    async def _on_digest(self, link: BoardLink, line: dict) -> None:
         topic = line.get("topic")
         if not isinstance(topic, str) or topic not in self.subs:
             return
@@ -681,7 +653,7 @@ class Board:
             link.push(self._line("board-want", f'"topic":{json.dumps(topic)},"ids":'
                                  + json.dumps(step.want[i:i + MAX_WANT])), topic)
 
-    async def _on_want(self, link: _Link, line: dict) -> None:
+    async def _on_want(self, link: BoardLink, line: dict) -> None:
         topic, ids = line.get("topic"), line.get("ids")
         if not isinstance(topic, str) or topic not in self.subs or not isinstance(ids, list):
             return
@@ -693,7 +665,7 @@ class Board:
         if raws:
             await self._forward(topic, raws, 0, only=link)
 
-    def _serve(self, link: _Link, raws: list[str]) -> list[str]:
+    def _serve(self, link: BoardLink, raws: list[str]) -> list[str]:
         """What of ``raws`` the peer's asking may have now (``board_serve_bytes``).
 
         A want is a few bytes that can ask for megabytes: past the budget a

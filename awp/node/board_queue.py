@@ -18,6 +18,11 @@ to any subscriber, a claim fails at once (:class:`NoOwner`).  A
 ``complete`` or ``fail`` that cannot reach the owner is kept
 (``board_pending``) and sent when a path is back, until its lease would have
 run out; a retried ``complete`` the owner had committed is answered "done".
+
+Why one module: the arbiter's side (decide, log, lease records) and the
+asker's side (route, wait, keep, retry) are the two ends of one exchange;
+the market's award windows already live apart (``board_market``), and
+what is left shares the request ids, routes and answers as one protocol.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ from ..wire.timefmt import now_ms, parse_ts
 from .board_market import AwardWindow
 
 if TYPE_CHECKING:
-    from .board import Board, _Link
+    from .board import Board
+    from .board_sendq import BoardLink
 
 log = logging.getLogger("awp.board.queue")
 
@@ -83,7 +89,7 @@ class BoardQueue:
         # our request id -> (links asked, answered, answers, links still to answer)
         self._answers: dict[str, tuple[set[str], trio.Event, list[dict], list[int]]] = {}
         # an ask we passed on: our id -> (from, their id, when, branches still to answer)
-        self._routes: dict[str, tuple[_Link, str, float, list[int]]] = {}
+        self._routes: dict[str, tuple[BoardLink, str, float, list[int]]] = {}
         self._seen: dict[str, float] = {}  # signatures of asks already decided or passed on
         self._wake = trio.Event()
         self.window = AwardWindow(self)  # claims are decided in award windows (the market)
@@ -303,7 +309,7 @@ class BoardQueue:
 
     # -- requests from others (owner side) -----------------------------------------
 
-    async def on_line(self, link: _Link, t: str, line: dict) -> None:
+    async def on_line(self, link: BoardLink, t: str, line: dict) -> None:
         if t == "board-claim":
             await self._on_claim(link, line)
         elif t == "board-lease":
@@ -344,7 +350,7 @@ class BoardQueue:
         self._seen[ask["sig"]] = now
         return True
 
-    async def _on_claim(self, link: _Link, line: dict) -> None:
+    async def _on_claim(self, link: BoardLink, line: dict) -> None:
         topic, op = line.get("topic"), line.get("op")
         ident = line.get("id")
         if not isinstance(topic, str) or op not in OPS or not isinstance(ident, str):
@@ -394,7 +400,7 @@ class BoardQueue:
                 answer, rec = await self._arbitrate(topic, ev)
         await self._send_answer(link, topic, ident, answer, rec)
 
-    async def _claim_for(self, link: _Link, topic: str, ident: str, who: str, req: str,
+    async def _claim_for(self, link: BoardLink, topic: str, ident: str, who: str, req: str,
                          offers: tuple[str, ...], bid: Bid) -> None:
         """A peer's claim, decided in its award window and answered (its own task)."""
         try:
@@ -404,7 +410,7 @@ class BoardQueue:
             return
         await self._send_answer(link, topic, ident, answer, rec)
 
-    async def _send_answer(self, link: _Link, topic: str, ident: str, answer: Decision,
+    async def _send_answer(self, link: BoardLink, topic: str, ident: str, answer: Decision,
                            rec: Record | None) -> None:
         body = {"topic": topic, "re": ident}
         if rec is not None and answer.state == "claimed":
@@ -422,7 +428,7 @@ class BoardQueue:
         # costs nothing but time: the claimant's retry (same req) gets the same decision.
         link.push(self.board._line("board-lease", text), topic)
 
-    def _over_rate(self, link: _Link) -> str:
+    def _over_rate(self, link: BoardLink) -> str:
         """``limits.board_claims_per_minute``: each request the arbiter takes costs a
         log row and lease records that every subscriber stores."""
         now = trio.current_time()
@@ -434,7 +440,7 @@ class BoardQueue:
             return "too many queue requests from this peer: wait a minute"
         return ""
 
-    async def _pass_on(self, link: _Link, line: dict, ident: str, ask: dict) -> None:
+    async def _pass_on(self, link: BoardLink, line: dict, ident: str, ask: dict) -> None:
         """Carry a claimant's ask towards the topic's owner; remember where to answer.
 
         Straight to the owner when linked, otherwise to every other linked
@@ -467,7 +473,7 @@ class BoardQueue:
             nxt.push(self.board._line("board-claim", json.dumps(
                 body, separators=(",", ":"), ensure_ascii=False)[1:-1], mine), topic)
 
-    def _paths(self, topic: str, owner: str, except_key: str = "") -> list[_Link]:
+    def _paths(self, topic: str, owner: str, except_key: str = "") -> list[BoardLink]:
         """Where a request for ``owner``'s queue goes: the owner's link, else its subscribers."""
         direct = self.board.links.get(owner)
         if direct is not None and not direct.conn.closed.is_set():
@@ -475,7 +481,7 @@ class BoardQueue:
         return [lk for key, lk in list(self.board.links.items())
                 if key != except_key and topic in lk.subs and not lk.conn.closed.is_set()]
 
-    async def _may_claim(self, link: _Link, topic: str, who: str, direct: bool) -> str:
+    async def _may_claim(self, link: BoardLink, topic: str, who: str, direct: bool) -> str:
         if not topic.startswith(self.me + "/"):
             return "not a queue of this host's"
         pol = await self.board.policy(topic)

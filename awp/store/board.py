@@ -1,25 +1,45 @@
-"""Board tables and the queries on them (migration 6 in :mod:`awp.store.schema`).
+"""Board tables and the queries on them (migrations 6 and 8 in :mod:`awp.store.schema`).
 
 Records are kept as the exact text they arrived in (relayed byte for byte)
-plus the columns hosts index by.  Every function takes an open connection
-and does no I/O of its own; the caller runs it inside the writer's
-transaction, as the rest of the store does.
+plus the columns hosts index by; another author's record with the owner's
+stamp beside it, and ``ts`` the stamp's time.  Every function takes an open
+connection and does no I/O of its own; the caller runs it inside the
+writer's transaction, as the rest of the store does.
+
+Why one module: it is every query on the board's tables.  Admission
+(:func:`take`), retention, the owner's stamp counter and what readers see
+all read the same columns with the same meaning (``ts`` the stamp's time,
+``waiting`` rows counted by some and not others), so a change to a column
+meets all its readers here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..board import retention, view
+from ..board import retention, sequencer, view
 from ..board.perms import TOO_EARLY, admit
 from ..board.queue import Event
 from ..board.sync import Holdings
-from ..wire.board import BoardError, Known, Policy, Record, check_policy, check_record
-from .schema import BOARD_MIGRATION, MIGRATIONS
+from ..wire.board import (
+    FUTURE_MS,
+    BoardError,
+    Known,
+    Policy,
+    Record,
+    check_policy,
+    parse_unverified,
+    verify_record,
+)
+from .schema import BOARD_MIGRATION, MIGRATIONS, STAMP_MIGRATION
 
-SCHEMA = MIGRATIONS[BOARD_MIGRATION]
+SCHEMA = MIGRATIONS[BOARD_MIGRATION] + MIGRATIONS[STAMP_MIGRATION]
+
+Signer = Callable[[str, str, int, int], Record]  # (topic, of, seq, ts) -> the owner's stamp
 
 
 def create(c: sqlite3.Connection) -> None:
@@ -102,38 +122,157 @@ def subscriptions(c: sqlite3.Connection) -> list[str]:
 
 
 def put_record(c: sqlite3.Connection, rec: Record, now: int, via: str = "",
-               hops: int = 0) -> int:
-    """Store a checked, permitted record once: its arrival ``seq``, 0 when already here."""
+               hops: int = 0, *, sseq: int = 0, stamp: str = "", waiting: bool = False) -> int:
+    """Store a checked, permitted record once: its arrival ``seq``, 0 when already here.
+
+    ``stamp`` is the owner's stamp (``sseq`` its seq) of another author's
+    record; ``waiting`` marks one of our own records that waits for it.  Our
+    waiting record that comes back stamped is updated in place (it keeps its
+    arrival ``seq``, and counts as new: it now goes to every reader).
+    """
     if rec.kind == "topic":
         raise BoardError("topic documents go to put_topic")
     cur = c.execute(
         "INSERT OR IGNORE INTO board_records (topic, hash, kind, author, ts, of, parent, size,"
-        " raw, received, via, hops) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " raw, received, via, hops, sseq, stamp, waiting)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (rec.topic, rec.hash, rec.kind, rec.author, rec.ts, rec.of, rec.parent, rec.size,
-         rec.raw, now, via, hops))
-    return int(cur.lastrowid or 0) if cur.rowcount == 1 else 0
+         rec.raw, now, via, hops, sseq, stamp, int(waiting)))
+    if cur.rowcount == 1:
+        return int(cur.lastrowid or 0)
+    if not stamp:
+        return 0
+    row = c.execute("UPDATE board_records SET ts = ?, sseq = ?, stamp = ?, waiting = 0,"
+                    " received = ?, via = ?, hops = ? WHERE topic = ? AND hash = ?"
+                    " AND waiting = 1 RETURNING seq",
+                    (rec.ts, sseq, stamp, now, via, hops, rec.topic, rec.hash)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def has(c: sqlite3.Connection, topic: str, h: str) -> bool:
+    """Whether we hold the record as admitted (our own waiting records do not count)."""
+    return c.execute("SELECT 1 FROM board_records WHERE topic = ? AND hash = ? AND waiting = 0",
+                     (topic, h)).fetchone() is not None
+
+
+def _held_at_all(c: sqlite3.Connection, topic: str, h: str) -> bool:
     return c.execute("SELECT 1 FROM board_records WHERE topic = ? AND hash = ?",
                      (topic, h)).fetchone() is not None
 
 
+# -- the owner's stamps ----------------------------------------------------------------------
+
+
+def next_stamp(c: sqlite3.Connection, topic: str, now: int) -> tuple[int, int]:
+    """The next ``(seq, ts)`` the owner stamps with, written in the caller's transaction.
+
+    The counter is a row of its own, never derived from the records held
+    (retention drops records, and a seq must never be given twice): the
+    stamp leaves only after this transaction commits, so a crash before the
+    commit loses the stamp and the seq together.  Stamp times strictly
+    increase, so ordering by time (every view does) is ordering by seq.
+    """
+    row = c.execute("SELECT seq, ts FROM board_stamp_seq WHERE topic = ?", (topic,)).fetchone()
+    if row is None:
+        top = c.execute("SELECT coalesce(max(sseq), 0) FROM board_records WHERE topic = ?",
+                        (topic,)).fetchone()[0]
+        row = (top, 0)
+    seq, ts = row[0] + 1, max(now, row[1] + 1)  # strictly later: views order by time
+    _set_stamp_seq(c, topic, seq, ts)
+    return seq, ts
+
+
+def _set_stamp_seq(c: sqlite3.Connection, topic: str, seq: int, ts: int) -> None:
+    c.execute("INSERT INTO board_stamp_seq (topic, seq, ts) VALUES (?, ?, ?) ON CONFLICT (topic)"
+              " DO UPDATE SET seq = max(seq, excluded.seq), ts = max(ts, excluded.ts)",
+              (topic, seq, ts))
+
+
+def top_seqs(c: sqlite3.Connection) -> dict[str, int]:
+    """The highest stamp seq held, per topic (where a host's hole tracking starts)."""
+    return dict(c.execute("SELECT topic, max(sseq) FROM board_records WHERE sseq > 0"
+                          " GROUP BY topic"))
+
+
+def top_seq(c: sqlite3.Connection, topic: str) -> int:
+    """The owner's last seq of ``topic`` (what its head names)."""
+    row = c.execute("SELECT seq FROM board_stamp_seq WHERE topic = ?", (topic,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def waiting(c: sqlite3.Connection, limit: int = 256) -> list[Record]:
+    """Our own records that wait for their owner's stamp, oldest first."""
+    return [_record(r) for r in c.execute(
+        f"SELECT {_COLS} FROM board_records INDEXED BY board_records_waiting WHERE waiting = 1"
+        " ORDER BY seq LIMIT ?", (limit,))]
+
+
+def refuse_waiting(c: sqlite3.Connection, topic: str, h: str) -> bool:
+    """The owner refused our waiting record for good: it goes (it was never admitted)."""
+    return c.execute("DELETE FROM board_records WHERE topic = ? AND hash = ? AND waiting = 1",
+                     (topic, h)).rowcount == 1
+
+
+def stamped_raws(c: sqlite3.Connection, topic: str, h: str) -> list[str]:
+    """A held record with its stamp before it (what answers a record offered again)."""
+    row = c.execute("SELECT raw, stamp FROM board_records WHERE topic = ? AND hash = ?"
+                    " AND waiting = 0", (topic, h)).fetchone()
+    if row is None:
+        return []
+    return [row[1], row[0]] if row[1] else [row[0]]
+
+
+def unstamped_at_start(c: sqlite3.Connection, me: str, signer: Signer) -> int:
+    """Records kept under the old rule (each host's own judgement) meet the new one.
+
+    On our own topics we stamp them, in the order they reached us and at
+    that time (``received`` is our arrival clock, the time a stamp
+    carries).  Elsewhere another author's record without a stamp is no
+    longer admitted: ours waits for the owner's stamp like a new post, and
+    others' go (the owner's stamped copies come back with the next digest).
+    Returns how many rows changed.
+    """
+    rows = c.execute(
+        "SELECT topic, hash, author, received FROM board_records WHERE sseq = 0 AND waiting = 0"
+        " AND kind != 'topic' AND author != substr(topic, 1, instr(topic, '/') - 1)"
+        " ORDER BY received, hash").fetchall()
+    for topic, h, author, received in rows:
+        if topic.startswith(me + "/"):
+            seq, ts = next_stamp(c, topic, received)
+            st = signer(topic, h, seq, ts)
+            c.execute("UPDATE board_records SET ts = ?, sseq = ?, stamp = ? WHERE topic = ?"
+                      " AND hash = ?", (ts, seq, st.raw, topic, h))
+        elif author == me:
+            c.execute("UPDATE board_records SET waiting = 1 WHERE topic = ? AND hash = ?",
+                      (topic, h))
+        else:
+            c.execute("DELETE FROM board_records WHERE topic = ? AND hash = ?", (topic, h))
+    return len(rows)
+
+
 def holdings(c: sqlite3.Connection, topic: str) -> Holdings:
     return Holdings((ts, h) for ts, h in c.execute(
-        "SELECT ts, hash FROM board_records WHERE topic = ?", (topic,)))
+        "SELECT ts, hash FROM board_records WHERE topic = ? AND waiting = 0", (topic,)))
 
 
 def raw_records(c: sqlite3.Connection, topic: str, hashes: list[str]) -> list[str]:
-    """The exact text of the named records we hold, oldest first (for a push or a want)."""
-    out: list[tuple[int, str, str]] = []
+    """The exact text of the named records we hold, oldest first (for a push or a want).
+
+    A stamped record goes with the owner's stamp just before it.
+    """
+    out: list[tuple[int, str, str, str]] = []
     for i in range(0, len(hashes), 500):
         chunk = hashes[i:i + 500]
         marks = ",".join("?" * len(chunk))
-        out.extend((ts, h, raw) for ts, h, raw in c.execute(
-            f"SELECT ts, hash, raw FROM board_records WHERE topic = ? AND hash IN ({marks})",
-            (topic, *chunk)))
-    return [raw for _ts, _h, raw in sorted(out)]
+        out.extend((ts, h, raw, stamp) for ts, h, raw, stamp in c.execute(
+            f"SELECT ts, hash, raw, stamp FROM board_records WHERE topic = ? AND waiting = 0"
+            f" AND hash IN ({marks})", (topic, *chunk)))
+    raws: list[str] = []
+    for _ts, _h, raw, stamp in sorted(out):
+        if stamp:
+            raws.append(stamp)
+        raws.append(raw)
+    return raws
 
 
 def _record(row: sqlite3.Row | tuple) -> Record:
@@ -202,62 +341,116 @@ class Taken:
     refused: list[str] = field(default_factory=list)  # why, one entry per refused record
     seqs: dict[str, int] = field(default_factory=dict)  # hash -> arrival seq of new records
     later: int = 0  # records dated too far ahead: offered again on a later exchange
+    waiting: set[str] = field(default_factory=set)  # ours, stored to wait for the owner's stamp
+    stamps: dict[str, str] = field(default_factory=dict)  # hash -> its stamp, new stamped ones
+    sseqs: dict[str, int] = field(default_factory=dict)  # hash -> its stamp's seq
+    why: dict[str, str] = field(default_factory=dict)  # hash -> why refused (when named)
+    held: list[str] = field(default_factory=list)  # hashes of records already held
+
+    def wire(self, rec: Record) -> list[str]:
+        """What goes on the wire for a new record: its stamp (if any), then the record."""
+        st = self.stamps.get(rec.hash)
+        return [st, rec.raw] if st else [rec.raw]
 
 
 def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: str = "",
-         hops: int = 0) -> Taken:
+         hops: int = 0, *, me: str = "", signer: Signer | None = None) -> Taken:
     """Check, admit and store records from a peer (or from us), then apply retention.
 
     Only topics this host subscribes to are taken.  Duplicates, banned and
     flooding authors are turned away before their signature is checked.  A
     record that retention drops at once (older than the floor, over the rate)
     is not in ``new``, so it is never forwarded.
+
+    Another author's record is admitted by the topic's owner alone (SPEC.md
+    section 14, "The owner stamps"): on the owner (``me`` with a
+    ``signer``) it is judged by :func:`awp.board.sequencer.admission` and
+    stamped; anywhere else it is kept only beside the owner's stamp (a
+    ``stamp`` just before it in ``raws``), and its time is the stamp's.  Our
+    own records (``Record`` objects) on another's topic are stored to wait
+    for the stamp.
     """
     out = Taken()
     subs = set(subscriptions(c))
     policies: dict[str, Policy | None] = {}
     touched: set[str] = set()
     unordered: set[str] = set()
-    arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> records taken this minute
+    arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> our own this minute
+    stamps: dict[str, Record] = {}  # record hash -> the stamp just before it, unverified
+    local = False  # the element at hand is one of ours
+    named = ""  # the hash of the element at hand, once known
 
     def pol_of(topic: str) -> Policy | None:
         if topic not in policies:
             policies[topic] = policy(c, topic)
         return policies[topic]
 
+    def ours(topic: str) -> bool:
+        return bool(me) and signer is not None and topic.startswith(me + "/")
+
     def before_sig(kind: str, topic: str, author: str, ts: int, h: str) -> None:
+        nonlocal named
+        named = h
         if topic not in subs:
             raise BoardError("not a topic we subscribe to")
-        if kind == "topic":
+        if kind in ("topic", "stamp"):
             return
         if has(c, topic, h):
             raise Known("already held")
         owner = topic.split("/", 1)[0]
         pol = pol_of(topic)
-        if author == owner or pol is None:
+        if author == owner:
             return
-        if author in pol.banned:
+        if pol is not None and author in pol.banned:
             raise BoardError("author is banned from this topic")
-        if recent_before(c, topic, author, ts, h) >= pol.rate:
-            raise BoardError("author over the topic's rate")
-        if ts < now - retention.WINDOW_MS:
-            if (topic, author) not in arrivals:  # once a batch: reading ``received`` is slow
-                arrivals[(topic, author)] = arrived_lately(c, topic, author, now)
-            if arrivals[(topic, author)] >= retention.CATCH_UP * pol.rate:
-                raise BoardError(OVER_ARRIVAL)
+        if ours(topic):
+            if pol is not None and h not in stamps and stamped_lately(
+                    c, topic, author, next_ts(c, topic, now)) >= pol.rate:
+                raise BoardError(sequencer.OVER_RATE)  # before paying for the signature
+        elif local:  # ours: the owner's rate, judged here first so that a post fails at once
+            key = (topic, author)
+            if pol is not None and key not in arrivals:
+                arrivals[key] = c.execute(
+                    "SELECT count(*) FROM board_records WHERE topic = ? AND author = ?"
+                    " AND ts > ?", (topic, author, now - retention.WINDOW_MS)).fetchone()[0]
+            if pol is not None and arrivals[key] >= pol.rate:
+                raise BoardError("author over the topic's rate")
+        elif h not in stamps:
+            raise BoardError(sequencer.NO_STAMP)
+
+    def refuse(why: str) -> None:
+        out.refused.append(why)
+        out.later += not sequencer.final(why)
+        if named:
+            out.why[named] = why
 
     for raw in raws:
+        named = ""
         try:
             if isinstance(raw, Record):  # ours, just signed and checked: no second check
+                local = True
                 before_sig(raw.kind, raw.topic, raw.author, raw.ts, raw.hash)
                 rec = raw
             else:
-                rec = check_record(raw, before_sig)
+                local = False
+                rec = parse_unverified(raw, before_sig)
+                # A record beside the owner's stamp is vouched for by it (the stamp names
+                # its hash, which covers its bytes and signature; the owner verified the
+                # author's signature before stamping): one verification, the stamp's.
+                vouched = (rec.author != rec.owner and rec.hash in stamps
+                           and not ours(rec.topic))
+                if rec.kind != "stamp" and not vouched and not verify_record(rec):
+                    raise BoardError("signature does not verify")
         except Known:
             out.known += 1
+            if named:
+                out.held.append(named)
             continue
         except BoardError as e:
-            out.refused.append(str(e))
+            refuse(str(e))
+            continue
+        if rec.kind == "stamp":
+            stamps[rec.of] = rec
             continue
         if rec.kind == "topic":
             if put_topic(c, rec, now):
@@ -268,20 +461,32 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             else:
                 out.known += 1
             continue
-        why = admit(rec, pol_of(rec.topic), now)
+        st: Record | None = None
+        if rec.author == rec.owner:
+            why = admit(rec, pol_of(rec.topic), now)
+        else:
+            why, st = _stamp_of(c, rec, stamps.get(rec.hash), pol_of(rec.topic), now,
+                                signer if ours(rec.topic) else None, local)
         if why:
-            out.refused.append(why)
-            out.later += why == TOO_EARLY
+            refuse(why)
             continue
-        if rec.author != rec.owner and _has_later(c, rec):
+        if st is not None:
+            rec = dataclasses.replace(rec, ts=st.ts)  # the stamp's time is the record's
+        if rec.author != rec.owner and st is not None and _has_later(c, rec):
             unordered.add(rec.topic)
-        seq = put_record(c, rec, now, via, hops)
-        if seq and (rec.topic, rec.author) in arrivals:
-            arrivals[(rec.topic, rec.author)] += 1
+        seq = put_record(c, rec, now, via, hops, sseq=st.doc["seq"] if st else 0,
+                         stamp=st.raw if st else "", waiting=st is None and rec.author != rec.owner)
         if seq:
             touched.add(rec.topic)
             out.new.append(rec)
             out.seqs[rec.hash] = seq
+            if st is not None:
+                out.stamps[rec.hash] = st.raw
+                out.sseqs[rec.hash] = st.doc["seq"]
+            elif rec.author != rec.owner:
+                out.waiting.add(rec.hash)
+                key = (rec.topic, rec.author)
+                arrivals[key] = arrivals.get(key, 0) + 1
         else:
             out.known += 1
     dropped = False
@@ -291,8 +496,54 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             enforce_retention(c, topic, pol, now)
             dropped = True
     if dropped:
-        out.new = [r for r in out.new if r.kind == "topic" or has(c, r.topic, r.hash)]
+        out.new = [r for r in out.new if r.kind == "topic" or _held_at_all(c, r.topic, r.hash)]
     return out
+
+
+def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy | None,
+              now: int, signer: Signer | None, local: bool) -> tuple[str, Record | None]:
+    """Why another author's record is refused (or ""), and the owner's stamp it is kept with.
+
+    On the owner (``signer``): a stamp of ours that comes back (we lost the
+    record, not the counter) is kept as it is and the counter moved past
+    it; otherwise the record is judged once and stamped with the next seq.
+    Elsewhere: the stamp must be the owner's, for this record, and not dated
+    ahead; the record's rights are not judged again (the owner did).  Ours
+    without a stamp waits for one, after the same checks as the owner's (so
+    that a post the owner would refuse fails at once, with its reason).
+    """
+    if st is not None:
+        if st.topic != rec.topic or not verify_record(st):
+            return "the owner's stamp does not verify", None
+        if st.ts - now > FUTURE_MS:
+            return TOO_EARLY, None
+        if signer is not None:
+            _set_stamp_seq(c, rec.topic, st.doc["seq"], st.ts)
+        return "", st
+    if signer is not None:
+        arrived = stamped_lately(c, rec.topic, rec.author, next_ts(c, rec.topic, now))
+        why = sequencer.admission(rec, pol, now, arrived)
+        if why:
+            return why, None
+        seq, ts = next_stamp(c, rec.topic, now)
+        return "", signer(rec.topic, rec.hash, seq, ts)
+    if local:
+        return admit(rec, pol, now), None
+    return sequencer.NO_STAMP, None
+
+
+def stamped_lately(c: sqlite3.Connection, topic: str, author: str, at: int) -> int:
+    """How many of ``author``'s records the owner stamped in the minute before stamp time
+    ``at`` (the window retention's rate rule looks at for a record stamped at ``at``)."""
+    return c.execute("SELECT count(*) FROM board_records WHERE topic = ? AND author = ?"
+                     " AND ts > ? AND sseq > 0", (topic, author,
+                                                  at - retention.WINDOW_MS)).fetchone()[0]
+
+
+def next_ts(c: sqlite3.Connection, topic: str, now: int) -> int:
+    """The time the owner's next stamp of ``topic`` will carry (see :func:`next_stamp`)."""
+    row = c.execute("SELECT ts FROM board_stamp_seq WHERE topic = ?", (topic,)).fetchone()
+    return max(now, row[0] + 1) if row else now
 
 
 def _has_later(c: sqlite3.Connection, rec: Record) -> bool:
@@ -337,8 +588,12 @@ def enforce_retention(c: sqlite3.Connection, topic: str, pol: Policy, now: int) 
     """Drop what :mod:`awp.board.retention` does not keep; returns the floor time."""
     owner = topic.split("/", 1)[0]
     entries = [retention.Entry(ts, h, author, size) for ts, h, author, size in c.execute(
-        "SELECT ts, hash, author, size FROM board_records WHERE topic = ?", (topic,))]
-    keep, floor = retention.kept(entries, owner, pol, now)
+        "SELECT ts, hash, author, size FROM board_records WHERE topic = ? AND waiting = 0",
+        (topic,))]
+    # a banned author's records go on every host that holds the document with the ban,
+    # whenever they came: the same set on every host, whatever the arrival order
+    keep, floor = retention.kept([e for e in entries if e.author not in pol.banned], owner,
+                                 pol, now)
     keep_set = {e.hash for e in keep}
     drop = [(topic, e.hash) for e in entries if e.hash not in keep_set]
     c.executemany("DELETE FROM board_records WHERE topic = ? AND hash = ?", drop)

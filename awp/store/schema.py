@@ -275,6 +275,23 @@ CREATE TABLE peer_topics (
 CREATE INDEX peer_topics_heard ON peer_topics (heard);
 CREATE INDEX peers_last_seen ON peers (last_seen);
 """,
+    # 8: the topic owner as sequencer (SPEC.md section 14, "The owner stamps"): a
+    # record of another author is kept with the owner's stamp (``stamp``, its
+    # ``seq``; ``ts`` is then the stamp's time), our own waits for it
+    # (``waiting``), and the owner's next seq per topic is kept apart from the
+    # records, so that retention can never make it go back.
+    """
+ALTER TABLE board_records ADD COLUMN sseq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE board_records ADD COLUMN stamp TEXT NOT NULL DEFAULT '';
+ALTER TABLE board_records ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX board_records_waiting ON board_records (waiting) WHERE waiting = 1;
+CREATE TABLE board_stamp_seq (
+    topic TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    ts INTEGER NOT NULL
+);
+""",
 ]
 
 BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables
+STAMP_MIGRATION = 7  # the columns and table of the owner's stamps

@@ -10,10 +10,16 @@ spelling so that a relay cannot re-encode a record into a second name.
 
 Kinds (field ``k``): ``topic`` (the owner's policy, newest ``seq`` wins),
 ``post``, ``edit`` and ``delete`` (by an author, about its own post),
-``hide`` (by the owner, about any record) and ``lease`` (by the owner: the
-work-queue arbiter's decisions).  :func:`check_record` is the one gate for
-hostile input: it returns a :class:`Record` or raises :class:`BoardError`,
-and nothing else.
+``hide`` (by the owner, about any record), ``lease`` (by the owner: the
+work-queue arbiter's decisions) and ``stamp`` (by the owner: its admission
+of another author's record, with the topic's arrival ``seq``).
+:func:`check_record` is the one gate for hostile input: it returns a
+:class:`Record` or raises :class:`BoardError`, and nothing else.
+
+Why one module: it is the board's wire format, one table: every record kind
+and every signed object that crosses the wire (asks, heads, refusals) with
+its one checker, sharing the canonical spellings above, read together as
+SPEC.md section 14's tables are.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ from .strictjson import DECODER
 from .timefmt import format_ts, parse_ts
 
 CAP = "board"
-KINDS = ("topic", "post", "edit", "delete", "hide", "lease")
+KINDS = ("topic", "post", "edit", "delete", "hide", "lease", "stamp")
 PARTED = ("post", "edit")  # kinds that carry parts
-TARGETED = ("edit", "delete", "hide", "lease")  # kinds that name another record in ``of``
+TARGETED = ("edit", "delete", "hide", "lease", "stamp")  # kinds that name another record in ``of``
 
 MAX_RECORD = 64 * 1024  # any record's raw bytes: a fixed protocol bound
 MAX_PARTS = 16
@@ -41,6 +47,8 @@ MAX_LIST = 256  # entries in a topic's ``revoked`` and ``banned``
 MAX_MEMBERS = 512  # entries in a topic's ``members`` (the document stays within 64 KiB)
 FUTURE_MS = 5 * 60 * 1000  # a record dated further ahead than this is not taken yet
 NAME_MAX = 64
+OWNER_KINDS = ("topic", "hide", "lease", "stamp")  # kinds only the topic's owner signs
+MAX_SEQ = 2 ** 53  # a stamp's ``seq`` stays an exact integer in any JSON reader
 LEASE_STATES = ("claimed", "renewed", "released", "done", "failed", "expired")
 
 # Policy defaults a topic document may lower (or raise up to the fixed bounds).
@@ -223,6 +231,17 @@ def make_lease(owner: Identity, topic: str, item: str, holder: str, state: str,
                                "state": state, "lease": lease, "until": format_ts(until_ms)})
 
 
+def make_stamp(owner: Identity, topic: str, of: str, seq: int, ts_ms: int) -> Record:
+    """The owner's stamp on another author's record: admitted as ``seq`` at ``ts_ms``.
+
+    The stamp names the record by hash and travels beside it (just before
+    it in a ``board-posts`` line), so the record itself stays in its
+    author's exact bytes (SPEC.md section 14, "The owner stamps").
+    """
+    return sign_record(owner, {"k": "stamp", "topic": topic, "author": owner.key,
+                               "ts": format_ts(ts_ms), "of": of, "seq": seq})
+
+
 def _add_authority(doc: dict, grant: dict | None, via: dict | None) -> None:
     if grant is not None:
         doc["grant"] = grant
@@ -264,7 +283,7 @@ def check_record(raw: object,
         raise BoardError("unknown record kind")
     owner, _name = parse_topic(doc.get("topic"))
     author = owner if kind == "topic" else _canonical_key(doc.get("author"), "author")
-    if kind in ("hide", "lease", "topic") and author != owner:
+    if kind in OWNER_KINDS and author != owner:
         raise BoardError(f"a {kind} record is signed by the topic's owner")
     try:
         ts = parse_ts(doc.get("ts"))  # type: ignore[arg-type]
@@ -289,6 +308,21 @@ def check_record(raw: object,
             raise BoardError("signature does not verify")
     return Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
                   author=author, ts=ts, of=of, parent=parent if kind == "post" else "")
+
+
+def parse_unverified(raw: object,
+                     before_sig: Callable[[str, str, str, int, str], None] | None = None
+                     ) -> Record:
+    """:func:`check_record` without the signature check, which the caller makes later
+    (:func:`verify_record`) only for what it keeps: a relay skips verifying the
+    owner's stamp of a record it already holds."""
+    return check_record(raw, before_sig, _signed=True)
+
+
+def verify_record(rec: Record) -> bool:
+    """Whether ``rec``'s signature verifies (for records parsed unverified)."""
+    signed = canonical_bytes({k: v for k, v in rec.doc.items() if k != "sig"})
+    return verify(rec.author, signed, rec.doc["sig"])
 
 
 def check_tags(value: object, what: str) -> tuple[str, ...]:
@@ -334,6 +368,10 @@ def _check_kind(kind: str, doc: dict) -> str:
     of = doc.get("of", "")
     if kind in TARGETED and not _is_hash(of):
         raise BoardError("of must be a record hash")
+    if kind == "stamp":
+        seq = doc.get("seq")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 < seq < MAX_SEQ:
+            raise BoardError("a stamp's seq must be a positive integer")
     if kind == "lease":
         _canonical_key(doc.get("holder"), "holder")
         if doc.get("state") not in LEASE_STATES:
@@ -401,6 +439,36 @@ def check_ask(obj: object) -> dict:
     return obj
 
 
+# -- the owner's refusal of another author's record, routed back to its author ---------------
+
+MAX_REFUSAL = 1024  # bytes of a refusal's canonical JSON
+
+
+def make_refusal(owner: Identity, topic: str, of: str, why: str, later: bool,
+                 ts_ms: int) -> dict:
+    """The owner's signed word that it did not stamp record ``of``: ``later`` says the
+    author's host should offer it again (a rate), otherwise the refusal is final.
+    Signed, so that a relay cannot make an author's host drop a waiting record."""
+    body = {"k": "refusal", "topic": topic, "author": owner.key, "ts": format_ts(ts_ms),
+            "of": of, "why": why[:200], "later": later}
+    body["sig"] = owner.sign(canonical_bytes(body))
+    return body
+
+
+def check_refusal(obj: object) -> dict:
+    """The refusal, checked (signed by the topic's owner, in shape); :class:`BoardError` if not."""
+    if not isinstance(obj, dict) or obj.get("k") != "refusal":
+        raise BoardError("refusal must be an object with k = refusal")
+    owner, _name = parse_topic(obj.get("topic"))
+    if obj.get("author") != owner:
+        raise BoardError("a refusal is signed by the topic's owner")
+    if not _is_hash(obj.get("of")) or not isinstance(obj.get("why"), str) \
+            or not isinstance(obj.get("later"), bool):
+        raise BoardError("a refusal names a record, why, and whether to offer it again")
+    _check_signed(obj, owner, MAX_REFUSAL, "refusal")
+    return obj
+
+
 # -- the owner's signed head: what a subscriber should hold -------------------------------
 
 MAX_HEAD = 4096  # bytes of a head's canonical JSON
@@ -408,12 +476,14 @@ HEAD_RANGES = 16
 
 
 def make_head(owner: Identity, topic: str, ts_ms: int, doc_seq: int, floor: int,
-              ranges: list[dict]) -> dict:
+              ranges: list[dict], seq: int = 0) -> dict:
     """The owner's signed statement of its topic: its document's ``seq`` and a summary
     of the records it holds (the digest's ranges), so a subscriber can tell what a relay
     withheld."""
     body = {"k": "head", "topic": topic, "author": owner.key, "ts": format_ts(ts_ms),
             "doc": doc_seq, "floor": floor, "ranges": ranges}
+    if seq:
+        body["seq"] = seq  # the newest stamp's seq: a subscriber below it lacks records
     body["sig"] = owner.sign(canonical_bytes(body))
     return body
 
@@ -428,7 +498,7 @@ def check_head(obj: object) -> dict:
     ranges = obj.get("ranges")
     if not isinstance(ranges, list) or len(ranges) > HEAD_RANGES:
         raise BoardError(f"head ranges: a list of at most {HEAD_RANGES}")
-    for r in [obj.get("doc"), obj.get("floor")] + [
+    for r in [obj.get("doc"), obj.get("floor"), obj.get("seq", 0)] + [
             r.get(f) if isinstance(r, dict) else None for r in ranges for f in ("lo", "hi", "n")]:
         if isinstance(r, bool) or not isinstance(r, int) or abs(r) >= 2 ** 63:
             raise BoardError("head numbers must be integers")

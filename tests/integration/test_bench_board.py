@@ -39,6 +39,14 @@ def test_board_bench_prints_every_figure():
                             "CPU per post per host"}, out
     assert len(re.findall(r"CPU per post per host: [\d.]+ ms", out)) == 2, out
     assert len(re.findall(r"CPU per daemon at rest .*: avg [\d.]+, max [\d.]+ CPU-s", out)) == 2
+    assert len(re.findall(r"rest rate; user [\d.]+, system [\d.]+\)", out)) == 2, out
+    # What the clients cost is printed apart, and every host followed with one stream:
+    # at most one answer a delivery (several posts may come in one).
+    clients = re.findall(r"the clients \(this process: the posting calls, and the streaming"
+                         r" waits following every host\) [\d.]+ CPU-s = [\d.]+ ms per post per"
+                         r" host; the hosts sent (\d+) answers for (\d+) deliveries; the daemons took"
+                         r" \d+ records in \d+ board lines, and \d+ times a copy was behind", out)
+    assert len(clients) == 2 and all(0 < int(a) <= int(d) for a, d in clients), out
     for kind in ("line", "tree"):
         line = figures[f"spread, {kind} of 3"]
         assert "(12 deliveries)" in line and "missing 0" in line, line

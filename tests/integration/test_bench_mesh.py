@@ -31,12 +31,15 @@ def run_bench(*args: str) -> subprocess.CompletedProcess:
 
 def test_mesh_bench_prints_every_figure_and_heals():
     r = run_bench("--hosts", "4", "--topology", "line", "--posts", "40", "--calm", "10",
-                  "--rate", "10", "--kills", "2", "--down", "1", "--settle", "30")
+                  "--far", "5", "--rate", "10", "--kills", "2", "--down", "1", "--settle", "30")
     out = r.stdout
     assert "Traceback" not in r.stderr, r.stderr
     figures = {ln.split(":")[0]: ln for ln in out.splitlines() if FIGURE.search(ln)}
-    assert set(figures) == {"spread, line of 4", "healing, line of 4", "presence, line of 4"}, out
+    assert set(figures) == {"spread, line of 4", "stamped spread, line of 4",
+                            "healing, line of 4", "presence, line of 4"}, out
     assert "0 of 30 deliveries missing" in figures["spread, line of 4"], out
+    # from the far end: to the owner, stamped, and out to every other host
+    assert "0 of 15 deliveries missing" in figures["stamped spread, line of 4"], out
     assert re.search(r"p99 [\d.]+ s; 0 of 2 not healed", figures["healing, line of 4"]), out
     assert "100.00% of (post, host) pairs present" in figures["presence, line of 4"], out
     assert r.returncode in (0, 1), r.stderr  # 1: a timing target missed on this machine

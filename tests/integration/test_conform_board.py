@@ -89,8 +89,9 @@ def test_daemon_passes_every_board_scenario(make_node):
     assert {n: s["status"] for n, s in rep.items()} == dict.fromkeys(BOARD, "pass"), rep
     assert "3 record(s)" in rep["board-sync"]["detail"] and "converged" in rep["board-sync"]["detail"]
     assert rep["board-relay"]["detail"].startswith("relayed in"), rep["board-relay"]
+    assert rep["board-stamp"]["detail"].startswith("stamped as seq"), rep["board-stamp"]
     assert "not a queue of this host's" in rep["board-unknown-topic"]["detail"]
-    # board-relay deleted its post again: the topic shows what it showed before
+    # board-relay and board-stamp deleted their posts again: the topic shows what it showed
     assert texts(node, "ops") == [f"earlier post {i}" for i in range(3)]
     assert node.proc.poll() is None
 
@@ -117,11 +118,12 @@ def test_topic_open_to_read_only(make_node):
     node = make_node("d").start()
     topic = open_topic(node, post="grant")
     r = conform(node.address, "--json", "--board-topic", topic, "--scenario", "board-relay",
-                "--scenario", "board-sync")
+                "--scenario", "board-sync", "--scenario", "board-stamp")
     assert r.returncode == 0, r.stdout + r.stderr
     rep = board_report(r)
     assert rep["board-relay"]["status"] == "pass"
     assert "not open to post" in rep["board-relay"]["detail"]
+    assert "refused, signed by the owner" in rep["board-stamp"]["detail"], rep["board-stamp"]
     assert rep["board-sync"]["status"] == "pass"
 
 
@@ -161,7 +163,7 @@ def test_listen_mode_runs_board_sync_on_the_shared_connection(make_node):
     rep = board_report(r)
     assert {n: rep[n]["status"] for n in BOARD} == {
         "board-unknown-topic": "pass", "board-malformed": "pass", "board-sync": "pass",
-        "board-unsubscribed": "skip", "board-relay": "skip"}
+        "board-unsubscribed": "skip", "board-relay": "skip", "board-stamp": "skip"}
 
 
 def test_usage_errors_of_board_topic():
@@ -388,7 +390,8 @@ def _bad_sub(line: dict, conn: ProxyConn) -> list[dict]:
     ("echo to the sender", None, _echo, {"board-unsubscribed", "board-relay"}, "back to us"),
     ("relays what it does not subscribe to", None, _leak,
      {"board-unsubscribed", "board-relay"}, "relayed it to another subscriber"),
-    ("digest before the document", _digest_first, None, {"board-sync", "board-relay"},
+    ("digest before the document", _digest_first, None,
+     {"board-sync", "board-relay", "board-stamp"},
      "before its board-topic"),
     ("lease for a topic it does not own", None, _lease_for_stranger, {"board-unknown-topic"},
      "only the owner arbitrates"),

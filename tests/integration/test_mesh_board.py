@@ -87,16 +87,20 @@ def test_a_relay_that_may_not_read_never_carries_posts(homes):
     a.ok("topic", "create", "ops")
     a.ok("post", "ops", "secret")
     known(b, "alice/ops")  # bob subscribes, but alice lets only carol read
-    a.ok("topic", "grant", "ops", ckey, "--read")
+    a.ok("topic", "grant", "ops", ckey)
     known(c, topic)
     # the document (policy, not content) reaches carol through bob; the posts do not
     wait_for(lambda: ckey in json.dumps(policy(c, topic)), 30, "carol's membership at carol")
     assert "secret" not in b.ok("get", "alice/ops").stdout
     assert "secret" not in c.ok("get", topic).stdout
+    # carol's own post waits for alice's stamp; it is not handed to bob, who may not read
+    assert json.loads(c.ok("post", topic, "from carol", "--json").stdout)["waiting"] is True
     a.ok("topic", "grant", "ops", "bob", "--read")
-    # once bob may read, the post travels: proof that it was bob's right that held it back
+    # once bob may read, the posts travel: proof that it was bob's right that held them back
     wait_for(lambda: "secret" in c.ok("get", topic).stdout, 30, "the post at carol via bob")
     assert "secret" in b.ok("get", "alice/ops").stdout
+    wait_for(lambda: "from carol" in a.ok("get", "ops").stdout, 30,
+             "carol's post at alice, stamped, via bob")
 
 
 def test_a_claim_two_hops_away_reaches_the_owner_and_its_answer_comes_back(homes):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from awp.node.board import _Link
+from awp.node.board_sendq import BoardLink
 
 
 class _Conn:
@@ -10,7 +10,7 @@ class _Conn:
 
 
 def test_a_full_queue_refuses_records_and_marks_the_topic_for_a_digest():
-    link = _Link(_Conn(), max_bytes=1000)  # type: ignore[arg-type]
+    link = BoardLink(_Conn(), max_bytes=1000)  # type: ignore[arg-type]
     assert link.push(b"x" * 600, "t1")
     assert not link.push(b"y" * 600, "t1")  # would pass the bound: held back
     assert link.size == 600 and list(link.queue) == [b"x" * 600]
@@ -20,13 +20,13 @@ def test_a_full_queue_refuses_records_and_marks_the_topic_for_a_digest():
 
 def test_lines_of_the_link_itself_are_never_dropped():
     """Subscriptions, digests and answers carry no topic to resync: they always queue."""
-    link = _Link(_Conn(), max_bytes=10)  # type: ignore[arg-type]
+    link = BoardLink(_Conn(), max_bytes=10)  # type: ignore[arg-type]
     assert link.push(b"s" * 100)
     assert link.size == 100 and not link.resync
 
 
 def test_records_queued_one_after_another_leave_in_one_line():
-    link = _Link(_Conn(), max_bytes=10_000)  # type: ignore[arg-type]
+    link = BoardLink(_Conn(), max_bytes=10_000)  # type: ignore[arg-type]
     assert link.push_records("t1", 0, ["a"], 100)
     assert link.push_records("t1", 0, ["b"], 100)  # joins the group before it
     assert link.push_records("t1", 1, ["c"], 100)  # other hops: a line of its own
@@ -39,9 +39,35 @@ def test_records_queued_one_after_another_leave_in_one_line():
 
 
 def test_a_group_never_grows_past_a_line():
-    from awp.node.board import MAX_LINE
+    from awp.node.board_sendq import MAX_LINE
 
-    link = _Link(_Conn(), max_bytes=4 * MAX_LINE)  # type: ignore[arg-type]
+    link = BoardLink(_Conn(), max_bytes=4 * MAX_LINE)  # type: ignore[arg-type]
     for _ in range(3):
         assert link.push_records("t", 0, ["x"], MAX_LINE // 2)
     assert [len(r.raws) for r in link.queue] == [1, 1, 1]
+
+
+def test_records_for_an_idle_link_leave_as_the_line_built_once_for_every_link():
+    built: list[str] = []
+
+    def line() -> bytes:
+        built.append("t1")
+        return b'{"t":"board-posts"...}\n'
+
+    links = [BoardLink(_Conn(), max_bytes=10_000) for _ in range(3)]  # type: ignore[arg-type]
+    shared: dict[str, bytes] = {}
+
+    def once() -> bytes:
+        if "l" not in shared:
+            shared["l"] = line()
+        return shared["l"]
+
+    for link in links:
+        assert link.push_records("t1", 0, ["a"], 100, once)
+    assert [list(x.queue) for x in links] == [[b'{"t":"board-posts"...}\n']] * 3
+    assert all(x.size == len(b'{"t":"board-posts"...}\n') for x in links)
+    # Behind a queued line, records wait as records again, and later ones join them.
+    assert links[0].push_records("t1", 0, ["b"], 100, line)
+    assert links[0].push_records("t1", 0, ["c"], 100, line)
+    assert [r.raws for r in list(links[0].queue)[1:]] == [["b", "c"]]
+    assert len(built) == 1

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from awp.board import sync, view
+from awp.board import sequencer, sync, view
 from awp.board.queue import Arbiter, Event
 from awp.store import board as sb
 from awp.store.schema import BOARD_MIGRATION as BOARD
@@ -134,6 +134,20 @@ def test_queue_log_replays_into_the_same_arbiter(c):
     assert "attempts" not in row and '"op":"restore"' in row
 
 
+def _stamp(topic: str, of: str, seq: int, ts: int) -> b.Record:
+    return b.make_stamp(OWNER, topic, of, seq, ts)
+
+
+def _own(db, raws, now, **kw):
+    """take() on the topic's owner, which stamps what it admits of others'."""
+    return sb.take(db, raws, now, me=OWNER.key, signer=_stamp, **kw)
+
+
+def _wire(db, recs) -> list[str]:
+    """The records as the owner sends them: each stamp just before its record."""
+    return sb.raw_records(db, TOPIC, [r.hash for r in recs])
+
+
 def _host(*topics):
     db = sqlite3.connect(":memory:")
     sb.create(db)
@@ -151,18 +165,28 @@ def test_take_checks_admits_dedups_and_only_for_subscribed_topics(monkeypatch):
     calls = []
     real = b.verify
     monkeypatch.setattr(b, "verify", lambda *a: calls.append(1) or real(*a))
-    got = sb.take(db, [p.raw, p.raw, other.raw, "junk", '{"k":"post"}'], T0, via="peer", hops=1)
-    assert [r.hash for r in got.new] == [p.hash]
+    got = _own(db, [p.raw, p.raw, other.raw, "junk", '{"k":"post"}'], T0, via="peer", hops=1)
+    assert [r.hash for r in got.new] == [p.hash] and got.sseqs == {p.hash: 1}
     assert got.known == 1 and len(got.refused) == 3
     assert len(calls) == 1  # the duplicate and the unsubscribed topic cost no signature check
-    assert sb.take(db, [p.raw], T0).known == 1 and len(calls) == 1
+    assert _own(db, [p.raw], T0).known == 1 and len(calls) == 1
+    # another host takes it only with the owner's stamp, and at the stamp's time
+    replica = _host(topic)
+    assert sb.take(replica, [p.raw], T0).refused == [sequencer.NO_STAMP]
+    [st, raw] = _wire(db, [p])
+    forged = st.replace('"seq":1', '"seq":2')  # the owner's signature no longer covers it
+    assert sb.take(replica, [forged, raw], T0).refused == ["the owner's stamp does not verify"]
+    # the stamp vouches for exactly the bytes it names: a changed record is another hash
+    tampered = raw.replace('"text":"x"', '"text":"y"')
+    assert sb.take(replica, [st, tampered], T0).refused == [sequencer.NO_STAMP]
+    assert [r.hash for r in sb.take(replica, [st, raw], T0 + 9).new] == [p.hash]
     # a newer topic document is taken; the same one again is known
     monkeypatch.undo()
     t2 = b.make_topic(OWNER, "ops", 2, T0, post="grant")
     got = sb.take(db, [t2.raw, t2.raw], T0)
     assert [r.hash for r in got.new] == [t2.hash] and got.known == 1
     assert not sb.policy(db, TOPIC).post_open
-    assert sb.take(db, [_post("z", T0 + 5).raw], T0).refused == ["no grant to post here"]
+    assert _own(db, [_post("z", T0 + 5).raw], T0).refused == ["no grant to post here"]
 
 
 def test_a_flooding_author_costs_rate_signature_checks_and_is_not_forwarded(monkeypatch):
@@ -172,17 +196,19 @@ def test_a_flooding_author_costs_rate_signature_checks_and_is_not_forwarded(monk
     calls = []
     real = b.verify
     monkeypatch.setattr(b, "verify", lambda *a: calls.append(1) or real(*a))
-    got = sb.take(db, [r.raw for r in sorted(flood, key=lambda r: (r.ts, r.hash))], T0 + 1000)
+    got = _own(db, [r.raw for r in flood], T0 + 1000)
     assert len(got.new) == 20 and len(calls) == 20
-    assert len(got.refused) == 280 and set(got.refused) == {"author over the topic's rate"}
-    # out of order the rule still keeps exactly the first 20 of the minute, and forwards only those
+    assert len(got.refused) == 280 and set(got.refused) == {sequencer.OVER_RATE}
+    assert got.later == 280  # the author's host offers them again, at the owner's pace
+    # another host, fed the stamped records in any order, keeps exactly the owner's 20
+    kept = {r.hash for r in got.new}
+    pairs = _wire(db, got.new)
+    pairs = [pairs[i:i + 2] for i in range(0, len(pairs), 2)]
+    random.Random(2).shuffle(pairs)
     db2 = _host(topic)
-    shuffled = [r.raw for r in flood]
-    random.Random(2).shuffle(shuffled)
-    got2 = sb.take(db2, shuffled, T0 + 1000)
-    first20 = {r.hash for r in sorted(flood, key=lambda r: (r.ts, r.hash))[:20]}
-    assert {r.hash for r in sb.records(db2, TOPIC)} == first20
-    assert {r.hash for r in got2.new} <= first20
+    for pair in pairs:
+        sb.take(db2, pair, T0 + 1000)
+    assert {r.hash for r in sb.records(db2, TOPIC)} == kept
 
 
 def _exchange(a, z, now):
@@ -207,19 +233,26 @@ def _exchange(a, z, now):
 
 def test_two_stores_converge_after_a_partition_with_edits_and_a_flood():
     topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open", rate=30, keep=400)
-    a, z = _host(topic), _host(topic)
+    o, a, z = _host(topic), _host(topic), _host(topic)
     bob = Identity(b"\x05" * 32)
     common = [_post(f"c{i}", T0 + i * 1000) for i in range(100)]
+    for i in range(0, 100, 10):  # the owner stamps them as they come, ten a second
+        _own(o, [r.raw for r in common[i:i + 10]], T0 + i * 100)
     for db in (a, z):
-        sb.take(db, [r.raw for r in common], T0 + 200_000)
+        sb.take(db, _wire(o, common), T0 + 200_000)
     only_a = [_post(f"a{i}", T0 + 200_000 + i * 2500) for i in range(50)]
     only_a.append(b.make_edit(ALICE, common[3], [{"k": "text", "text": "c3!"}], T0 + 300_000))
     only_z = [b.make_post(bob, TOPIC, [{"k": "text", "text": f"z{i}"}], T0 + 200_000 + i * 10)
               for i in range(100)]  # bob floods: 30 a minute survive
     only_z.append(b.make_delete(ALICE, common[4], T0 + 300_000))
     now = T0 + 400_000
-    sb.take(a, [r.raw for r in only_a], now)
-    sb.take(z, [r.raw for r in only_z], now)
+    stamped_a = [r for i in range(3)  # alice's 51, within her rate: 17 a minute
+                 for r in _own(o, [x.raw for x in only_a[i * 17:i * 17 + 17]],
+                               now - (3 - i) * 61_000).new]
+    stamped_z = _own(o, [r.raw for r in only_z], now).new  # bob over his rate: 30 stamped
+    assert len(stamped_a) == 51 and len(stamped_z) == 31
+    sb.take(a, _wire(o, stamped_a), now)
+    sb.take(z, _wire(o, stamped_z), now)
     moved = _exchange(a, z, now)
     ha, hz = sb.holdings(a, TOPIC).hashes(), sb.holdings(z, TOPIC).hashes()
     assert ha == hz
@@ -228,13 +261,14 @@ def test_two_stores_converge_after_a_partition_with_edits_and_a_flood():
     assert shown == [s.parts[0]["text"] for s in view.visible(sb.records(z, TOPIC))]
     assert "c3!" in shown and "c4" not in shown
     assert _exchange(a, z, now) == 0  # a second run finds nothing to move
+    assert ha == sb.holdings(o, TOPIC).hashes()  # and both hold what the owner holds
 
 
 def test_usage_triggers_keep_counts_and_bytes_through_inserts_and_retention(c):
     t = b.make_topic(OWNER, "ops", 1, T0, post="open", keep=5)
     sb.subscribe(c, TOPIC, T0)
     sb.take(c, [t.raw], T0)
-    sb.take(c, [_post(f"p{i}", T0 + i).raw for i in range(8)], T0 + 100)
+    _own(c, [_post(f"p{i}", T0 + i).raw for i in range(8)], T0 + 100)
 
     def usage():
         return c.execute("SELECT n, bytes FROM board_usage WHERE topic = ?", (TOPIC,)).fetchone()
@@ -250,3 +284,28 @@ def test_migrations_split_into_whole_statements_triggers_included():
     triggers = [x for x in stmts if x.startswith("CREATE TRIGGER")]
     assert len(triggers) == 2 and all(x.rstrip().endswith("END;") for x in triggers)
     assert all(sqlite3.complete_statement(x if x.endswith(";") else x + ";") for x in stmts)
+
+
+def test_records_kept_under_the_old_rule_meet_the_owner_as_sequencer():
+    """Rows stored before stamps: the owner stamps them in arrival order at their arrival
+    time; elsewhere ours wait for the owner and others' go until they come back stamped."""
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open")
+    bob = Identity(b"\x05" * 32)
+    old = [_post("a1", T0 + 5), _post("b1", T0 + 1, who=bob), _post("a2", T0 + 9)]
+    owner, host = _host(topic), _host(topic)
+    for db in (owner, host):
+        for i, rec in enumerate(old):
+            sb.put_record(db, rec, T0 + 100 + i)  # as the old take stored them
+    assert sb.unstamped_at_start(owner, OWNER.key, _stamp) == 3
+    seqs = dict(owner.execute("SELECT hash, sseq FROM board_records"))
+    assert [seqs[r.hash] for r in old] == [1, 2, 3]  # the order they reached the owner
+    assert {r.hash: r.ts for r in sb.records(owner, TOPIC)} == {  # at their arrival time
+        r.hash: T0 + 100 + i for i, r in enumerate(old)}
+    assert sb.next_stamp(owner, TOPIC, T0) == (4, T0 + 103)  # never a seq twice
+    assert sb.unstamped_at_start(owner, OWNER.key, _stamp) == 0  # once
+    assert sb.unstamped_at_start(host, bob.key, _stamp) == 3
+    assert [r.hash for r in sb.waiting(host)] == [old[1].hash]  # bob's own: to the owner
+    assert sb.holdings(host, TOPIC).hashes() == set()  # alice's go until they come stamped
+    sb.take(host, _wire(owner, old), T0 + 200)
+    assert sb.holdings(host, TOPIC).hashes() == sb.holdings(owner, TOPIC).hashes()
+    assert sb.waiting(host) == []

@@ -1,0 +1,108 @@
+"""One link's outgoing board lines: a byte-bounded queue that one sender task drains.
+
+Split from :mod:`awp.node.board` because it is the part that decides what a
+slow peer costs us: every line for a peer waits here, bounded by
+``limits.board_link_bytes``, and records queued back to back for one topic
+leave together as one ``board-posts`` line.  It knows nothing of topics'
+rules, only of bytes and order, so it is tested on its own
+(``tests/unit/test_board_link.py``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+MAX_LINE = 512 * 1024  # a board-posts line stays under this
+
+
+@dataclass
+class Records:
+    """Records waiting in a link's queue for one ``board-posts`` line.
+
+    Kept as records, not as a built line, so that records queued one after
+    another for the same topic leave together: under load a subscriber gets
+    a few large lines instead of one line per post.
+    """
+
+    topic: str
+    hops: int
+    raws: list[str]
+    size: int
+
+
+class BoardLink:
+    """One connection's outgoing board lines, written by its own task."""
+
+    def __init__(self, conn: Connection, max_bytes: int) -> None:
+        self.conn = conn
+        self.max_bytes = max_bytes
+        self.served = 0  # bytes sent on the peer's asking in this minute
+        self.served_since = 0.0
+        self.claims = 0  # queue requests from the peer in this minute
+        self.claims_since = 0.0
+        self.queue: deque[bytes | Records] = deque()
+        self.size = 0
+        self.wake = trio.Event()
+        self.resync: set[str] = set()
+        self.deferred: set[str] = set()  # topics whose asks went over the serve budget
+        self.submits = 0  # records the peer handed us towards an owner in this minute
+        self.submits_since = 0.0
+        self.subs: dict[str, tuple[object, object]] = {}  # topic -> (grant, via) they sent
+        self.heard_sub = False  # their first board-sub came (the one sent on connect)
+
+    def full(self) -> bool:
+        return self.size >= self.max_bytes
+
+    def push(self, data: bytes, topic: str = "") -> bool:
+        """Queue a line; False (and a resync of ``topic``) when the queue is full.
+
+        Every line about a topic passes ``topic``, answers to the peer's own
+        lines above all (a ``board-sub`` of 256 topics asks for 512 lines):
+        only our own ``board-sub`` goes past the bound.
+        """
+        if self.size + len(data) > self.max_bytes and topic:
+            self.resync.add(topic)
+            self.wake.set()
+            return False
+        self.queue.append(data)
+        self.size += len(data)
+        self.wake.set()
+        return True
+
+    def push_records(self, topic: str, hops: int, raws: list[str], size: int,
+                     line: Callable[[], bytes] | None = None) -> bool:
+        """Queue records, joining the last queued group when it is the same topic and hops.
+
+        Given ``line`` and nothing queued, the records leave as ``line()``:
+        the line built once for every link they go to (the common case, a
+        post relayed as it comes).  Behind other lines they wait as records,
+        so that later ones may join them.
+        """
+        if self.size + size > self.max_bytes:
+            self.resync.add(topic)
+            self.wake.set()
+            return False
+        last = self.queue[-1] if self.queue else None
+        if last is None and line is not None:
+            data = line()
+            self.queue.append(data)
+            self.size += len(data)
+            self.wake.set()
+            return True
+        if (isinstance(last, Records) and last.topic == topic and last.hops == hops
+                and last.size + size <= MAX_LINE - 1024):
+            last.raws.extend(raws)
+            last.size += size
+        else:
+            self.queue.append(Records(topic, hops, list(raws), size))
+        self.size += size
+        self.wake.set()
+        return True
