@@ -40,6 +40,7 @@ from .business import Business
 from .config import NodeConfig
 from .connection import Connection
 from .events import Broadcaster
+from .extension import Extension
 from .handshake import LocalHello
 from .intake import Intake
 from .mime import guess_mime, sniff_file
@@ -88,7 +89,7 @@ class Engine:
         self._local = threading.local()
         self._nursery: trio.Nursery | None = None
         self.writer: Writer
-        self.extensions: list[Any] = []  # later features hook in here
+        self.extensions: list[Extension] = []  # presence, board, mirror, serving
         self.waiting = 0  # local API calls blocked in wait (activity reporting)
         self.mirror: Any = None  # the conversation-sharing extension, when loaded
         self.intake: Intake | None = None  # lone inbound lines acked from a journal
@@ -124,9 +125,7 @@ class Engine:
                     log.info("redialing %s at start (%s)", key[:18], why)
                     self.peers.ensure_loop(key)
                 for ext in self.extensions:
-                    start = getattr(ext, "on_start", None)
-                    if start is not None:
-                        self.spawn(start)
+                    self.spawn(ext.on_start)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -380,8 +379,7 @@ class Engine:
                     c, key, self.identity.key, cfg.trust, now_ms())):
                 return ""
         for ext in self.extensions:
-            check = getattr(ext, "admits", None)
-            if check is not None and await check(conn):
+            if await ext.admits(conn):
                 return ""
         name = conn.peer_name or "a peer"
         now = now_ms()
@@ -422,9 +420,7 @@ class Engine:
             await self.writer.run(
                 lambda c: self.store_grants(c, conn, conn.hs.peer_grants, now_ms()))
         for ext in self.extensions:
-            hook = getattr(ext, "on_established", None)
-            if hook is not None:
-                await hook(conn, prev)
+            await ext.on_established(conn, prev)
         log.info("connected %s %s (%s)", "to" if conn.outbound else "from",
                  conn.peer_name, conn.peer_key)
         self.changes.publish({"kind": "peer", "peer": conn.peer_key, "up": True})
@@ -487,23 +483,18 @@ class Engine:
         return seq, self.stored_replies(c, conn, line, seq, now)
 
     def stored_replies(self, c: sqlite3.Connection, conn: Connection, line: dict, seq: int,
-                       now: int, hooks: list | None = None) -> list:
+                       now: int, exts: list | None = None) -> list:
         """Writer thread, once a content line is stored as ``seq``: its blobs and the
-        extensions' part; the lines (or work) to follow its ack.  ``hooks``:
-        :meth:`stored_hooks`, when a run looked them up once for all its lines."""
+        extensions' part; the lines (or work) to follow its ack.  ``exts``: the
+        extensions, when a run took the list once for all its lines."""
         replies: list = []
         if line["t"] == "msg":
             for r in blobstore.msg_named_blobs(c, self.blobs_dir, conn.peer_key, line,
                                                self.config.blob_limit, now):
                 replies.append(_refusal_line(r))
-        for hook in self.stored_hooks() if hooks is None else hooks:
-            replies.extend(hook(c, conn, line, seq, now) or ())
+        for ext in self.extensions if exts is None else exts:
+            replies.extend(ext.stored_inbound(c, conn, line, seq, now))
         return replies
-
-    def stored_hooks(self) -> list:
-        """The extensions' ``stored_inbound`` hooks, in order."""
-        return [h for ext in self.extensions
-                if (h := getattr(ext, "stored_inbound", None)) is not None]
 
     def store_chunk(self, c: sqlite3.Connection, conn: Connection, line: dict,
                     now: int) -> list[dict]:
@@ -585,12 +576,9 @@ class Engine:
             for old in list(self._recent_acks)[:5_000]:
                 del self._recent_acks[old]
 
-    def on_acked(self, key: str, ids: list[str], *, woken: bool = False) -> None:
-        """``ids`` are committed as acked by ``key``; ``woken``: their waiters were
-        already told as each ack arrived (:meth:`ack_received`)."""
-        if not woken:
-            for i in ids:
-                self.ack_received(key, i)
+    def on_acked(self, key: str, ids: list[str]) -> None:
+        for i in ids:
+            self.ack_received(key, i)
         self.changes.publish({"kind": "ack", "peer": key, "ids": ids[:50]})
 
     def on_peer_resumed(self, conn: Connection) -> None:
@@ -718,21 +706,16 @@ class Engine:
             detail = line.get("detail") if isinstance(line.get("detail"), str) else ""
             self.writer.submit_nowait(lambda c: ops.blob_refused_out(c, key, ref, detail, now))
         for ext in self.extensions:
-            hook = getattr(ext, "on_err", None)
-            if hook is not None:
-                hook(conn, line)
+            ext.on_err(conn, line)
 
     def on_grants_stored(self, conn: Connection) -> None:
         """A grant line was stored: extensions that act on held grants look again."""
         for ext in self.extensions:
-            hook = getattr(ext, "on_grants", None)
-            if hook is not None:
-                hook(conn)
+            ext.on_grants(conn)
 
     async def on_other_line(self, conn: Connection, line: dict, raw: bytes) -> None:
         for ext in self.extensions:
-            hook = getattr(ext, "on_line", None)
-            if hook is not None and await hook(conn, line, raw):
+            if await ext.on_line(conn, line, raw):
                 return
         # Anything else is an unknown type: ignored, the connection stays up.
 

@@ -51,9 +51,9 @@ def store_run(eng: Engine, c: sqlite3.Connection, conn: Connection,
     seqs = inbound.store_msgs(c, peer, [(line, text) for _i, line, text, _cost in keep], now)
     if owed:
         usage.add(c, peer, log=owed)
-    hooks = eng.stored_hooks()
+    exts = list(eng.extensions)
     for (i, line, _text, _cost), seq in zip(keep, seqs, strict=True):
-        results[i] = (seq, eng.stored_replies(c, conn, line, seq, now, hooks))
+        results[i] = (seq, eng.stored_replies(c, conn, line, seq, now, exts))
     return results
 
 
