@@ -1005,9 +1005,9 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
  'topic revoke': 'Usage: awp topic revoke [OPTIONS] {TOPIC} [[PEER]]\n'
                  '\n'
                  "  Revoke a peer's membership and board grants on one of your topics, or one\n"
-                 "  grant by its hash. Every host that learns of it (the topic's document\n"
-                 '  travels to every subscriber) refuses their new records, whatever time they\n'
-                 '  claim; posts already taken stay.\n'
+                 "  grant by its hash. You stamp every other author's record before any host\n"
+                 '  keeps it, so from now on nothing new of theirs is stamped, whatever time it\n'
+                 '  claims, and no host keeps it; posts you stamped before stay.\n'
                  '\n'
                  '  Examples:\n'
                  '    awp topic revoke ops builder\n'
