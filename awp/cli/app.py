@@ -22,7 +22,7 @@ from .cmd_queue import claim_cmd as _queue  # noqa: F401  (registers claim, queu
 from .cmd_web import web_cmd as _web  # noqa: F401  (registers awp web)
 from .cmd_work import work_cmd as _work  # noqa: F401  (registers awp work)
 from .common import app, compact, home_of, home_opt, json_opt, out
-from .fastpath import home_first
+from .fastpath import help_argv, home_first
 
 # Commands with a peer positional (or -p/--peer/--to value) that may start with "-".
 PEER_COMMANDS = frozenset(
@@ -229,24 +229,10 @@ def _fast_coercion() -> None:
     _TyperParameter.get_runtime_param = get_runtime_param
 
 
-def _help_args(rest: list[str]) -> list[str]:
-    """``awp help [--home H] [COMMAND]`` as ``awp [COMMAND] --help``."""
-    words = []
-    skip = False
-    for tok in rest:
-        if skip:
-            skip = False
-        elif tok == "--home":
-            skip = True
-        elif not tok.startswith("-"):
-            words.append(tok)
-    return [*words[:1], "--help"]
-
-
 def run_app(args: list[str]) -> int:
     args = home_first(list(args))
     if args and args[0] == "help":
-        args = _help_args(args[1:])
+        args = help_argv(args[1:])
     _fast_coercion()
     group = typer.main.get_command(app)
     if args and args[0] in PEER_COMMANDS:

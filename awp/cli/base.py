@@ -62,9 +62,9 @@ def note(text: str) -> None:
 
 
 def out_json(obj: object) -> None:
-    import json  # indented output needs the json package's own encoder
+    from ..localapi import cjson  # indented as json.dumps(indent=2) does, without its import
 
-    out(json.dumps(obj, ensure_ascii=False, indent=2))
+    out(cjson.indented(obj))
 
 
 def compact(obj: object) -> str:

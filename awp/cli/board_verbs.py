@@ -45,6 +45,7 @@ HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
 POST_WAIT = 10.0  # how long the daemon waits for a topic document it does not hold yet
 STREAM_WAIT = 60.0  # each long poll of a following subscribe
 SUB_DOC_WAIT = 2.0  # how long subscribe waits for a topic document it does not hold
+ASK_OVER = 4096  # a post this big (record overhead included) asks the topic's max_post first
 
 
 # -- shared ---------------------------------------------------------------------------
@@ -103,13 +104,17 @@ def parts_from(words: list[str], code: list[str], lang: str | None, data: list[s
 def check_fits(client: LocalClient, topic: str | None, parts: list[dict]) -> None:
     """Refuse, before the daemon does, a post bigger than the topic's ``max_post``.
 
-    Small posts fit every topic and cost no question; for others the topic's
-    own figure is asked for when the topic is held, else the fixed 64 KiB.
+    Worth a question to the daemon only for a post carrying a file or over
+    :data:`ASK_OVER` bytes, where this can say which file is too big and by
+    how much; a plain text post goes straight to the daemon, whose 413
+    :func:`send_post` words as clearly.  Over the fixed 64 KiB every topic
+    refuses without a question.
     """
-    if board_files.post_size(parts) <= board_files.MIN_MAX_POST:
-        return
+    size = board_files.post_size(parts)
     limit, where = board_files.MAX_RECORD, topic or "the board"
-    if topic:
+    if size <= limit and not (size > ASK_OVER or any(p.get("k") == "file" for p in parts)):
+        return
+    if topic and size <= limit:
         try:
             res = client.post("/v1/board/get", {"topic": topic, "n": 1})
         except ApiFailure:
@@ -267,7 +272,9 @@ def topic_show(topic: str, home: str | None, as_json: bool) -> None:
     if as_json:
         out_json(t)
         return
-    out(render_board.topic_details(t, peer_names(client)))
+    pol = t.get("policy") if isinstance(t.get("policy"), dict) else {}
+    # Names are only shown for banned keys: the peer list is asked for only then.
+    out(render_board.topic_details(t, peer_names(client) if pol.get("banned") else {}))
 
 
 def topic_grant(topic: str, peer: str, read: bool, post: bool, ttl: str, home: str | None,
@@ -335,16 +342,20 @@ def subscribe(topics: list[str], once: bool, timeout: str, home: str | None,
     """``awp subscribe``."""
     secs = parse_seconds(timeout, "--timeout")
     client = client_for(home, secs if once else STREAM_WAIT)
-    # The cursor first: whatever arrives from the subscription on, the backlog
-    # the owner sends included, is after it.
-    start = client.post("/v1/board/wait", {"topics": [], "timeout": 0})
-    assert isinstance(start, dict)
-    cursor = start.get("cursor")
+    # The first subscribe's answer carries the cursor taken before it subscribed:
+    # whatever arrives from the subscription on, the backlog the owner sends
+    # included, is after it.
+    cursor = None
     refs = []
     for topic in topics:
         # A moment for the owner's document, when a connected peer holds it.
         res = client.post("/v1/board/subscribe", {"topic": topic, "timeout": SUB_DOC_WAIT})
         assert isinstance(res, dict)
+        if not refs:
+            cursor = res.get("cursor")
+            if cursor is None:  # an older daemon's answer: from now on, then
+                start = client.post("/v1/board/wait", {"topics": [], "timeout": 0})
+                cursor = start.get("cursor") if isinstance(start, dict) else None
         t = res.get("topic") if isinstance(res.get("topic"), dict) else {}
         refs.append(t.get("topic") or topic)
         if not t.get("known"):
@@ -394,8 +405,11 @@ def _posted_line(client: LocalClient, res: dict, verb: str) -> str:
     what = f"{verb} {p.get('id') or str(p.get('hash', ''))[:10]}"
     if p.get("parent"):
         what += f" to {str(p['parent'])[:10]}"
-    return (f"{what} on {where}; "
-            f"{sent_to_text(list(res.get('sent_to') or []), peer_names(client))}")
+    keys = list(res.get("sent_to") or [])
+    names = res.get("names")  # the daemon names them; an older one did not
+    if keys and not isinstance(names, dict):
+        names = peer_names(client)
+    return f"{what} on {where}; {sent_to_text(keys, names or {})}"
 
 
 def post(args: list[str], code: list[str], lang: str | None, data: list[str], mime: str,

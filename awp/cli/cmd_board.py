@@ -188,9 +188,9 @@ def topic_revoke(
     as_json: bool = json_opt(),
 ) -> None:
     """Revoke a peer's membership and board grants on one of your topics, or
-    one grant by its hash. Every host that learns of it (the topic's document
-    travels to every subscriber) refuses their new records, whatever time
-    they claim; posts already taken stay.
+    one grant by its hash. You stamp every other author's record before any
+    host keeps it, so from now on nothing new of theirs is stamped, whatever
+    time it claims, and no host keeps it; posts you stamped before stay.
 
     \b
     Examples:

@@ -1,12 +1,8 @@
-"""The board's work queue: claim, renew, release, complete, fail, queue.
+"""The work queue's typer commands: claim, renew, release, complete, fail, queue.
 
-A topic created with ``--queue`` is a work queue: its top-level posts are
-the items, and the owner's daemon hands them out one lease at a time
-(SPEC.md section 14, "Work queue").  ``claim`` exits 2, as ``awp wait``
-does on a timeout, whenever nothing was handed out (the queue is empty, the
-owner is unreachable, or it did not answer in time), so a worker loop can
-tell "try later" from a real error.  The lease commands all take the topic
-and the lease id that ``claim`` printed: ``awp complete TOPIC LEASE``.
+Options, help and usage errors only; what a work queue is, the exit codes
+and the work itself are in :mod:`awp.cli.queue_verbs`, which the fast path
+calls too.
 """
 
 from __future__ import annotations

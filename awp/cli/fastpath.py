@@ -208,22 +208,24 @@ def help_text(path: str) -> str | None:
     return TEXTS.get(path)
 
 
-def _help_words(rest: list[str]) -> list[str] | None:
-    """``awp help [--home H] [COMMAND]``: the command word (may be none)."""
-    words = []
+def help_argv(rest: list[str]) -> list[str]:
+    """``awp help [--home H] [COMMAND...]`` as the line ``awp COMMAND... --help``.
+
+    The one reading of ``awp help`` for both doors (typer's in
+    :func:`awp.cli.app.run_app`): ``--home`` is dropped, since help needs no
+    daemon; any other option is kept, so click judges it as it would on
+    ``awp COMMAND OPTION --help`` (an unknown one is its usage error, exit 2).
+    """
+    out = []
     skip = False
     for tok in rest:
         if skip:
             skip = False
         elif tok == "--home":
             skip = True
-        elif tok.startswith("--home="):
-            continue
-        elif tok.startswith("-"):
-            return None
-        else:
-            words.append(tok)
-    return words[:1]
+        elif not tok.startswith("--home="):
+            out.append(tok)
+    return [*out, "--help"]
 
 
 def _print_help(path: str) -> int | None:
@@ -247,8 +249,10 @@ def run(args: list[str]) -> int | None:
     if args[0] in ("-h", "--help") and len(args) == 1:
         return _print_help("")
     if args[0] == "help":
-        words = _help_words(args[1:])
-        return None if words is None else _print_help(" ".join(words))
+        words = help_argv(args[1:])[:-1]
+        if any(w.startswith("-") for w in words):
+            return None  # an option: click's to judge
+        return _print_help(" ".join(words))
     parsed = parse(args)
     if parsed is None:
         return None

@@ -113,9 +113,11 @@ def queue(topic: str, home: str | None, as_json: bool) -> None:
     if not items:
         note(f"no items on {topic}")
         return
-    st = client.get("/v1/status")
-    me = st.get("key", "") if isinstance(st, dict) else ""
-    names = peer_names(client)
+    me, names = res.get("self"), res.get("names")
+    if not isinstance(me, str) or not isinstance(names, dict):  # an older daemon's answer
+        st = client.get("/v1/status")
+        me = st.get("key", "") if isinstance(st, dict) else ""
+        names = peer_names(client)
     out(render_board.queue_table(items, names, me, now_ms()))
     workers = [w for w in res.get("workers") or [] if isinstance(w, dict)]
     if workers:

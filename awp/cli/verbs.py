@@ -24,8 +24,8 @@ from ..present.render import (
     peer_budget_cell,
     render_record,
     render_records,
-    since,
     table,
+    threads_table,
 )
 from ..present.text import unread_seqs
 from ..wire.framing import MAX_LINE
@@ -464,12 +464,7 @@ def threads(open_only: bool, wide: bool, peer: str | None, home: str | None,
     if not rows:
         out("no open threads" if open_only else "no threads yet")
         return
-    now = now_ms()
-    out(table(
-        ["TH", "PEER", "MINE", "THEIRS", "UNREAD", "SUBJECT"],
-        [[th, clip(name or "", 30), since(mine or "", my_since, now),
-          since(theirs or "", their_since, now), unread, clip(subject or "", 0 if wide else 50)]
-         for th, name, mine, my_since, theirs, their_since, unread, subject in rows]))
+    out(threads_table(rows, now_ms(), 0 if wide else 50))
 
 
 def status(home: str | None, as_json: bool) -> None:

@@ -157,14 +157,18 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         except wb.BoardError as e:
             raise _bad(f"topic {echo(ref)}: {e}", "bad_topic") from None
 
-    async def topic_of(ref: object) -> str:
+    def topic_here(ref: object) -> str | None:
+        """A full topic id, or one of ours: no lookup needed (None: one is)."""
         if isinstance(ref, str) and (ref.startswith(wb.KEY_PREFIX) or "/" not in ref):
-            try:  # a full topic id, or one of ours: no lookup needed
+            try:
                 return wb.topic_id(*ref.strip().rsplit("/", 1)) if "/" in ref else \
                     wb.topic_id(me, ref.strip())
             except (wb.BoardError, TypeError):
                 pass  # let topic_in say what is wrong
-        return await engine.read(lambda c: topic_in(c, ref))
+        return None
+
+    async def topic_of(ref: object) -> str:
+        return topic_here(ref) or await engine.read(lambda c: topic_in(c, ref))
 
     def label(c: sqlite3.Connection, topic: str) -> str:
         owner, name = topic.split("/", 1)
@@ -298,11 +302,14 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await topic_of(body.get("topic"))
         timeout = _secs(body, "timeout", 0)
+        # Where "new" starts for the subscriber, taken before it subscribes, so the
+        # backlog the owner sends counts as new (a cheap indexed max, read in place).
+        cursor = engine.read_sync(sb.last_seq)
         if not await subscribe_to(topic):
             await board.refresh_authority([topic])
         if timeout > 0:
             await await_doc(topic, timeout)
-        return {"topic": await topic_answer(topic), "subscribed": True}
+        return {"topic": await topic_answer(topic), "subscribed": True, "cursor": cursor}
 
     @r.route("POST", "/v1/board/unsubscribe")
     async def unsubscribe(req: Request) -> dict:
@@ -418,9 +425,24 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         # A new post: no edit, no reply yet; shaped from the record, not read back.
         p = sb.Post(view.Shown(hash=rec.hash, author=me, ts=rec.ts, parent=parent,
                                parts=parts, edited=0), topic, taken.seqs.get(rec.hash, 0), 0)
-        names = {me: owner_name_me(), topic: await topic_label(topic)}
-        return {"post": post_obj(None, p, names), "sent_to": await board.readers(topic),
+        readers = await board.readers(topic)
+        lab, shown = await answer_names(topic, readers)
+        names = {me: owner_name_me(), topic: lab}
+        return {"post": post_obj(None, p, names), "sent_to": readers, "names": shown,
                 "waiting": rec.hash in taken.waiting}  # for the owner's stamp
+
+    async def answer_names(topic: str, readers: list[str]) -> tuple[str, dict[str, str]]:
+        """The topic's label and how each reader is shown, in one read (none for one of
+        our topics that nobody reads): a post's answer names whom it went to, so the
+        CLI need not ask for the peer list."""
+        if topic.startswith(me + "/") and not readers:
+            return await topic_label(topic), {}
+
+        def q(c: sqlite3.Connection) -> tuple[str, dict[str, str]]:
+            labels = queries.Labels(c)
+            return label(c, topic), {k: labels[k] for k in readers}
+
+        return await engine.read(q)
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""
@@ -449,21 +471,23 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         kept = {r.hash for r in taken.new}
         if not kept:
             raise refusal(taken.refused[0] if taken.refused else "not kept")
+        readers = await board.readers(topic)
         return {"posts": [{"hash": r.hash, "id": r.hash[:10], "topic": topic,
                            "kept": r.hash in kept} for r in recs],
-                "refused": taken.refused, "sent_to": await board.readers(topic)}
+                "refused": taken.refused, "sent_to": readers,
+                "names": (await answer_names(topic, readers))[1]}
 
     @r.route("POST", "/v1/board/get")
     async def get(req: Request) -> dict:
         body = json_body(req)
-        topic = await topic_of(body.get("topic"))
+        ref = body.get("topic")
         n = _int(body, "n", 20)
         since = _int(body, "since", 0)
-        parent = ""
-        if body.get("parent"):
-            parent = (await engine.read(lambda c: record_in(c, body.get("parent")))).hash
 
         def q(c: sqlite3.Connection) -> dict:
+            # the topic and the parent resolved in the same read: one thread hand-over
+            topic = topic_here(ref) or topic_in(c, ref)
+            parent = record_in(c, body.get("parent")).hash if body.get("parent") else ""
             names: dict[str, str] = {}
             posts = sb.visible_posts(c, topic, n, since, parent)
             return {"topic": topic_obj(c, topic), "posts": [post_obj(c, p, names) for p in posts]}
@@ -870,14 +894,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         topic = await topic_of(req.query.get("topic"))
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
-        snap = await door.queue_snapshot(topic) if arbiter else None
-        strikes = await door.queue_strikes(topic) if snap is not None else None
+        snap, strikes = await door.queue_view(topic) if arbiter else (None, {})
 
         def q(c: sqlite3.Connection) -> dict:
             names: dict[str, str] = {}
             posts = {p.shown.hash: p for p in sb.visible_posts(c, topic, 0)
                      if not p.shown.parent}
-            leases = [r for r in sb.records(c, topic) if r.kind == "lease"]
+            leases = sb.records(c, topic, kind="lease")
             if snap is not None:
                 view = {e["item"]: e for e in snap}
             else:
@@ -895,8 +918,12 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                               "until": e.get("until", 0), "attempts": e.get("attempts", 0),
                               "since": f.get("since", 0), "renewals": f.get("renewals", 0),
                               "needs": list(needs.get(h, []))})
+            workers = workers_of(items, leases, strikes if snap is not None else None)
+            labels = queries.Labels(c)
+            shown = {k: labels[k] for k in {i["holder"] for i in items}
+                     | {w["holder"] for w in workers} if k and k != me}
             return {"topic": topic, "items": items, "arbiter": snap is not None,
-                    "workers": workers_of(items, leases, strikes)}
+                    "workers": workers, "self": me, "names": shown}
 
         return await engine.read(q)
 
@@ -920,8 +947,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 items = {p.shown.hash for p in sb.visible_posts(c, topic, 0)
                          if not p.shown.parent}
                 view = ({e["item"]: e for e in snap} if snap is not None else
-                        board.queue.lease_view([r for r in sb.records(c, topic)
-                                                if r.kind == "lease"], pol, now_ms()))
+                        board.queue.lease_view(sb.records(c, topic, kind="lease"), pol,
+                                               now_ms()))
                 return sum(1 for h in items if view.get(h, {}).get("status", "open") == "open")
 
             out.append({"topic": topic, "label": lab, "open": await engine.read(count)})

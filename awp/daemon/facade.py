@@ -88,9 +88,11 @@ class Door:
             return None
         return await self.engine.writer.run(lambda c: queue.snapshot(c, topic))
 
-    async def queue_strikes(self, topic: str) -> dict[str, int]:
-        """Strikes the arbiter counts against each worker of a queue (the market)."""
+    async def queue_view(self, topic: str) -> tuple[list[dict] | None, dict[str, int]]:
+        """The arbiter's view of a work queue and the strikes it counts against each
+        worker (the market), in one store round trip: ``awp queue`` waits on both."""
         queue = self.parts.queue
         if queue is None:
-            return {}
-        return await self.engine.writer.run(lambda c: queue.strikes(c, topic))
+            return None, {}
+        return await self.engine.writer.run(
+            lambda c: (queue.snapshot(c, topic), queue.strikes(c, topic)))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import _json
 
-__all__ = ["dumps", "loads"]
+__all__ = ["dumps", "indented", "loads"]
 
 _CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 _WS = " \t\n\r"
@@ -78,26 +78,76 @@ def _float_repr(o: float) -> str:
     return float.__repr__(o)
 
 
+def _scalar(o: object) -> str | None:
+    """A JSON scalar other than a string as ``json.dumps`` writes it; None for anything else."""
+    if o is None:
+        return "null"
+    if o is True:
+        return "true"
+    if o is False:
+        return "false"
+    if isinstance(o, int):
+        return int.__repr__(o)
+    if isinstance(o, float):
+        return _float_repr(o)
+    return None
+
+
 def dumps(obj: object, *, ensure_ascii: bool = True,
           separators: tuple[str, str] = (", ", ": ")) -> str:
     """Encode ``obj`` as ``json.dumps(obj, ensure_ascii=..., separators=...)`` does."""
     if isinstance(obj, str):
         enc = _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring
         return enc(obj)
+    if not isinstance(obj, dict | list | tuple):
+        text = _scalar(obj)
+        if text is None:
+            _unsupported(obj)
+        return text  # type: ignore[return-value]
     encode = _json.make_encoder(
         {}, _unsupported,
         _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring,
         None, separators[1], separators[0], False, False, True)
-    if not isinstance(obj, dict | list | tuple):
-        if obj is None:
-            return "null"
-        if obj is True:
-            return "true"
-        if obj is False:
-            return "false"
-        if isinstance(obj, int):
-            return int.__repr__(obj)
-        if isinstance(obj, float):
-            return _float_repr(obj)
-        _unsupported(obj)
     return "".join(encode(obj, 0))
+
+
+def _key(k: object) -> str:
+    """A dict key as ``json.dumps`` writes it (keys become strings)."""
+    text = k if isinstance(k, str) else _scalar(k)
+    if text is None:
+        raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
+    return text
+
+
+def indented(obj: object, *, indent: int = 2, ensure_ascii: bool = False) -> str:
+    """``json.dumps(obj, indent=indent, ensure_ascii=...)``, the text ``--json`` prints.
+
+    The json package writes indented text with its Python encoder, whose
+    import brings ``re`` and ``enum`` (several ms of every ``awp ... --json``);
+    here the containers are laid out in Python and every scalar goes through
+    :func:`dumps`, so the text is the same byte for byte.
+    """
+    enc = _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring
+    seen: set[int] = set()
+
+    def walk(o: object, depth: int) -> str:
+        if isinstance(o, str):
+            return enc(o)
+        if isinstance(o, dict | list | tuple):
+            if not o:
+                return "{}" if isinstance(o, dict) else "[]"
+            if id(o) in seen:
+                raise ValueError("Circular reference detected")
+            seen.add(id(o))
+            pad = "\n" + " " * (indent * (depth + 1))
+            if isinstance(o, dict):
+                items = [enc(_key(k)) + ": " + walk(v, depth + 1) for k, v in o.items()]
+                open_, close = "{", "}"
+            else:
+                items = [walk(v, depth + 1) for v in o]
+                open_, close = "[", "]"
+            seen.discard(id(o))
+            return open_ + pad + ("," + pad).join(items) + "\n" + " " * (indent * depth) + close
+        return dumps(o, ensure_ascii=ensure_ascii)
+
+    return walk(obj, 0)

@@ -357,6 +357,15 @@ class LocalClient:
         except PermissionError as exc:
             raise DaemonForbidden(exc.filename or home) from None
 
+    def open(self, timeout: float | None = 5.0) -> None:
+        """Connect now, keeping the connection for the next request.
+
+        Proves that something listens on the socket (``DaemonNotRunning``
+        otherwise) for the price of a connect rather than a request.
+        """
+        if self._idle is None:
+            self._idle = self._connect(self._deadline(timeout))
+
     def close(self) -> None:
         """Drop the kept-alive connection, if any."""
         if self._idle is not None:

@@ -9,7 +9,9 @@ polled every 50 ms for up to 20 s.  Several commands racing to start the
 daemon of one fresh home are fine: every starter spawns one, the home lock
 lets exactly one of them run (the others exit with "another awp daemon is
 running for this home"), and every starter keeps polling the socket until the
-winner answers.
+winner answers.  A daemon already running is found by connecting to its
+socket, not by asking for its status: the connection carries the command's
+first request, so the everyday commands pay no extra round trip for it.
 
 Stdlib only, and cheap to import: ``awp status`` has to be fast.
 """
@@ -39,6 +41,17 @@ def _probe(client: LocalClient) -> dict | None:
         client.close()
         return None
     return status if isinstance(status, dict) else None
+
+
+def _listening(client: LocalClient) -> bool:
+    """Whether the daemon takes connections on the socket; the connection is kept for
+    the client's first request, so finding a running daemon costs no round trip."""
+    try:
+        client.open()
+    except (DaemonNotRunning, ConnectionError, TimeoutError, OSError):
+        client.close()
+        return False
+    return True
 
 
 def status_if_running(home: str, timeout: float | None = 30.0
@@ -152,7 +165,7 @@ def ensure_daemon(
     are ignored when it is already running). Raises :class:`DaemonStartError`.
     """
     client = _socket_client(home, timeout)
-    if client is not None and _probe(client) is not None:
+    if client is not None and _listening(client):
         return client
     try:
         proc = _spawn(home, list(flags_args or []))

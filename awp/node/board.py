@@ -69,6 +69,7 @@ from ..wire.timefmt import format_ts, now_ms, parse_ts
 from . import board_links
 from .board_sendq import MAX_LINE, BoardLink, Records
 from .board_seq import Sequencer
+from .extension import Extension
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -96,7 +97,7 @@ def speaks_board(conn: Connection) -> bool:
     return CAP in conn.peer_caps
 
 
-class Board:
+class Board(Extension):
     """Engine extension for the ``board`` lines."""
 
     def __init__(self, engine: Engine) -> None:

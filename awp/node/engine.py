@@ -40,6 +40,7 @@ from .business import Business
 from .config import NodeConfig
 from .connection import Connection
 from .events import Broadcaster
+from .extension import Extension
 from .handshake import LocalHello
 from .intake import Intake
 from .mime import guess_mime, sniff_file
@@ -87,7 +88,7 @@ class Engine:
         self._local = threading.local()
         self._nursery: trio.Nursery | None = None
         self.writer: Writer
-        self.extensions: list[Any] = []  # later features hook in here
+        self.extensions: list[Extension] = []  # presence, board, mirror, serving
         self.waiting = 0  # local API calls blocked in wait (activity reporting)
         self.mirror: Any = None  # the conversation-sharing extension, when loaded
         self.intake: Intake | None = None  # lone inbound lines acked from a journal
@@ -123,9 +124,7 @@ class Engine:
                     log.info("redialing %s at start (%s)", key[:18], why)
                     self.peers.ensure_loop(key)
                 for ext in self.extensions:
-                    start = getattr(ext, "on_start", None)
-                    if start is not None:
-                        self.spawn(start)
+                    self.spawn(ext.on_start)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -379,8 +378,7 @@ class Engine:
                     c, key, self.identity.key, cfg.trust, now_ms())):
                 return ""
         for ext in self.extensions:
-            check = getattr(ext, "admits", None)
-            if check is not None and await check(conn):
+            if await ext.admits(conn):
                 return ""
         name = conn.peer_name or "a peer"
         now = now_ms()
@@ -421,9 +419,7 @@ class Engine:
             await self.writer.run(
                 lambda c: self.store_grants(c, conn, conn.hs.peer_grants, now_ms()))
         for ext in self.extensions:
-            hook = getattr(ext, "on_established", None)
-            if hook is not None:
-                await hook(conn, prev)
+            await ext.on_established(conn, prev)
         log.info("connected %s %s (%s)", "to" if conn.outbound else "from",
                  conn.peer_name, conn.peer_key)
         self.changes.publish({"kind": "peer", "peer": conn.peer_key, "up": True})
@@ -491,9 +487,7 @@ class Engine:
                                                self.config.blob_limit, now):
                 replies.append(_refusal_line(r))
         for ext in self.extensions:
-            hook = getattr(ext, "stored_inbound", None)
-            if hook is not None:
-                replies.extend(hook(c, conn, line, seq, now) or ())
+            replies.extend(ext.stored_inbound(c, conn, line, seq, now))
         return seq, replies
 
     def store_chunk(self, c: sqlite3.Connection, conn: Connection, line: dict,
@@ -706,21 +700,16 @@ class Engine:
             detail = line.get("detail") if isinstance(line.get("detail"), str) else ""
             self.writer.submit_nowait(lambda c: ops.blob_refused_out(c, key, ref, detail, now))
         for ext in self.extensions:
-            hook = getattr(ext, "on_err", None)
-            if hook is not None:
-                hook(conn, line)
+            ext.on_err(conn, line)
 
     def on_grants_stored(self, conn: Connection) -> None:
         """A grant line was stored: extensions that act on held grants look again."""
         for ext in self.extensions:
-            hook = getattr(ext, "on_grants", None)
-            if hook is not None:
-                hook(conn)
+            ext.on_grants(conn)
 
     async def on_other_line(self, conn: Connection, line: dict, raw: bytes) -> None:
         for ext in self.extensions:
-            hook = getattr(ext, "on_line", None)
-            if hook is not None and await hook(conn, line, raw):
+            if await ext.on_line(conn, line, raw):
                 return
         # Anything else is an unknown type: ignored, the connection stays up.
 

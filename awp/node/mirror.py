@@ -20,6 +20,7 @@ from ..store import ops
 from ..wire.canonical import compact_json
 from ..wire.framing import MAX_LINE
 from ..wire.names import clean_name
+from .extension import Extension
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -42,7 +43,7 @@ def strip_files(line: dict) -> dict:
     return dict(line, parts=out)
 
 
-class Mirror:
+class Mirror(Extension):
     """Engine extension: queue mirror lines, answer private, store what hosts get."""
 
     def __init__(self, engine: Engine) -> None:

@@ -36,6 +36,7 @@ from .. import __version__
 from ..store import ops, queries
 from ..wire.presence import MAX_HOPS, check_doc, line_entries, presence_line, sign_doc
 from ..wire.timefmt import format_ts, now_ms, parse_ts
+from .extension import Extension
 from .presence_sched import PresenceSchedule
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def speaks_presence(conn: Connection) -> bool:
     return "presence" in conn.peer_caps
 
 
-class Presence:
+class Presence(Extension):
     """Engine extension for the ``presence`` message type."""
 
     def __init__(self, engine: Engine, publish: bool,

@@ -22,6 +22,7 @@ from ..serve import describe, serve_request
 from ..serve import requests as rq
 from ..serve.journal import interrupted_result
 from ..store import grants as grantstore
+from .extension import Extension
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -31,7 +32,7 @@ log = logging.getLogger("awp.serve")
 SERVABLE = frozenset({"exec", "fs:read", "fs:write"})
 
 
-class Serving:
+class Serving(Extension):
     """Engine extension: classify, refuse or perform capability requests."""
 
     def __init__(self, engine: Engine, serve: set[str], root: str) -> None:

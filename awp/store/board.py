@@ -284,11 +284,14 @@ def _record(row: sqlite3.Row | tuple) -> Record:
 _COLS = "topic, hash, kind, author, ts, of, parent, raw"
 
 
-def records(c: sqlite3.Connection, topic: str, since_ms: int = 0) -> list[Record]:
-    """Every record of a topic from ``since_ms`` on, oldest first."""
+def records(c: sqlite3.Connection, topic: str, since_ms: int = 0,
+            kind: str | None = None) -> list[Record]:
+    """Every record of a topic from ``since_ms`` on (of one ``kind``, if given), oldest
+    first; parsing is most of the cost, so a caller wanting one kind names it."""
+    where = " AND kind = ?" if kind else ""
     return [_record(r) for r in c.execute(
-        f"SELECT {_COLS} FROM board_records WHERE topic = ? AND ts >= ? ORDER BY ts, hash",
-        (topic, since_ms))]
+        f"SELECT {_COLS} FROM board_records WHERE topic = ? AND ts >= ?{where}"
+        " ORDER BY ts, hash", (topic, since_ms, *((kind,) if kind else ())))]
 
 
 def record(c: sqlite3.Connection, h_prefix: str) -> list[Record]:

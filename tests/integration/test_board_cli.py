@@ -94,8 +94,13 @@ def test_topic_grant_post_reply_get_subscribe_edit_delete_hide(homes):
     assert re.fullmatch(r"granted post on ops to bob until \S+Z: it travels with the topic to"
                         r" every subscriber over any path of readers \(1 linked now; a relay"
                         r" that may not read the topic never carries it\)\n", r.stdout), r.stdout
-    first = posted(b.ok("post", "alice/ops", "deploy", "is", "green"))
-    assert "sent to alice" in b.ok("post", "alice/ops", "-", input="from stdin\n").stdout
+    r = b.ok("post", "alice/ops", "deploy", "is", "green")
+    assert "sent to alice" in r.stdout
+    first = posted(r)
+    res = json.loads(b.ok("post", "alice/ops", "-", "--json", input="from stdin\n").stdout)
+    # The answer names whom the post went to (the CLI asks for no peer list).
+    alice_key = json.loads(a.ok("status", "--json").stdout)["key"]
+    assert res["sent_to"] == [alice_key] and res["names"] == {alice_key: "alice"}
 
     # The owner sees bob's posts, oldest first.
     wait_for(lambda: "from stdin" in a.ok("get", "ops").stdout, 20, "bob's posts at alice")
@@ -221,6 +226,17 @@ def test_files_ride_inside_posts_and_save_safely(homes, cli_root):
              "the new policy at bob")
     r = b.run("post", "alice/drop", "again", "--file", small)
     assert r.returncode == 1 and "over the 16.0 KiB a post on alice/drop may have" in r.stderr
+    r = b.run("post", "alice/drop", "y" * 20_000)  # a big text post: checked here too
+    assert r.returncode == 1 and "over the 16.0 KiB a post on alice/drop may have" in r.stderr
+    # A small text post goes straight to the daemon, whose refusal says as much.
+    a.ok("topic", "set", "drop", "--max-post", "1KiB")
+    wait_for(lambda: "1.0 KiB a post" in b.ok("topic", "show", "alice/drop").stdout, 20,
+             "the smaller max_post at bob")
+    before = b.ok("get", "alice/drop", "-n", "0", "--json").stdout.count('"hash"')
+    r = b.run("post", "alice/drop", "y" * 2_000)
+    assert r.returncode == 1 and "larger than the topic's max_post" in r.stderr, r.stderr
+    assert "send big files with awp send --file" in r.stderr
+    assert b.ok("get", "alice/drop", "-n", "0", "--json").stdout.count('"hash"') == before
 
 
 def test_get_since_and_wait(homes):
@@ -284,6 +300,7 @@ def test_revoke_stops_new_posts_and_ban(homes):
     assert r.stdout == "banned bob from alice/lobby\n"
     t = json.loads(a.ok("topic", "show", "lobby", "--json").stdout)
     assert t["policy"]["banned"] == [json.loads(b.ok("status", "--json").stdout)["key"]]
+    assert "  banned     bob\n" in a.ok("topic", "show", "lobby").stdout  # by name
     b.run("post", "alice/lobby", "while banned")
     marker("marker 2")
     assert "while banned" not in a.ok("get", "lobby").stdout

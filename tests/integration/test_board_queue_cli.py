@@ -60,6 +60,10 @@ def test_two_claimants_work_a_queue(homes):
     rows = queue_rows(a, "jobs")
     assert rows[got_b["item"]["id"]][1:3] == ["claimed", "bob"]
     assert rows[got_c["item"]["id"]][1:3] == ["claimed", "carol"]
+    # The answer names the holders and says who is asking: the table needs no other request.
+    q = json.loads(a.ok("queue", "jobs", "--json").stdout)
+    assert q["self"] == json.loads(a.ok("status", "--json").stdout)["key"]
+    assert q["names"] == {got_b["holder"]: "bob", got_c["holder"]: "carol"}
 
     # bob finishes his; carol fails hers, which goes back with one attempt spent.
     r = b.ok("complete", "alice/jobs", got_b["lease"])

@@ -164,6 +164,18 @@ def test_help_is_the_same_on_both_paths(homes):
         assert (fast.returncode, fast.stdout, fast.stderr) == \
             (slow.returncode, slow.stdout, slow.stderr), args
         assert fast.returncode == 0 and fast.stdout.startswith("Usage: awp"), args
+    # awp help reads one way on both paths: every command word, --home dropped, any other
+    # option judged by click (an unknown one is its usage error).
+    for args, same_as in ((["help", "topic", "create"], ["topic", "create", "--help"]),
+                          (["help", "--home", a.path, "claim"], ["claim", "--help"]),
+                          (["help", f"--home={a.path}"], ["--help"])):
+        fast, slow = _both_bare(a, *args)
+        want = a.run(*same_as, home=False)
+        assert fast.returncode == slow.returncode == 0, args
+        assert fast.stdout == slow.stdout == want.stdout, args
+    fast, slow = _both_bare(a, "help", "--bogus", "claim")
+    assert fast.returncode == slow.returncode == 2, fast.stderr
+    assert fast.stderr == slow.stderr and "No such option: --bogus" in fast.stderr
 
 
 def _both_bare(h, *args: str):
@@ -182,7 +194,8 @@ def test_board_commands_and_help_import_nothing_heavy(homes):
     a.ok("topic", "create", "jobs", "--queue")
     assert _new_modules(a.path, (
         "for argv in (['topics'], ['get', 'jobs'], ['post', 'jobs', 'x'], ['queue', 'jobs'],\n"
-        "             ['topic', 'show', 'jobs'], ['claim', 'jobs'],\n"
+        "             ['topic', 'show', 'jobs'], ['claim', 'jobs'], ['claim', 'jobs', '--json'],\n"
+        "             ['queue', 'jobs', '--json'],\n"
         "             ['subscribe', 'jobs', '--once', '--timeout', '0.1s']):\n"
         "    try:\n"
         "        main([*argv, '--home', sys.argv[1]])\n"

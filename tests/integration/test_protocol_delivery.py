@@ -209,20 +209,15 @@ def test_unacked_lines_are_replayed_again(node):
 
 
 def test_outbox_replayed_without_peer_resume(node):
-    """Takes ~15 s: the resume wait is the timer under test."""
+    """Takes ~15 s (``resume_wait``).  The whole: a peer that never sends its
+    resume still gets the outbox.  When (nothing before, all at 15 s) is the
+    session's rule, pinned by tests/unit/test_session.py
+    (``test_without_the_peers_resume_replay_starts_after_resume_wait``)."""
     ident = Identity.generate()
     th, lines = _known_then_queue(node, ident, n=2)
     with RawPeer(node.address, ident) as p:
         assert p.handshake()["t"] == "resume"
-        start = time.monotonic()
-        # We never send resume. Nothing comes early...
-        with pytest.raises(TimeoutError):
-            p.recv_until(lambda x: x["t"] == "msg", 10)
-        # ...and everything comes after the 15 s wait.
-        got = _replayed(p, 2, timeout=10)
-        elapsed = time.monotonic() - start
-        assert got == lines
-        assert 13 <= elapsed <= 19, elapsed
+        assert _replayed(p, 2, timeout=25) == lines
 
 
 def test_live_send_goes_out_after_resume(node, peer):
@@ -552,12 +547,12 @@ def test_daemon_bye_is_sent_and_closes_after_our_bye(node, peer):
 
 
 def test_daemon_bye_unanswered_closes_after_linger(node, peer):
-    start = time.monotonic()
+    """The whole: an unanswered bye still closes and parks.  When (``bye_linger``
+    after the bye) is the session's rule, pinned by tests/unit/test_session.py
+    (``test_our_bye_unanswered_closes_after_bye_linger``)."""
     t, out = _bye_in_background(node, peer.key)
     peer.expect("bye", 5)
     assert peer.closed(8), "daemon did not close within the bye linger"
-    elapsed = time.monotonic() - start
-    assert 4 <= elapsed <= 7.5, elapsed
     t.join(10)
     assert out["result"]["connected"] is True
     wait_for(lambda: node.peer_state(peer.key) == "said bye", 5, "parked")
@@ -568,13 +563,11 @@ def test_unanswered_pings_close_the_connection(make_node):
     with RawPeer(node.address) as p:
         assert p.handshake()["t"] == "resume"
         p.resume()
-        start = time.monotonic()
+        # when (0.9 x ping_interval apart, two unanswered) is test_session's
         assert p.closed(8), "still open after two unanswered pings"
-        elapsed = time.monotonic() - start
         pings = [x for x in p.skipped if x["t"] == "ping"]
         assert len(pings) >= 2, p.skipped
         assert all(x.get("id") for x in pings)
-        assert elapsed >= 1.5, elapsed  # idle 0.9 s per ping, two of them
 
 
 def test_answered_pings_keep_the_connection_and_give_rtt(make_node):
@@ -719,18 +712,6 @@ def test_tie_break_drops_connection_dialed_by_larger_key(node):
             first.ping()
             assert node.peer_state(lst.key) == "connected (out)"
 
-
-def test_first_ping_comes_about_3s_after_resume(node):
-    with RawPeer(node.address) as p:
-        assert p.handshake()["t"] == "resume"
-        start = time.monotonic()
-        p.resume()
-        ping = p.recv_until(lambda x: x["t"] == "ping", 8, auto_pong=False)
-        elapsed = time.monotonic() - start
-        assert 2 <= elapsed <= 6, elapsed
-        p.send_line({"t": "pong", "re": ping["id"]})
-        wait_for(lambda: isinstance({x["key"]: x for x in node.api("GET", "/v1/peers")}
-                                    [p.key]["rtt_ms"], int | float), 5, "an RTT from the pong")
 
 
 def test_redial_backs_off_when_connections_keep_dropping(node):

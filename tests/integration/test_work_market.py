@@ -3,7 +3,9 @@ killed with ``kill -9`` in the middle of an award window.
 
 alice owns the queue with a long award window (so claims sent together by the
 test are decided together); bob and carol claim through their own daemons'
-local API, each from its own thread, as ``awp work`` does.
+local API, each from its own thread, as ``awp work`` does.  A claim without a
+bid from a claimant without strikes, with no window open, is decided at once
+(nothing could rank below it), so the tests that need a window bid.
 """
 
 from __future__ import annotations
@@ -92,14 +94,37 @@ def test_claims_in_one_window_go_to_the_best_bid_and_a_striker_loses_standing(ho
     assert strikes[keys[b.path]] == 1 and strikes[keys[c.path]] == 0
 
 
+def test_a_lone_unbid_claim_is_answered_at_once_and_a_striker_waits_the_window(homes):
+    """The window is 6 s; bob's first claim asks for an answer within 2 s, so it is
+    claimed only when no window held it.  After a fail (a strike) his unbid claim waits
+    the window, and carol's, arriving inside it, is served first."""
+    a, (b, c) = setup(homes, "6s", "bob", "carol")
+    first = post(a, "one")
+    r = claim(b, timeout=2)
+    assert r["state"] == "claimed" and r["item"]["hash"] == first, r
+    with LocalClient.for_home(b.path, 60) as cl:
+        cl.post("/v1/board/lease", {"topic": "alice/jobs", "lease": r["lease"], "op": "fail"})
+    answers: dict = {}
+    t = threading.Thread(target=lambda: answers.update(bob=claim(b)))
+    t.start()
+    wait_for(lambda: json.loads(a.ok("status", "--json").stdout)["board"].get(
+        "claims_in_window") == 1, 30, "bob's claim waiting in alice's award window")
+    answers["carol"] = claim(c)
+    t.join(60)
+    assert answers["carol"]["state"] == "claimed", answers
+    assert answers["carol"]["item"]["hash"] == first
+    assert answers["bob"]["state"] == "empty", answers
+
+
 def test_an_owner_killed_mid_award_hands_each_item_to_one_claimant(homes):
     """alice dies while a window of claims is open: nothing of it was logged, so after the
     restart the claimants' retries (same req) start over and each item has one holder."""
     a, (b, c) = setup(homes, "3s", "bob", "carol")
     items = {post(a, f"item {i}") for i in range(2)}
     answers: list = []
+    # bids, so each waits in the window (an unbid clean claim is decided at once)
     threads = [threading.Thread(target=lambda h=h: answers.append(
-        claim(h, req=f"r-{h.path}", timeout=8))) for h in (b, c)]
+        claim(h, req=f"r-{h.path}", timeout=8, bid={"price": 1}))) for h in (b, c)]
     for t in threads:
         t.start()
     wait_for(lambda: json.loads(a.ok("status", "--json").stdout)["board"].get(
@@ -111,8 +136,8 @@ def test_an_owner_killed_mid_award_hands_each_item_to_one_claimant(homes):
     a.ok("up")
     for h in (b, c):
         h.ok("connect", a.address)
-    again = together(lambda: claim(b, req=f"r-{b.path}", wait=30),
-                     lambda: claim(c, req=f"r-{c.path}", wait=30))
+    again = together(lambda: claim(b, req=f"r-{b.path}", wait=30, bid={"price": 1}),
+                     lambda: claim(c, req=f"r-{c.path}", wait=30, bid={"price": 1}))
     got = [r["item"]["hash"] for r in again if r["state"] == "claimed"]
     assert sorted(got) == sorted(items), again  # each item once, to one of them
     q = json.loads(a.ok("queue", "jobs", "--json").stdout)

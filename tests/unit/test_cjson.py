@@ -23,6 +23,27 @@ def test_same_text_and_values_as_json(doc):
     assert repr(cjson.loads(text.encode())) == repr(json.loads(text))
 
 
+SHARED = [1, {"z": 2}]  # one list twice: no circle
+
+
+@pytest.mark.parametrize("doc", [*DOCS, {1: "a", 2.5: [{"x": {}}, []], None: True, False: [1, {"y": ()}]},
+                                 ({"deep": [{"a": [1, [2, [3]]]}]},), {"x": SHARED, "y": SHARED}])
+def test_indented_is_json_dumps_indent_2(doc):
+    assert cjson.indented(doc) == json.dumps(doc, indent=2, ensure_ascii=False)
+    assert cjson.indented(doc, indent=4, ensure_ascii=True) == json.dumps(doc, indent=4)
+
+
+def test_indented_refuses_what_json_refuses():
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(ValueError):
+        cjson.indented({"a": loop})
+    with pytest.raises(TypeError):
+        cjson.indented({"a": object()})
+    with pytest.raises(TypeError):
+        cjson.indented({(1, 2): "tuple key"})
+
+
 @pytest.mark.parametrize("bad", ["", " ", "{", "[1,]", '{"a":1} x', "nul", '"\x01"',
                                  "\ufeff{}", b"\xff", "{not json at all", '{"a": [1, }'])
 def test_what_json_refuses_is_a_value_error(bad):

@@ -3,18 +3,17 @@
 Found by the live fuzzer: a bad line arriving while the acks of the burst
 before it were being written made ``send_eof`` meet that ``send_all``; trio
 refuses two senders at once (``BusyResourceError``) and the connection task
-died.  ``Connection._half_close`` takes the send lock, as every write does.
+died.  ``LineOut.half_close`` (a connection's sending half) takes the send lock, as every
+write does.
 """
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import pytest
 import trio
 import trio.testing
 
-from awp.node.connection import Connection
+from awp.node.lineout import LineOut
 
 BIG = b"a" * (8 << 20)  # more than the socket buffers hold: send_all blocks until read
 
@@ -47,11 +46,11 @@ def test_bare_send_eof_beside_a_write_is_refused_by_trio():
 def test_half_close_waits_for_the_write_then_ends_the_stream():
     async def main():
         s, r = _pair()
-        conn = SimpleNamespace(_send_lock=trio.Lock(), stream=s)
+        out = LineOut(s, write_timeout=0, on_stall=lambda _reason: None)
         async with trio.open_nursery() as n:
-            n.start_soon(_blocked_writer, s, conn._send_lock, BIG)
+            n.start_soon(_blocked_writer, s, out.lock, BIG)
             await trio.testing.wait_all_tasks_blocked()
-            n.start_soon(Connection._half_close, conn)
+            n.start_soon(out.half_close)
             await trio.testing.wait_all_tasks_blocked()
             chunks = []
             while data := await r.receive_some(1 << 20):

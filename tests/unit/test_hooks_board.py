@@ -135,6 +135,7 @@ class FakeDaemon:
         self.sock.settimeout(0.2)
         self.stop = threading.Event()
         self.held: list[socket.socket] = []
+        self.connections = 0  # accepted
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -144,6 +145,7 @@ class FakeDaemon:
                 conn, _ = self.sock.accept()
             except OSError:
                 continue
+            self.connections += 1
             threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
 
     def _conn(self, conn: socket.socket) -> None:

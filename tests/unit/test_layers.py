@@ -159,3 +159,50 @@ def test_the_check_sees_upward_sideways_and_late_imports(tmp_path):
             "present/y.py": "from ..localapi import cjson\n"}
     for rel, src in fine.items():
         assert violations(root / rel, src, root) == [], rel
+
+
+# -- the session core is sans-I/O ----------------------------------------------------------
+
+#: Packages whose modules do no I/O of their own: they neither import an event loop nor the
+#: database, so their rules are tested with a fake clock (issue 21, item 1).
+SANS_IO = ("node/session",)
+_IO_MODULES = frozenset({"trio", "sqlite3", "socket", "asyncio", "selectors", "threading"})
+
+
+def io_imports(path: Path, source: str) -> list[str]:
+    """Each import of an I/O module (``trio``, ``sqlite3``...) in ``source``, late ones too."""
+    bad = []
+    for node in ast.walk(ast.parse(source, str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                 else [])
+        bad += [f"{path.name}:{node.lineno}: imports {n}" for n in names
+                if n.split(".")[0] in _IO_MODULES]
+    return bad
+
+
+def test_the_session_core_imports_no_io():
+    bad = []
+    for pkg in SANS_IO:
+        files = sorted((ROOT / pkg).rglob("*.py"))
+        assert files, pkg
+        for path in files:
+            bad += io_imports(path, path.read_text(encoding="utf-8"))
+    assert not bad, "I/O imports in the sans-I/O session core:\n" + "\n".join(bad)
+
+
+def test_the_session_core_pulls_in_no_io_either():
+    """Not even through what it imports (the wire codec, ``node/gaps.py``)."""
+    import subprocess
+    import sys
+    code = ("import sys, awp.node.session\n"
+            "print(sorted(m for m in ('trio', 'sqlite3') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT.parent, check=True).stdout.strip()
+    assert out == "[]", out
+
+
+def test_the_io_check_sees_trio_and_sqlite3(tmp_path):
+    src = "import trio\nfrom sqlite3 import Connection\ndef f():\n    import trio.lowlevel\n"
+    assert len(io_imports(tmp_path / "x.py", src)) == 3
+    assert io_imports(tmp_path / "x.py", "from ..gaps import AckGaps\nimport json\n") == []

@@ -14,6 +14,7 @@ from awp.present.render import (
     render_records,
     since,
     table,
+    threads_table,
 )
 
 NOW = 1_700_000_000_000
@@ -106,6 +107,34 @@ def test_since_and_clip():
 def test_table_aligns_and_does_not_pad_last_column():
     assert table(["A", "LONGER"], [["xyz", 1], ["q", "two words"]]) == (
         "A    LONGER\nxyz  1\nq    two words")
+    assert table(["A", "B", "C"], [["", "", ""], ["{0}", "x", "y "]]) == (
+        "A    B  C\n\n{0}  x  y")  # empty rows stripped; cells are never format strings
+    assert table(["ONLY"], [["x "], [2]]) == "ONLY\nx\n2"
+
+
+def test_clip_folds_every_kind_of_whitespace():
+    for text, folded in [("a\u00a0 b", "a b"), (" a", "a"), ("a ", "a"), ("a\u2028b", "a b"),
+                         ("a\tb", "a b"), ("plain words", "plain words"), ("", "")]:
+        assert clip(text, 0) == folded, text
+    assert clip(None, 5) == "" and clip(42, 5) == "42"  # type: ignore[arg-type]
+
+
+def test_threads_table_is_the_table_of_its_cells():
+    """The 10,000-row layout gives what clip, since and table give cell by cell."""
+    rows = [["thr_a", "bob", "working", NOW - 90_000, "open", NOW - 3 * 3600_000, 2,
+             "fix  the\nbuild " + "x" * 60],
+            ["thr_b", "bob", "done", 0, None, None, 0, None],
+            ["thr_c", "carol " * 8, "open", NOW - 90_400, "waiting", NOW - 500, 0, "short"]]
+    for width in (0, 50):
+        expected = table(
+            ["TH", "PEER", "MINE", "THEIRS", "UNREAD", "SUBJECT"],
+            [[th, clip(name or "", 30), since(mine or "", ms1, NOW),
+              since(theirs or "", ms2, NOW), unread, clip(subject or "", width)]
+             for th, name, mine, ms1, theirs, ms2, unread, subject in rows])
+        assert threads_table(rows, NOW, width) == expected
+    lines = threads_table(rows, NOW, 50).splitlines()
+    assert lines[1].split()[2:6] == ["working", "1m", "open", "3h"]
+    assert lines[3].split()[-4:-1] == ["waiting", "0s", "0"]
 
 
 @pytest.mark.parametrize("path,lang", [

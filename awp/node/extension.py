@@ -1,0 +1,55 @@
+"""The one interface through which extensions plug into the engine.
+
+Presence, the board, mirroring and serving each add line types or act on
+stored lines; the engine calls every loaded extension at the same few points
+of a connection's life.  They subclass :class:`Extension` and override only
+the hooks they need: the defaults do nothing, so the engine calls each hook
+directly instead of probing for it by name.
+
+Where each hook runs matters:
+
+* ``stored_inbound`` runs on the writer thread inside the transaction that
+  stores the line, so a decision and the line it concerns commit together;
+  it returns reply lines (dicts) or work to start after the commit.
+* ``on_line`` gets the line types the session core does not know, on the
+  event loop, in arrival order; True when the extension took the line.
+* The others run on the event loop and must not block.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from .connection import Connection
+
+
+class Extension(Protocol):
+    """Hooks an engine extension may override (all optional)."""
+
+    async def on_start(self) -> None:
+        """The engine runs: start background work (runs in its own task)."""
+
+    async def admits(self, conn: Connection) -> bool:
+        """True to admit a peer the allowlist would refuse."""
+        return False
+
+    async def on_established(self, conn: Connection, prev: dict) -> None:
+        """A connection passed its handshake; ``prev`` is what we knew of the peer."""
+
+    def stored_inbound(self, c: sqlite3.Connection, conn: Connection, line: dict, seq: int,
+                       now: int) -> list[Any]:
+        """Writer thread, in the storing transaction: replies and work to start."""
+        return []
+
+    def on_err(self, conn: Connection, line: dict) -> None:
+        """The peer sent an err."""
+
+    def on_grants(self, conn: Connection) -> None:
+        """A grant line from this peer was stored."""
+
+    async def on_line(self, conn: Connection, line: dict, raw: bytes) -> bool:
+        """A line type the core does not handle; True when this extension took it."""
+        return False

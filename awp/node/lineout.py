@@ -1,0 +1,116 @@
+"""Writing lines to one peer's stream: one writer at a time, a deadline on progress.
+
+Every write to a peer (acks, replay, pings, relayed presence, a line written
+before its commit) goes through one :class:`LineOut`, which holds the send
+lock so no two writes interleave bytes, and gives each slice of a write
+``limits.write_timeout`` to make progress: a peer that stops reading would
+otherwise hold every writer for good.  A stall calls ``on_stall`` (the
+connection closes; a write cut short leaves a torn line) and raises
+``BrokenResourceError``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import trio
+
+_WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
+
+
+class LineOut:
+    """The sending half of one connection."""
+
+    def __init__(self, stream: trio.abc.HalfCloseableStream, *, write_timeout: float,
+                 on_stall: Callable[[str], None],
+                 trace: Callable[[bytes], None] | None = None) -> None:
+        self.stream = stream
+        self.timeout = write_timeout if write_timeout > 0 else math.inf
+        self.on_stall = on_stall
+        self.trace = trace
+        # A semaphore, not a Lock: the rest of a line written before its commit
+        # is finished by another task, which then releases it (Connection.send_first).
+        self.lock = trio.Semaphore(1, max_value=1)
+        self.shut = ""  # why nothing more may be written (the connection is closing)
+
+    def busy(self) -> bool:
+        return self.lock.value == 0
+
+    def _trace(self, data: bytes) -> None:
+        if self.trace is not None:
+            for ln in data.splitlines():
+                self.trace(ln)
+
+    def write_now(self, data: bytes) -> bytes:
+        """Write to a socket without yielding to the event loop; returns what
+        did not go (all of it when the stream is not a plain socket).
+
+        The caller holds the lock, so nothing can come between these bytes
+        and the rest of them.
+        """
+        self._trace(data)
+        if type(self.stream) is not trio.SocketStream:
+            return data
+        try:
+            n = os.write(self.stream.socket.fileno(), data)
+        except OSError:  # would block, or broken: send_all will say which
+            return data
+        return data[n:]
+
+    async def send(self, data: bytes) -> None:
+        """Write under the lock, within the write deadline (see :meth:`write_all`).
+
+        Waiting for the lock has no deadline of its own: whoever holds it is
+        writing and either makes progress or drops the connection within
+        ``write_timeout``, after which this raises at once.
+        """
+        self._trace(data)
+        # An uncontended lock is taken without a trip through the scheduler
+        # (``async with`` yields before it returns), so the bytes leave now.
+        if self.busy():
+            await self.lock.acquire()
+        else:
+            self.lock.acquire_nowait()
+        try:
+            if self.shut:
+                raise trio.ClosedResourceError(self.shut)
+            await self.write_all(data)
+        finally:
+            self.lock.release()
+
+    async def half_close(self) -> None:
+        """``send_eof`` under the lock: trio refuses it beside a write in
+        progress (acks flushed after a commit, say), which killed the
+        connection task with ``BusyResourceError`` (found by the live fuzzer)."""
+        async with self.lock:
+            await self.stream.send_eof()
+
+    async def write_all(self, data: bytes) -> None:
+        """``send_all`` with a deadline on progress; the caller holds the lock.
+
+        Each slice of at most 256 KiB must go within ``write_timeout``, else
+        ``on_stall`` is told and ``BrokenResourceError`` raised; the lines
+        stay in the outbox for the next connection.
+        """
+        for start in range(0, len(data), _WRITE_SLICE):
+            part = data if len(data) <= _WRITE_SLICE else data[start:start + _WRITE_SLICE]
+            with trio.move_on_after(self.timeout) as scope:
+                await self.stream.send_all(part)
+            if scope.cancelled_caught:
+                reason = f"a write to the peer stalled for {self.timeout:g}s"
+                self.on_stall(reason)
+                raise trio.BrokenResourceError(reason)
+
+
+def give_way() -> None:
+    """Let whoever our write just woke run before our own bookkeeping.
+
+    A line or ack written to a peer on this host wakes its reader, and on a
+    machine with few CPUs the kernel often queues that reader behind us; what
+    we do next (storing the line) is not what anyone is waiting for.  With
+    nothing else runnable here, as when the peer is on another host, this is
+    one cheap system call.
+    """
+    os.sched_yield()
