@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..wire.timefmt import parse_ts
 from .sync import Holdings
 
 
@@ -48,3 +49,27 @@ def compare(head: dict, held: Holdings, doc_seq: int | None, floor: int) -> Gap:
         elif fp != r["fp"]:
             differs += 1
     return Gap(doc_seq is None or doc_seq < head["doc"], missing, differs)
+
+
+def still_lacking(head: dict, held: Holdings, doc_seq: int | None, floor: int) -> bool:
+    """Whether, some seconds after ``head`` came, we still lack what it names.
+
+    Records signed after the head are on their way at any moment, so the
+    newest head nearly always names a few we do not hold yet; the head the
+    check started with has had time to arrive.  Only records up to its time
+    are compared, and only a shortfall counts (a newer policy, fewer records in
+    a range, or as many with another fingerprint): holding more than the owner
+    did then is what the traffic since looks like, and asking peers again
+    would not take a record away anyway.
+    """
+    if doc_seq is None or doc_seq < head["doc"]:
+        return True
+    part = held.upto(parse_ts(head["ts"]))
+    start = max(int(head["floor"]), floor)
+    for r in head["ranges"]:
+        if int(r["lo"]) < start:  # below a floor, or only partly above it
+            continue
+        n, fp = part.summary(int(r["lo"]), int(r["hi"]))
+        if n < r["n"] or (n == r["n"] and fp != r["fp"]):
+            return True
+    return False

@@ -77,6 +77,10 @@ class Holdings:
     def hashes(self) -> set[str]:
         return set(self._set)
 
+    def upto(self, ts: int) -> Holdings:
+        """What we hold with ``ts`` at most ``ts``: the part an older head can speak for."""
+        return Holdings(self._keys[:bisect_left(self._keys, (ts + 1, ""))])
+
 
 def fingerprint(hashes: Iterable[str]) -> str:
     """12 bytes of SHA-256 over the hashes in ``(ts, hash)`` order, as hex."""

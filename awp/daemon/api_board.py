@@ -249,7 +249,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     async def await_doc(topic: str, timeout: float) -> bool:
         """True once the topic's document is here; False after ``timeout``, or at
         once when its owner said it has no such topic (``board-none``)."""
-        with engine.changes.subscribe() as events, trio.move_on_after(timeout):
+        with engine.changes.subscribe(kinds=("board",)) as events, trio.move_on_after(timeout):
             while True:
                 if await board.policy(topic) is not None:
                     return True
@@ -551,7 +551,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         async def once(self, timeout: float) -> dict:
             engine.waiting += 1
             try:
-                with engine.changes.subscribe() as events, trio.move_on_after(timeout):
+                with engine.changes.subscribe(kinds=("board",)) as events, trio.move_on_after(timeout):
                     while True:
                         posts = await self.look()
                         if posts:
@@ -568,7 +568,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             ``timeout`` a last one with ``timed_out`` and the cursor to go on from."""
             engine.waiting += 1
             try:
-                with engine.changes.subscribe() as events:
+                with engine.changes.subscribe(kinds=("board",)) as events:
                     deadline = trio.current_time() + timeout
                     while True:
                         if len(self.names) > 1024:
@@ -576,7 +576,10 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                         posts = await self.look(seen=False)
                         if posts:
                             yield {"posts": posts, "cursor": self.after, "timed_out": False}
-                            continue
+                            if len(posts) >= LIVE_POSTS:  # there may be more already
+                                continue
+                        # No second look after a few posts: a record stored since the
+                        # look left its hint in ``events``, and ``woken`` returns at once.
                         with trio.move_on_at(deadline):
                             await self.woken(events)
                             continue

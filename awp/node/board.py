@@ -216,14 +216,28 @@ class Board(Extension):
 
     async def _check_gap(self, topic: str) -> None:
         """After the exchanges under way have had time to finish, ask every peer again
-        if the copy still falls short of the newest head (asking at once would fetch
-        twice).  One check a topic at a time: heads that come meanwhile join it."""
+        if the copy still lacks what the head held *when the check began* names.
+
+        Comparing with the newest head instead would count the records signed
+        since (still on their way, not withheld) and ask every peer again on
+        each head under steady traffic.  One check a topic at a time: heads that
+        come meanwhile are looked at by the next check.
+        """
+        first = self.heads.get(topic)
         try:
             await trio.sleep(GAP_WAIT_S)
         finally:
             self._checking.discard(topic)
-        gap = await self.engine.read(lambda c: self.gap(c, topic))
-        if gap is not None and not gap.clean:
+        if first is None:
+            return
+
+        def job(c: sqlite3.Connection) -> bool:
+            pol = sb.policy(c, topic)
+            floor = now_ms() - (pol.keep_days if pol else 30) * DAY_MS
+            return bheads.still_lacking(first, sb.holdings(c, topic),
+                                        pol.seq if pol else None, floor)
+
+        if await self.engine.read(job):
             self.stats["head_gaps"] += 1
             await self.announce([topic], [])  # each peer answers with its document and a digest
 

@@ -7,30 +7,43 @@ A subscriber that falls behind loses hints, never data.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import contextmanager
 
 import trio
 
 
 class Broadcaster:
+    """Hands each hint to every subscriber that wants its kind.
+
+    A subscriber may name the kinds it wants (``kinds``) or those it never
+    wants (``ignore``): a hint it would only drop then costs it no task
+    wake-up, which on a relay is once per record for every such watcher.
+    """
+
     def __init__(self) -> None:
-        self._subs: set[trio.MemorySendChannel] = set()
+        # channel -> (kinds wanted, or None for all; kinds never wanted)
+        self._subs: dict[trio.MemorySendChannel, tuple[frozenset | None, frozenset]] = {}
 
     def publish(self, event: dict) -> None:
-        for send in list(self._subs):
+        kind = event.get("kind")
+        for send, (kinds, ignore) in list(self._subs.items()):
+            if (kinds is not None and kind not in kinds) or kind in ignore:
+                continue
             try:
                 send.send_nowait(event)
             except trio.WouldBlock:
                 pass  # slow reader: it will re-read the store anyway
             except trio.BrokenResourceError:
-                self._subs.discard(send)
+                self._subs.pop(send, None)
 
     @contextmanager
-    def subscribe(self, buffer: int = 256):
+    def subscribe(self, buffer: int = 256, *, kinds: Iterable[str] | None = None,
+                  ignore: Iterable[str] = ()):
         send, recv = trio.open_memory_channel(buffer)
-        self._subs.add(send)
+        self._subs[send] = (frozenset(kinds) if kinds is not None else None, frozenset(ignore))
         try:
             yield recv
         finally:
-            self._subs.discard(send)
+            self._subs.pop(send, None)
             send.close()

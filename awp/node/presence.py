@@ -96,10 +96,9 @@ class Presence(Extension):
                 n.start_soon(self._publish_loop)
 
     async def _watch_changes(self) -> None:
-        with self.engine.changes.subscribe() as events:
-            async for ev in events:
-                if ev.get("kind") not in QUIET_KINDS:
-                    self._changed.set()
+        with self.engine.changes.subscribe(ignore=QUIET_KINDS) as events:
+            async for _ev in events:
+                self._changed.set()
 
     async def _publish_loop(self) -> None:
         last_digest, last_activity, last_sent = "", "", -math.inf

@@ -133,13 +133,22 @@ def cap_covers(cap: str, what: str, topic: str) -> bool:
     return name == "*" and topic.startswith(owner + "/")
 
 
+_KNOWN_KEYS: set[str] = set()  # keys already found canonical: a topic has few authors
+_MAX_KNOWN_KEYS = 4096
+
+
 def _canonical_key(value: object, field: str) -> str:
+    if isinstance(value, str) and value in _KNOWN_KEYS:  # each record names owner, author
+        return value  # type: ignore[return-value]
     try:
         raw = decode_key(value)
     except KeyError_ as e:
         raise BoardError(f"{field}: {e}") from None
     if encode_key(raw) != value:
         raise BoardError(f"{field}: not in canonical form")
+    if len(_KNOWN_KEYS) >= _MAX_KNOWN_KEYS:
+        _KNOWN_KEYS.clear()
+    _KNOWN_KEYS.add(value)  # type: ignore[arg-type]
     return value  # type: ignore[return-value]
 
 
