@@ -229,6 +229,9 @@ def start_profile(node: Node, root: str, kind: str) -> tuple[subprocess.Popen, s
     assert node.proc is not None
     out = os.path.join(os.path.dirname(root), f"awp-board-{kind}-{node.name}.txt")
     exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.access(exe, os.X_OK):
+        raise SystemExit("--profile needs py-spy, which is not installed: "
+                         "pip install py-spy into this virtualenv")
     spy = subprocess.Popen([exe, "record", "--pid", str(node.proc.pid), "--format", "raw",
                             "--rate", "250", "--gil", "--nonblocking", "--output", out],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
