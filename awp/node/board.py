@@ -685,18 +685,16 @@ class Board(Extension):
         A want is a few bytes that can ask for megabytes: past the budget a
         minute, the rest is left for a digest at the next sweep.
         """
-        now = trio.current_time()
-        if now - link.served_since >= 60:
-            link.served, link.served_since = 0, now
-        budget = self.engine.config.limits.board_serve_bytes
+        left = link.served.left(self.engine.config.limits.board_serve_bytes)
         out = []
         for r in raws:
-            if link.served + len(r) > budget:
+            if len(r) > left:
                 self.stats["asks_refused"] += 1
                 link.deferred.add(_topic_of(r))
                 break
-            link.served += len(r)
+            left -= len(r)
             out.append(r)
+        link.served.used += sum(len(r) for r in out)
         return out
 
     # -- local actions ---------------------------------------------------------------

@@ -431,11 +431,7 @@ class BoardQueue:
     def _over_rate(self, link: BoardLink) -> str:
         """``limits.board_claims_per_minute``: each request the arbiter takes costs a
         log row and lease records that every subscriber stores."""
-        now = trio.current_time()
-        if now - link.claims_since >= 60:
-            link.claims, link.claims_since = 0, now
-        link.claims += 1
-        if link.claims > self.engine.config.limits.board_claims_per_minute:
+        if not link.claims.take(1, self.engine.config.limits.board_claims_per_minute):
             self.board.stats["claims_refused"] += 1
             return "too many queue requests from this peer: wait a minute"
         return ""

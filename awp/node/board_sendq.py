@@ -23,6 +23,32 @@ if TYPE_CHECKING:
 MAX_LINE = 512 * 1024  # a board-posts line stays under this
 
 
+class MinuteWindow:
+    """What one peer used of a per-minute bound of ``limits`` (bytes served on its
+    asking, queue requests, submits): the count starts again a minute after it
+    began, on trio's clock."""
+
+    __slots__ = ("used", "since")
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.since = 0.0
+
+    def left(self, bound: int) -> int:
+        """How much of ``bound`` is left in this minute (a new minute starts at 0)."""
+        now = trio.current_time()
+        if now - self.since >= 60:
+            self.used, self.since = 0, now
+        return bound - self.used
+
+    def take(self, n: int, bound: int) -> bool:
+        """Count ``n``; False when that passes ``bound`` (the count stays: a peer
+        over its bound stays over until the minute ends)."""
+        self.left(bound)
+        self.used += n
+        return self.used <= bound
+
+
 @dataclass
 class Records:
     """Records waiting in a link's queue for one ``board-posts`` line.
@@ -44,17 +70,14 @@ class BoardLink:
     def __init__(self, conn: Connection, max_bytes: int) -> None:
         self.conn = conn
         self.max_bytes = max_bytes
-        self.served = 0  # bytes sent on the peer's asking in this minute
-        self.served_since = 0.0
-        self.claims = 0  # queue requests from the peer in this minute
-        self.claims_since = 0.0
+        self.served = MinuteWindow()  # bytes sent on the peer's asking
+        self.claims = MinuteWindow()  # queue requests from the peer
         self.queue: deque[bytes | Records] = deque()
         self.size = 0
         self.wake = trio.Event()
         self.resync: set[str] = set()
         self.deferred: set[str] = set()  # topics whose asks went over the serve budget
-        self.submits = 0  # records the peer handed us towards an owner in this minute
-        self.submits_since = 0.0
+        self.submits = MinuteWindow()  # records the peer handed us towards an owner
         self.subs: dict[str, tuple[object, object]] = {}  # topic -> (grant, via) they sent
         self.heard_sub = False  # their first board-sub came (the one sent on connect)
 

@@ -188,11 +188,7 @@ class Sequencer:
 
     def _budget(self, link: BoardLink, n: int) -> bool:
         """``limits.board_submits_per_minute``: records one peer hands us a minute."""
-        now = trio.current_time()
-        if now - link.submits_since >= 60:
-            link.submits, link.submits_since = 0, now
-        link.submits += n
-        if link.submits > self.engine.config.limits.board_submits_per_minute:
+        if not link.submits.take(n, self.engine.config.limits.board_submits_per_minute):
             self.board.stats["submits_refused"] += n
             return False
         return True

@@ -71,3 +71,22 @@ def test_records_for_an_idle_link_leave_as_the_line_built_once_for_every_link():
     assert links[0].push_records("t1", 0, ["c"], 100, line)
     assert [r.raws for r in list(links[0].queue)[1:]] == [["b", "c"]]
     assert len(built) == 1
+
+
+def test_a_minute_window_counts_to_its_bound_and_starts_again_a_minute_later():
+    import trio
+    import trio.testing
+
+    from awp.node.board_sendq import MinuteWindow
+
+    async def main() -> None:
+        w = MinuteWindow()
+        assert w.take(3, 5) and w.left(5) == 2
+        assert not w.take(3, 5)  # 6 > 5: refused, and the count stays over
+        assert not w.take(1, 5)
+        await trio.sleep(59)
+        assert w.left(5) == -2  # 7 taken
+        await trio.sleep(1)
+        assert w.left(5) == 5 and w.take(5, 5)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

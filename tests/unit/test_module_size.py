@@ -14,12 +14,6 @@ ROOT = Path(__file__).resolve().parents[2] / "awp"
 MAX_LINES = 600
 MARKER = "Why one module:"
 
-#: Modules excused for a while (none now: the session core, the board and the
-#: engine have been split or say why).  Keep it empty; a module that grows
-#: past the bound is split or gives its reason in the same change.
-ALLOWED: frozenset[str] = frozenset()
-
-
 def long_modules_without_reason(root: Path = ROOT) -> list[str]:
     """Modules over ``MAX_LINES`` lines whose docstring lacks the marker line."""
     found = []
@@ -34,16 +28,10 @@ def long_modules_without_reason(root: Path = ROOT) -> list[str]:
 
 
 def test_long_modules_say_why_they_are_one_module():
-    missing = [m for m in long_modules_without_reason() if m not in ALLOWED]
+    missing = long_modules_without_reason()
     assert not missing, (
         f"over {MAX_LINES} lines with no line starting {MARKER!r} in the docstring: "
         f"{missing}; split each along its seam, or say why it is one job")
-
-
-def test_the_allow_list_holds_only_modules_that_still_need_it():
-    """An allowed module that was split (or given its reason) leaves the list."""
-    stale = sorted(ALLOWED - set(long_modules_without_reason()))
-    assert not stale, f"no longer needed in ALLOWED: {stale}"
 
 
 def test_the_check_finds_a_long_module_without_a_reason(tmp_path):
