@@ -183,7 +183,7 @@ class Board(Extension):
         text = json.dumps(head, separators=(",", ":"), ensure_ascii=False)
         for key, link in list(self.links.items()):
             if key != except_key and await self._may_read(link, topic):
-                link.push(self._line("board-head", f'"hops":{hops},"doc":' + text))
+                link.push(self.line("board-head", f'"hops":{hops},"doc":' + text))
 
     def _changed(self, topic: str) -> None:
         if topic.startswith(self.me + "/"):
@@ -335,7 +335,7 @@ class Board(Extension):
                 if self.links.get(conn.peer_key) is link:
                     del self.links[conn.peer_key]
 
-    def _line(self, t: str, body: str, ident: str = "") -> bytes:
+    def line(self, t: str, body: str, ident: str = "") -> bytes:
         """A board line: the envelope, then ``body`` (JSON members, already encoded)."""
         ident = ident or self.engine.ids.next()
         head = f'{{"t":"{t}","id":"{ident}","ts":"{format_ts(now_ms())}"'
@@ -355,7 +355,7 @@ class Board(Extension):
             return out
 
         entries = await self.engine.read(q)
-        return self._line("board-sub", '"topics":' + json.dumps(entries, separators=(",", ":"))
+        return self.line("board-sub", '"topics":' + json.dumps(entries, separators=(",", ":"))
                           + ',"drop":' + json.dumps(drop[:MAX_SUBS]))
 
     async def announce(self, topics: list[str], drop: list[str]) -> None:
@@ -438,7 +438,7 @@ class Board(Extension):
             if topic not in self.subs:
                 if topic.startswith(self.me + "/") and not link.full():
                     # ours, and we hold no such topic: a hint, dropped when the link is full
-                    link.push(self._line("board-none", '"topic":' + json.dumps(topic)))
+                    link.push(self.line("board-none", '"topic":' + json.dumps(topic)))
                 continue
             if link.full():  # an answer now would only be dropped: sync once it drains
                 link.resync.add(topic)
@@ -448,11 +448,11 @@ class Board(Extension):
             if self._may_see_doc(link, topic):
                 doc = await self.engine.read(lambda c, t=topic: sb.topic_doc(c, t))
                 if doc is not None:
-                    link.push(self._line("board-topic", '"hops":0,"doc":' + doc), topic)
+                    link.push(self.line("board-topic", '"hops":0,"doc":' + doc), topic)
             if not await self._may_read(link, topic):
                 continue
             if topic in self.heads:
-                link.push(self._line("board-head", '"hops":0,"doc":' + json.dumps(
+                link.push(self.line("board-head", '"hops":0,"doc":' + json.dumps(
                     self.heads[topic], separators=(",", ":"), ensure_ascii=False)))
             # On connect the smaller key opens; a later board-sub (a new
             # subscription, a new grant) is answered by whoever receives it.
@@ -506,7 +506,7 @@ class Board(Extension):
     async def _forward_topic(self, rec: Record, hops: int, except_key: str = "") -> None:
         for key, link in list(self.links.items()):
             if key != except_key and self._may_see_doc(link, rec.topic):
-                link.push(self._line("board-topic", f'"hops":{hops},"doc":' + rec.raw))
+                link.push(self.line("board-topic", f'"hops":{hops},"doc":' + rec.raw))
 
     def _may_see_doc(self, link: BoardLink, topic: str) -> bool:
         """Topic documents go to every subscriber that is not banned, reader or not.
@@ -617,7 +617,7 @@ class Board(Extension):
                 self.stats["records_out"] += len(group)
 
     def _posts_line(self, topic: str, raws: list[str], hops: int) -> bytes:
-        return self._line("board-posts", f'"topic":{json.dumps(topic)},"hops":{hops},'
+        return self.line("board-posts", f'"topic":{json.dumps(topic)},"hops":{hops},'
                           f'"recs":[{",".join(raws)}]')
 
     # -- anti-entropy ----------------------------------------------------------------
@@ -638,7 +638,7 @@ class Board(Extension):
         return self._digest_line(topic, body)
 
     def _digest_line(self, topic: str, body: dict) -> bytes:
-        return self._line("board-digest", f'"topic":{json.dumps(topic)},'
+        return self.line("board-digest", f'"topic":{json.dumps(topic)},'
                           f'"floor":{body["floor"]},"ranges":'
                           + json.dumps(body["ranges"], separators=(",", ":")))
 
@@ -664,7 +664,7 @@ class Board(Extension):
         if push:
             await self._forward(topic, push, 0, only=link)
         for i in range(0, len(step.want), MAX_WANT):
-            link.push(self._line("board-want", f'"topic":{json.dumps(topic)},"ids":'
+            link.push(self.line("board-want", f'"topic":{json.dumps(topic)},"ids":'
                                  + json.dumps(step.want[i:i + MAX_WANT])), topic)
 
     async def _on_want(self, link: BoardLink, line: dict) -> None:

@@ -335,7 +335,7 @@ class BoardQueue:
             if isinstance(topic, str) and not route[0].conn.closed.is_set():
                 back = {k: v for k, v in line.items() if k not in ("t", "id", "ts")}
                 back["re"] = route[1]
-                route[0].push(self.board._line("board-lease", json.dumps(
+                route[0].push(self.board.line("board-lease", json.dumps(
                     back, separators=(",", ":"), ensure_ascii=False)[1:-1]), topic)
 
     def _first_time(self, ask: dict) -> bool:
@@ -426,7 +426,7 @@ class BoardQueue:
         # Tagged with the topic, so the answer counts against the link's bound: a peer
         # that asks and never reads cannot make us queue without end. A dropped answer
         # costs nothing but time: the claimant's retry (same req) gets the same decision.
-        link.push(self.board._line("board-lease", text), topic)
+        link.push(self.board.line("board-lease", text), topic)
 
     def _over_rate(self, link: BoardLink) -> str:
         """``limits.board_claims_per_minute``: each request the arbiter takes costs a
@@ -451,7 +451,7 @@ class BoardQueue:
         owner = topic.split("/", 1)[0]
         nexts = self._paths(topic, owner, except_key=link.conn.peer_key)
         if not nexts:
-            link.push(self.board._line("board-lease", json.dumps(
+            link.push(self.board.line("board-lease", json.dumps(
                 {"topic": topic, "re": ident, "error": UNREACHABLE},
                 separators=(",", ":"))[1:-1]), topic)
             return
@@ -466,7 +466,7 @@ class BoardQueue:
             self._routes[mine] = (link, ident, now, branches)
             body = {k: v for k, v in line.items() if k not in ("t", "id", "ts")}
             body["hops"] = hops + 1
-            nxt.push(self.board._line("board-claim", json.dumps(
+            nxt.push(self.board.line("board-claim", json.dumps(
                 body, separators=(",", ":"), ensure_ascii=False)[1:-1], mine), topic)
 
     def _paths(self, topic: str, owner: str, except_key: str = "") -> list[BoardLink]:
@@ -540,7 +540,7 @@ class BoardQueue:
         text = json.dumps(body, separators=(",", ":"))[1:-1]
         try:
             for link in links:
-                link.push(self.board._line("board-claim", text, ident))
+                link.push(self.board.line("board-claim", text, ident))
             with trio.fail_after(timeout):
                 await done.wait()
         finally:

@@ -153,7 +153,7 @@ class Sequencer:
         targets = [links[owner]] if owner in links and owner != from_key else [
             link for key, link in list(links.items())
             if key != from_key and self._reader(link, topic)]
-        line = self.board._line("board-submit", f'"topic":{json.dumps(topic)},"hops":{hops},'
+        line = self.board.line("board-submit", f'"topic":{json.dumps(topic)},"hops":{hops},'
                                 f'"recs":[{",".join(raws)}]')
         for link in targets:
             link.push(line, topic)
@@ -234,7 +234,7 @@ class Sequencer:
             later = not final(why)
             doc = make_refusal(self.engine.identity, topic, h, why, later, now_ms())
             self.board.stats["records_unstamped"] += 1
-            link.push(self.board._line("board-refused", '"doc":' + json.dumps(
+            link.push(self.board.line("board-refused", '"doc":' + json.dumps(
                 doc, separators=(",", ":"), ensure_ascii=False)), topic)
 
     async def _relay(self, link: BoardLink, topic: str, recs: list[str], hops: int) -> None:
@@ -294,7 +294,7 @@ class Sequencer:
         route = self.routes.get(h)
         back = self.board.links.get(route[0]) if route else None
         if back is not None and back is not link:
-            back.push(self.board._line("board-refused", '"doc":' + json.dumps(
+            back.push(self.board.line("board-refused", '"doc":' + json.dumps(
                 doc, separators=(",", ":"), ensure_ascii=False)), topic)
 
     # -- holes in the owner's seqs -----------------------------------------------------
