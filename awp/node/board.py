@@ -289,7 +289,7 @@ class Board(Extension):
         link = self.links.get(conn.peer_key)
         if link is not None and link.conn is conn:
             return link
-        link = BoardLink(conn, self.engine.config.limits.board_link_bytes)
+        link = BoardLink(conn, self.engine.config.limits.board_link_bytes, self.stats)
         self.links[conn.peer_key] = link
         assert self._nursery is not None
         self._nursery.start_soon(self._sender, link)
@@ -309,6 +309,8 @@ class Board(Extension):
                 # before our resume is sent: nothing of ours goes ahead of it.
                 await conn.established.wait()
                 while True:
+                    if link.partial is not None:
+                        await link.finish_partial()
                     while link.queue:
                         item = link.queue.popleft()
                         if isinstance(item, Records):
@@ -334,6 +336,7 @@ class Board(Extension):
                 log.exception("board: the link to %s failed", conn.peer_key[:18])
             finally:
                 n.cancel_scope.cancel()
+                link.drop_partial()
                 if self.links.get(conn.peer_key) is link:
                     del self.links[conn.peer_key]
 
