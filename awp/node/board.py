@@ -66,7 +66,7 @@ from ..wire.board import (
     sign_record,
 )
 from ..wire.numbers import is_count
-from ..wire.presence import raw_elements, raw_member
+from ..wire.presence import raw_member
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 from . import board_links
 from .board_sendq import MAX_LINE, BoardLink, Records

@@ -27,9 +27,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from json.decoder import scanstring as _scanstring
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from json.decoder import scanstring as _scanstring
 
 from .canonical import canonical_bytes, compact_json
 from .grants import grant_hash
