@@ -387,6 +387,9 @@ def line_recs(line: str, limit: int) -> list[tuple[str, object]] | None:
     spent on it.  When ``recs`` appears twice the last counts, as in the
     parsed line.
     """
+    found = _last_recs(line, limit)
+    if found is not None:
+        return found
     scan = DECODER.raw_decode
     ws = _WS_RUN.match
     i = ws(line, 0).end()
@@ -438,6 +441,48 @@ def line_recs(line: str, limit: int) -> list[tuple[str, object]] | None:
 
 
 _WS_RUN = re.compile(r"[ \t\r\n]*")
+_RECS = '"recs":['
+
+
+def _last_recs(line: str, limit: int) -> list[tuple[str, object]] | None:
+    """:func:`line_recs` for a line whose last member is ``recs`` (as every line we
+    write), found without scanning the members before it; None for any other.
+
+    In valid JSON ``"recs":[`` can only be a key with an array value (a quote
+    inside a string is escaped), though maybe a nested one; it is the
+    line's own when its array closes the line, since a nested array would
+    be followed by the rest of the object holding it.
+    """
+    i = line.find(_RECS)
+    if i < 0:
+        return None
+    scan = DECODER.raw_decode
+    ws = _WS_RUN.match
+    i = ws(line, i + len(_RECS)).end()
+    out: list[tuple[str, object]] = []
+    try:
+        if line[i:i + 1] != "]":
+            while True:
+                start = i
+                val, i = scan(line, i)
+                out.append((line[start:i], val))
+                if len(out) > limit:
+                    return None
+                if line[i:i + 1] != ",":
+                    i = ws(line, i).end()
+                    if line[i:i + 1] != ",":
+                        break
+                i += 1
+                if line[i:i + 1] in _WS:
+                    i = ws(line, i).end()
+            if line[i:i + 1] != "]":
+                return None
+    except (ValueError, RecursionError):
+        return None
+    return out if line[i + 1:].strip(_WS) == "}" else None
+
+
+_WS = " \t\r\n"
 
 
 def verify_record(rec: Record) -> bool:
