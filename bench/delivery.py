@@ -49,7 +49,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+# This checkout's awp (the one the daemons run), not whichever one is installed.
+sys.path[1:1] = [_ROOT, os.path.join(_ROOT, "tests")]
 
 import floor  # noqa: E402  (bench/, first on sys.path when run as a script)
 from nodes import Node, wait_for  # noqa: E402

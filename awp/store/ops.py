@@ -24,6 +24,14 @@ SOURCE_RANK = {"connect": 0, "hello": 1, "introduce": 2}
 # Lines that are never acked themselves and are dropped when a later msg of
 # the same thread is acked (cumulative ack).
 CUMULATIVE_TYPES = ("chunk", "introduce")
+# Written out, so the partial index ``outbox_cumulative`` (whose WHERE says the
+# same) serves the statements that drop them.
+_CUMULATIVE_SQL = "t IN ({})".format(", ".join(f"'{t}'" for t in CUMULATIVE_TYPES))
+# A queued line's text: its own, or (a logged line, whose outbox row holds '')
+# the log's; ``o`` is the outbox row, ``l`` the log row joined by _TEXT_JOIN.
+_TEXT = "CASE WHEN o.line != '' THEN o.line ELSE l.line END"
+_TEXT_JOIN = ("FROM outbox o LEFT JOIN log l ON o.line = '' AND l.peer = o.peer"
+              " AND l.dir = 'out' AND l.id = o.id")
 # Ids per ``IN (...)`` list: far below SQLite's bound on parameters.
 _IN_LIST = 500
 FINAL_STATES = frozenset({"done", "failed", "closed"})
@@ -196,9 +204,10 @@ def queue_line(
     if max_bytes is not None and len(text.encode("utf-8")) > max_bytes:
         raise LineTooLong(len(text.encode("utf-8")), max_bytes)
     th = line.get("th") or ""
+    # A logged line's text is read from the log when it is sent (migration 9).
     cur = conn.execute(
         "INSERT INTO outbox (peer, id, t, th, ref, line, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (peer, ident, line["t"], th, ref, text, now),
+        (peer, ident, line["t"], th, ref, "" if log else text, now),
     )
     if log:
         conn.execute(
@@ -282,9 +291,15 @@ def blob_refused_out(conn: sqlite3.Connection, peer: str, ref: str, detail: str,
 def fetch_outbox(
     conn: sqlite3.Connection, peer: str, after_seq: int, limit: int = 500
 ) -> list[tuple[int, str, str, str]]:
-    """``(seq, id, t, line)`` for queued lines after ``after_seq``, in order."""
+    """``(seq, id, t, line)`` for queued lines after ``after_seq``, in order.
+
+    A logged line's text comes from the log; a row whose log row is gone
+    (only a repaired store can lose one) has nothing to send and is left out.
+    """
     return conn.execute(
-        "SELECT seq, id, t, line FROM outbox WHERE peer = ? AND seq > ? ORDER BY seq LIMIT ?",
+        f"SELECT o.seq, o.id, o.t, {_TEXT} {_TEXT_JOIN}"
+        " WHERE o.peer = ? AND o.seq > ? AND (o.line != '' OR l.line IS NOT NULL)"
+        " ORDER BY o.seq LIMIT ?",
         (peer, after_seq, limit),
     ).fetchall()
 
@@ -295,7 +310,9 @@ def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> lis
     for i in range(0, len(ids), _IN_LIST):
         part = ids[i:i + _IN_LIST]
         rows += conn.execute(
-            f"SELECT seq, id, line FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
+            f"SELECT o.seq, o.id, {_TEXT} {_TEXT_JOIN} WHERE o.peer = ?"
+            f" AND o.id IN ({','.join('?' * len(part))})"
+            " AND (o.line != '' OR l.line IS NOT NULL)",
             (peer, *part)).fetchall()
     return [(r[1], r[2]) for r in sorted(rows, key=lambda r: r[0])]
 
@@ -331,8 +348,8 @@ def _apply_one_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> int
                  " AND msg_id = ? AND status = 'queued'", (peer, re))
     if qth:
         conn.execute(
-            "DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND t IN (?, ?)",
-            (peer, qth, seq, *CUMULATIVE_TYPES),
+            f"DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND {_CUMULATIVE_SQL}",
+            (peer, qth, seq),
         )
     return seq
 
@@ -350,7 +367,8 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
 
     A backlog's acks arrive by the thousand, so a run costs a few statements
     per :data:`_IN_LIST` ids instead of five per ack: the queued lines are
-    looked up, marked acked in the log and deleted with one statement each,
+    deleted (saying which were queued) and marked acked in the log with one
+    statement each,
     the cumulative lines are dropped once per thread below its last acked
     line, and the introductions once below the last acked line of all.
     That is what the acks one at a time leave behind: each drops what lies
@@ -364,8 +382,8 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
         part = ids[start:start + _IN_LIST]
         marks = ",".join("?" * len(part))
         found = conn.execute(
-            f"SELECT seq, id, th FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({marks})",
-            (peer, *part)).fetchall()
+            f"DELETE FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({marks})"
+            " RETURNING seq, id, th", (peer, *part)).fetchall()
         news.update(r[0] for r in conn.execute(
             f"UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id IN ({marks})"
             " AND acked = 0 RETURNING id", (peer, *part)))
@@ -373,8 +391,6 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
             continue
         gone = [r[1] for r in found]
         news.update(gone)
-        conn.execute(f"DELETE FROM outbox WHERE seq IN ({','.join('?' * len(found))})",
-                     [r[0] for r in found])
         conn.execute(
             "UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"
             f" AND msg_id IN ({','.join('?' * len(gone))}) AND status = 'queued'",
@@ -385,8 +401,8 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
     for qth, seq in top.items():
         if qth:
             conn.execute(
-                "DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND t IN (?, ?)",
-                (peer, qth, seq, *CUMULATIVE_TYPES))
+                f"DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND {_CUMULATIVE_SQL}",
+                (peer, qth, seq))
     if top:
         _drop_introductions_before(conn, peer, max(top.values()))
     return [i for i in ids if i in news]
@@ -429,8 +445,8 @@ def drop_unreadable(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     """
     out = []
     for seq, peer, ident, line in conn.execute(
-            "SELECT seq, peer, id, line FROM outbox WHERE line LIKE '%NaN%'"
-            " OR line LIKE '%Infinity%'").fetchall():
+            f"SELECT o.seq, o.peer, o.id, {_TEXT} AS text {_TEXT_JOIN}"
+            " WHERE text LIKE '%NaN%' OR text LIKE '%Infinity%'").fetchall():
         try:
             parse_line(line.encode("utf-8"))
         except ProtocolError:
