@@ -102,7 +102,7 @@ def test_unreadable_lines_are_found_in_the_log_text(tmp_path):
     path = str(tmp_path / "awp.db")
     old = _old_store(path)
     ident = "01M8RGR02DWWHR0Y7Z1XQHH000"
-    bad = '{"t":"msg","id":"%s","th":"%s","data":{"a":NaN}}' % (ident, TH)
+    bad = '{"t":"msg","id":"' + ident + '","th":"' + TH + '","data":{"a":NaN}}'
     old.execute("INSERT INTO outbox (peer, id, t, th, line, created) VALUES (?, ?, 'msg', ?, ?, 1)",
                 (A, ident, TH, bad))
     old.execute("INSERT INTO log (peer, dir, t, id, th, ts, at, line, read) VALUES"
