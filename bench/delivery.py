@@ -242,7 +242,10 @@ def drain(a: Node, b: Node, backlog: int, size: int, cpus: tuple[int, int] | Non
                             timeout=310)["acked"]:
         raise SystemExit("the backlog's last line was not acked in 300 s")
 
+    acked_cpu_a, polls = cpu_s(a.proc.pid) - cpu_a, [0]
+
     def drained() -> bool:
+        polls[0] += 1
         return a.api("GET", "/v1/status")["queued"] == 0
 
     wait_for(drained, 60, "backlog drain", interval=0.01)
@@ -259,6 +262,8 @@ def drain(a: Node, b: Node, backlog: int, size: int, cpus: tuple[int, int] | Non
     print(f"CPU over the drain: receiver {cpu_b:.2f} s ({cpu_b / backlog * 1e6:.0f} us"
           f" a message), sender {cpu_a:.2f} s ({cpu_a / backlog * 1e6:.0f} us a message)"
           " (includes one wait_ack request and the status polls after it)")
+    print(f"  the sender's CPU until the last ack came: {acked_cpu_a:.2f} s; then {polls[0]}"
+          f" status polls until its outbox was empty: {cpu_a - acked_cpu_a:.2f} s")
     if spies:
         print(f"py-spy samples (collapsed stacks) over the drain: {profile}/drain-*.txt")
     return backlog / (t2 - t1), cpu_a, cpu_b

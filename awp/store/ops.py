@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from ..wire.canonical import compact_json
 from ..wire.errors import ProtocolError
 from ..wire.ids import IdGenerator
-from ..wire.messages import default_subject, parse_line
+from ..wire.messages import ACKED_TYPES, default_subject, parse_line
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 
@@ -27,6 +27,33 @@ CUMULATIVE_TYPES = ("chunk", "introduce")
 # Written out, so the partial index ``outbox_cumulative`` (whose WHERE says the
 # same) serves the statements that drop them.
 _CUMULATIVE_SQL = "t IN ({})".format(", ".join(f"'{t}'" for t in CUMULATIVE_TYPES))
+# What ``log.acked`` says of a line we sent (migration 9): 1 acked; -1 dropped
+# unacked (the outbox retention, an unreadable line); 0 up to its outbox row
+# when its type is acked (``ACKED_TYPES``): unacked while the row is queued,
+# acked once an ack or the peer's resume deleted it.  So an ack writes nothing
+# to the log, whose row (the whole line) would be written again for one flag;
+# a line that leaves the outbox any other way is marked -1 as it goes.
+# Lines of other types (an introduction) keep 0 as "not acked".
+_ACKED_SQL = "({})".format(", ".join(f"'{t}'" for t in sorted(ACKED_TYPES)))
+
+
+def out_acked(conn: sqlite3.Connection, peer: str, ident: str, t: str, acked: int) -> bool:
+    """Whether a log row (``peer``, ``ident``, type ``t``, column ``acked``) is acked."""
+    if acked != 0 or t not in ACKED_TYPES:
+        return acked == 1
+    return conn.execute("SELECT 1 FROM outbox WHERE peer = ? AND id = ?",
+                        (peer, ident)).fetchone() is None
+
+
+def _drop_unacked(conn: sqlite3.Connection, where: str, args: tuple) -> int:
+    """Delete the outbox rows ``where`` selects, their logged lines marked -1
+    (dropped, never acked: see ``_ACKED_SQL``); how many rows went."""
+    conn.execute(
+        "UPDATE log SET acked = -1 WHERE dir = 'out' AND acked = 0 AND (peer, id) IN"
+        f" (SELECT peer, id FROM outbox WHERE {where})", args)
+    return conn.execute(f"DELETE FROM outbox WHERE {where}", args).rowcount
+
+
 # A queued line's text: its own, or (a logged line, whose outbox row holds '')
 # the log's; ``o`` is the outbox row, ``l`` the log row joined by _TEXT_JOIN.
 _TEXT = "CASE WHEN o.line != '' THEN o.line ELSE l.line END"
@@ -332,17 +359,21 @@ def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
 
 def _apply_one_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> int | None:
     """:func:`apply_ack` but the introductions: the acked line's outbox seq, 0 when it
-    was only marked acked in the log, ``None`` when the ack was no news."""
+    was only marked acked in the log, ``None`` when the ack was no news.
+
+    The one-at-a-time form of :func:`apply_acks`, kept as the reference its
+    test compares the batched form with.
+    """
     row = conn.execute(
-        "SELECT seq, th FROM outbox WHERE peer = ? AND id = ?", (peer, re)
+        "SELECT seq, th, t FROM outbox WHERE peer = ? AND id = ?", (peer, re)
     ).fetchone()
-    marked = conn.execute(
-        "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ? AND acked = 0",
-        (peer, re),
-    ).rowcount
-    if row is None:
-        return 0 if marked > 0 else None
-    seq, qth = row
+    if row is None or row[2] not in ACKED_TYPES:
+        marked = conn.execute(
+            "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ? AND"
+            f" (acked = -1 OR (acked = 0 AND t NOT IN {_ACKED_SQL}))", (peer, re)).rowcount
+        if row is None:
+            return 0 if marked > 0 else None
+    seq, qth, _t = row
     conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
     conn.execute("UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"
                  " AND msg_id = ? AND status = 'queued'", (peer, re))
@@ -367,8 +398,8 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
 
     A backlog's acks arrive by the thousand, so a run costs a few statements
     per :data:`_IN_LIST` ids instead of five per ack: the queued lines are
-    deleted (saying which were queued) and marked acked in the log with one
-    statement each,
+    deleted with one statement, which saying which were queued also marks
+    them acked (see ``_ACKED_SQL``),
     the cumulative lines are dropped once per thread below its last acked
     line, and the introductions once below the last acked line of all.
     That is what the acks one at a time leave behind: each drops what lies
@@ -383,19 +414,27 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
         marks = ",".join("?" * len(part))
         found = conn.execute(
             f"DELETE FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({marks})"
-            " RETURNING seq, id, th", (peer, *part)).fetchall()
-        news.update(r[0] for r in conn.execute(
-            f"UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id IN ({marks})"
-            " AND acked = 0 RETURNING id", (peer, *part)))
+            " RETURNING seq, id, th, t", (peer, *part)).fetchall()
+        gone = [r[1] for r in found]
+        # A deleted row of an acked type is acked by that alone (``_ACKED_SQL``);
+        # the log is written only for an ack of a line that had left the
+        # outbox unacked, or of a type that is never acked.
+        left = set(part).difference(gone)
+        odd = [i for i in part if i in left] + [r[1] for r in found if r[3] not in ACKED_TYPES]
+        if odd:
+            news.update(r[0] for r in conn.execute(
+                "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out'"
+                f" AND id IN ({','.join('?' * len(odd))})"
+                f" AND (acked = -1 OR (acked = 0 AND t NOT IN {_ACKED_SQL})) RETURNING id",
+                (peer, *odd)))
         if not found:
             continue
-        gone = [r[1] for r in found]
         news.update(gone)
         conn.execute(
             "UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"
             f" AND msg_id IN ({','.join('?' * len(gone))}) AND status = 'queued'",
             (peer, *gone))
-        for seq, _ident, qth in found:
+        for seq, _ident, qth, _t in found:
             if seq > top.get(qth, 0):
                 top[qth] = seq
     for qth, seq in top.items():
@@ -450,14 +489,14 @@ def drop_unreadable(conn: sqlite3.Connection) -> list[tuple[str, str]]:
         try:
             parse_line(line.encode("utf-8"))
         except ProtocolError:
-            conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+            _drop_unacked(conn, "seq = ?", (seq,))
             out.append((peer, ident))
     return out
 
 
 def sweep_outbox(conn: sqlite3.Connection, cutoff_ms: int) -> int:
     """Drop unacked lines older than the retention; returns how many."""
-    return conn.execute("DELETE FROM outbox WHERE created < ?", (cutoff_ms,)).rowcount
+    return _drop_unacked(conn, "created < ?", (cutoff_ms,))
 
 
 def resume_seen(conn: sqlite3.Connection, peer: str, since_ms: int) -> dict[str, str]:

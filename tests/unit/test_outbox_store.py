@@ -1,7 +1,8 @@
-"""The outbox since migration 9: a logged line's text lives in the log alone.
+"""The outbox since migration 9: a logged line's text lives in the log alone,
+and an ack writes nothing to the log (``ops._ACKED_SQL``).
 
 An old store upgrades with its queued lines sent exactly as they were, in
-the same order; a line whose log row was lost (a repaired store) is not sent
+the same order, and each line shown as acked or not as before; a line whose log row was lost (a repaired store) is not sent
 as an empty line; the start-up check for unreadable lines still reads the
 text from the log.
 """
@@ -49,6 +50,11 @@ def test_an_old_store_upgrades_and_sends_its_queued_lines_as_they_were(tmp_path)
     msgs = [_queue_old_way(old, n) for n in range(3)]
     chunk = _queue_old_way(old, 3, "chunk", log=False)  # never logged: keeps its text
     last = _queue_old_way(old, 4)
+    # Two lines that left the outbox before: one acked, one dropped unacked.
+    acked, _line = _queue_old_way(old, 5)
+    swept, _line = _queue_old_way(old, 6)
+    old.execute("DELETE FROM outbox WHERE id IN (?, ?)", (acked, swept))
+    old.execute("UPDATE log SET acked = 1 WHERE id = ?", (acked,))
     old.close()
 
     c = open_store(path)
@@ -68,7 +74,10 @@ def test_an_old_store_upgrades_and_sends_its_queued_lines_as_they_were(tmp_path)
     # the log says acked.
     assert ops.apply_acks(c, A, [(TH, last[0])]) == [last[0]]
     assert [r[1] for r in ops.fetch_outbox(c, A, 0)] == [i for i, _line in msgs]
-    assert c.execute("SELECT acked FROM log WHERE id = ?", (last[0],)).fetchone()[0] == 1
+    shown = {i: ops.out_acked(c, A, i, "msg", a) for i, a in c.execute(
+        "SELECT id, acked FROM log")}
+    assert shown == {msgs[0][0]: False, msgs[1][0]: False, msgs[2][0]: False, last[0]: True,
+                     acked: True, swept: False}
     c.close()
 
 
