@@ -52,11 +52,18 @@ class Jobs:
         self._held: list[bytes] = []  # acks waiting for the end of a burst
         self._store_caught_up = trio.Event()
         self.inflight_bytes = 0  # bytes of lines handed to the store, not yet done
+        self._last: Pending | None = None  # the job handed to the store last
 
     async def store_caught_up(self) -> None:
         """Wait until a job finishes (the session said pause: too many lines in flight)."""
         self._store_caught_up = trio.Event()
         await self._store_caught_up.wait()
+
+    async def stored(self) -> None:
+        """Wait until every job handed to the store so far has been committed
+        (the writer commits a connection's jobs in the order they came)."""
+        if self._last is not None:
+            await self._last.event.wait()
 
     async def finish(self) -> None:
         """The reader is done: let queued follow-ups run, then :meth:`loop` ends."""
@@ -184,6 +191,7 @@ class Jobs:
         finished right here: that saves a task switch before the ack.
         ``nbytes`` of the peer's lines count as in flight until then.
         """
+        self._last = pending
         self._post_inflight += 1
         self.inflight_bytes += nbytes
         self.engine.budgets.take(nbytes)
