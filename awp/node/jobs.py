@@ -123,11 +123,15 @@ class Jobs:
         # Copies for dashboard hosts are handed over in commit order, like
         # our own sends, so a host's lines leave in outbox order.  With
         # nothing of ours waiting for the store, the job may go ahead of
-        # other connections' (see awp.store.writer, "Urgent jobs go first").
+        # other connections' (see awp.store.writer, "Urgent jobs go first"),
+        # unless it holds a large line: those take turns (Budgets.large_turn)
+        # and so never have anything else waiting, and would take every
+        # small line's place.
         pending = eng.writer.submit(
             lambda c: eng.store_inbound_run(c, self.conn, texts, now),
             self._hand_over_copies if eng.shares else None,
-            weight=lines_weight(nbytes, len(run)), urgent=not self._post_inflight)
+            weight=lines_weight(nbytes, len(run)),
+            urgent=not self._post_inflight and nbytes < eng.config.limits.large_line_bytes)
         await self._post(pending, token, nbytes)
 
     async def _take_in_journaled(self, token: int, line: dict, raw: bytes, now: int) -> bool:
