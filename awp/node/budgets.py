@@ -39,10 +39,12 @@ from ..base.limits import Limits
 if TYPE_CHECKING:
     from .connection import Connection
 
-# Longest a large line waits for its turn before it goes on without one
-# (see Budgets.large_turn): far above a turn's usual length (parsing and
-# committing 1 MB, tens of milliseconds), far below a stalled peer's.
-LARGE_TURN_WAIT = 1.0
+# How long the large lines' turns may stand still (no turn given to anyone)
+# before a waiting line goes on without one (see Budgets.large_turn): far
+# above a turn's usual length (parsing and committing 1 MB: tens of
+# milliseconds, a few hundred on a loaded machine), far below a stalled
+# peer's write_timeout.
+LARGE_TURN_WAIT = 2.0
 
 
 class TokenBucket:
@@ -95,6 +97,8 @@ class Budgets:
         self._large = trio.Semaphore(limits.large_lines) if limits.large_lines else None
         self.large_waits = 0  # times a large line waited for its turn
         self.large_overruns = 0  # times one went on after LARGE_TURN_WAIT without it
+        self._large_given = 0  # turns given so far
+        self._large_at = 0.0  # when the last one was given (trio clock)
 
     # -- rate -------------------------------------------------------------------------
 
@@ -157,20 +161,30 @@ class Budgets:
         and stored (first come, first served); True once this one may go,
         to be followed by :meth:`large_done`.
 
-        False after :data:`LARGE_TURN_WAIT` seconds without a turn: the line
-        goes on without one.  A turn ends when its line is committed, and a
-        peer that stops reading can keep that from happening until its
-        ``write_timeout``; that costs everyone else's large lines this wait,
-        never the whole timeout.
+        False when no turn was given to anyone for :data:`LARGE_TURN_WAIT`
+        seconds: the line goes on without one.  A turn ends when its line is
+        committed, and a peer that stops reading can keep that from happening
+        until its ``write_timeout``; that costs everyone else's large lines
+        this wait, never the whole timeout.  A long queue that moves is
+        waited out, however long.
         """
-        assert self._large is not None
-        if self._large.value == 0:
+        sem = self._large
+        assert sem is not None
+        if sem.value:
+            sem.acquire_nowait()
+        else:
             self.large_waits += 1
-        with trio.move_on_after(LARGE_TURN_WAIT):
-            await self._large.acquire()
-            return True
-        self.large_overruns += 1
-        return False
+            while True:
+                given = self._large_given
+                with trio.move_on_at(self._large_at + LARGE_TURN_WAIT):
+                    await sem.acquire()
+                    break
+                if self._large_given == given:  # the turns stood still all along
+                    self.large_overruns += 1
+                    return False
+        self._large_given += 1
+        self._large_at = trio.current_time()
+        return True
 
     def large_done(self) -> None:
         assert self._large is not None
