@@ -29,6 +29,7 @@ from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
 from ..node.claim_wait import ClaimAsk
 from ..node.engine import Engine
+from ..present.render import clip
 from ..store import board as sb
 from ..store import grants as grantstore
 from ..store import queries
@@ -109,6 +110,11 @@ def needs_field(body: dict) -> dict:
         return {"needs": list(wb.check_tags(body["needs"], "needs"))}
     except wb.BoardError as e:
         raise _bad(str(e)) from None
+
+
+# GET /v1/board/queue?compact=1: each item's row, and how much of its text it carries.
+QUEUE_COLUMNS = ("id", "status", "holder", "until", "attempts", "text")
+QUEUE_TEXT = 80
 
 
 def text_of(parts: list) -> str:
@@ -892,6 +898,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("GET", "/v1/board/queue")
     async def queue(req: Request) -> dict:
         topic = await topic_of(req.query.get("topic"))
+        # compact=1: the table `awp queue` prints, a row of short fields an item
+        # (a queue of hundreds of items is otherwise ~0.5 KB of post object each).
+        compact = req.query.get("compact") in ("1", "true")
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
         snap, strikes = await door.queue_view(topic) if arbiter else (None, {})
@@ -906,14 +915,16 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             else:
                 view = board.queue.lease_view(leases, pol, now_ms())
             facts = lease_facts(leases)
-            needs = {h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
-                "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
-                " AND parent = '' AND raw LIKE '%\"needs\"%'", (topic,))}
+            needs = {} if compact else {
+                h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
+                    "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+                    " AND parent = '' AND raw LIKE '%\"needs\"%'", (topic,))}
             items = []
             for h, p in posts.items():
                 e = view.get(h, {})
                 f = facts.get(e.get("lease", ""), {}) if e.get("lease") else {}
-                items.append({"item": post_obj(c, p, names), "status": e.get("status", "open"),
+                items.append({"item": {"hash": h} if compact else post_obj(c, p, names),
+                              "status": e.get("status", "open"),
                               "holder": e.get("holder", ""), "lease": e.get("lease", ""),
                               "until": e.get("until", 0), "attempts": e.get("attempts", 0),
                               "since": f.get("since", 0), "renewals": f.get("renewals", 0),
@@ -922,8 +933,16 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             labels = queries.Labels(c)
             shown = {k: labels[k] for k in {i["holder"] for i in items}
                      | {w["holder"] for w in workers} if k and k != me}
-            return {"topic": topic, "items": items, "arbiter": snap is not None,
-                    "workers": workers, "self": me, "names": shown}
+            answer = {"topic": topic, "items": items, "arbiter": snap is not None,
+                      "workers": workers, "self": me, "names": shown}
+            if compact:
+                del answer["items"]
+                answer["columns"] = list(QUEUE_COLUMNS)
+                answer["rows"] = [
+                    [i["item"]["hash"][:10], i["status"], i["holder"], i["until"],
+                     i["attempts"], clip(text_of(posts[i["item"]["hash"]].shown.parts),
+                                         QUEUE_TEXT)] for i in items]
+            return answer
 
         return await engine.read(q)
 
