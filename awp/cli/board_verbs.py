@@ -45,6 +45,7 @@ HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
 POST_WAIT = 10.0  # how long the daemon waits for a topic document it does not hold yet
 STREAM_WAIT = 60.0  # each long poll of a following subscribe
 SUB_DOC_WAIT = 2.0  # how long subscribe waits for a topic document it does not hold
+ONE_REQUEST_WAIT = 1.0  # subscribe --once waits in the subscribe request up to this long
 ASK_OVER = 4096  # a post this big (record overhead included) asks the topic's max_post first
 
 
@@ -344,18 +345,26 @@ def subscribe(topics: list[str], once: bool, timeout: str, home: str | None,
     client = client_for(home, secs if once else STREAM_WAIT)
     # The first subscribe's answer carries the cursor taken before it subscribed:
     # whatever arrives from the subscription on, the backlog the owner sends
-    # included, is after it.
+    # included, is after it.  One topic and a short --once wait: the subscribe
+    # waits too (one request; its note then comes after at most ONE_REQUEST_WAIT).
+    one = once and len(topics) == 1 and secs <= ONE_REQUEST_WAIT
     cursor = None
     refs = []
+    waited = None
     for topic in topics:
         # A moment for the owner's document, when a connected peer holds it.
-        res = client.post("/v1/board/subscribe", {"topic": topic, "timeout": SUB_DOC_WAIT})
+        ask: dict = {"topic": topic, "timeout": SUB_DOC_WAIT, "brief": True}
+        if one:
+            ask["wait"] = secs
+        res = client.post("/v1/board/subscribe", ask)
         assert isinstance(res, dict)
         if not refs:
             cursor = res.get("cursor")
             if cursor is None:  # an older daemon's answer: from now on, then
                 start = client.post("/v1/board/wait", {"topics": [], "timeout": 0})
                 cursor = start.get("cursor") if isinstance(start, dict) else None
+        if isinstance(res.get("wait"), dict):
+            waited = res["wait"]
         t = res.get("topic") if isinstance(res.get("topic"), dict) else {}
         refs.append(t.get("topic") or topic)
         if not t.get("known"):
@@ -365,8 +374,8 @@ def subscribe(topics: list[str], once: bool, timeout: str, home: str | None,
             note(f"subscribed to {label_of(res, topic)}")
     body: dict = {"topics": refs, "after": cursor}
     if once:
-        res = client.request("POST", "/v1/board/wait", {**body, "timeout": secs},
-                             timeout=secs + HTTP_SLACK)
+        res = waited or client.request("POST", "/v1/board/wait", {**body, "timeout": secs},
+                                       timeout=secs + HTTP_SLACK)
         assert isinstance(res, dict)
         print_posts(res.get("posts") or [], as_json)
         if res.get("timed_out") or not res.get("posts"):

@@ -308,6 +308,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await topic_of(body.get("topic"))
         timeout = _secs(body, "timeout", 0)
+        # "wait": then wait that long for posts past the cursor, as /v1/board/wait
+        # would (`awp subscribe --once` in one request instead of two).
+        wait = None if body.get("wait") is None else _secs(body, "wait", 0)
         # Where "new" starts for the subscriber, taken before it subscribes, so the
         # backlog the owner sends counts as new (a cheap indexed max, read in place).
         cursor = engine.read_sync(sb.last_seq)
@@ -315,7 +318,17 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             await board.refresh_authority([topic])
         if timeout > 0:
             await await_doc(topic, timeout)
-        return {"topic": await topic_answer(topic), "subscribed": True, "cursor": cursor}
+        if body.get("brief") is True:  # what a subscriber prints: which topic, and known
+            lab = (await topic_label(topic) if topic.startswith(me + "/")
+                   else engine.read_sync(lambda c: label(c, topic)))  # an indexed lookup
+            t: dict = {"topic": topic, "label": lab,
+                       "known": await board.policy(topic) is not None, "subscribed": True}
+        else:
+            t = await topic_answer(topic)
+        answer = {"topic": t, "subscribed": True, "cursor": cursor}
+        if wait is not None:
+            answer["wait"] = await Arrivals([topic], cursor, False).once(wait)
+        return answer
 
     @r.route("POST", "/v1/board/unsubscribe")
     async def unsubscribe(req: Request) -> dict:
