@@ -22,7 +22,6 @@ from io import TextIOBase
 from ..localapi.client import ApiFailure, LocalClient
 from ..present import render_board
 from ..present.render import now_ms
-from . import board_files, verbs
 from .base import (
     CliError,
     CliExit,
@@ -89,6 +88,8 @@ def parts_from(words: list[str], code: list[str], lang: str | None, data: list[s
     Text, ``--code`` and ``--data`` are built exactly as ``awp send`` builds
     them; ``--file`` adds the file itself, inline (a board post carries it).
     """
+    from . import board_files, verbs  # only the commands that post need them
+
     text = verbs._read_stdin() if words == ["-"] else " ".join(words)
     parts = verbs.build_parts(text, code, lang, data, mime)
     for path in files:
@@ -111,6 +112,8 @@ def check_fits(client: LocalClient, topic: str | None, parts: list[dict]) -> Non
     :func:`send_post` words as clearly.  Over the fixed 64 KiB every topic
     refuses without a question.
     """
+    from . import board_files
+
     size = board_files.post_size(parts)
     limit, where = board_files.MAX_RECORD, topic or "the board"
     if size <= limit and not (size > ASK_OVER or any(p.get("k") == "file" for p in parts)):
@@ -467,6 +470,8 @@ def get(topic: str, n: int, since: str | None, thread: str | None, save: str | N
     body: dict = {"topic": topic, "n": n}
     if since is not None:
         try:
+            from . import board_files
+
             body["since"] = board_files.parse_since(since, now_ms())
         except ValueError as e:
             raise CliError(f"--since: {e}", 2) from None
@@ -491,7 +496,11 @@ def get(topic: str, n: int, since: str | None, thread: str | None, save: str | N
         posts = list(w.get("posts") or [])
         timed_out = not posts
         res = {**res, "posts": posts}
-    saved = board_files.save_files(posts, save) if save is not None else None
+    saved = None
+    if save is not None:
+        from . import board_files
+
+        saved = board_files.save_files(posts, save)
     if as_json:
         out_json({**res, "saved": saved} if saved is not None else res)
     elif posts:
@@ -525,6 +534,8 @@ def edit(args: list[str], code: list[str], lang: str | None, data: list[str], mi
     """``awp edit``."""
     post_id, words = args[0], list(args[1:])
     parts = parts_from(words, code, lang, data, mime, files)
+    from . import board_files
+
     why = board_files.too_big(parts, board_files.MAX_RECORD, "the board")
     if why:
         raise CliError(why)

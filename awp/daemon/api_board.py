@@ -173,8 +173,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 pass  # let topic_in say what is wrong
         return None
 
+    # A read of a few indexed rows (a peer's name, one post) runs right here on the
+    # trio thread: a reader thread's two hand-overs cost more than such a query, and
+    # every board command makes one or two (as Arrivals.look does for a few posts).
+    small_read = engine.read_sync
+
     async def topic_of(ref: object) -> str:
-        return topic_here(ref) or await engine.read(lambda c: topic_in(c, ref))
+        return topic_here(ref) or small_read(lambda c: topic_in(c, ref))
 
     def label(c: sqlite3.Connection, topic: str) -> str:
         owner, name = topic.split("/", 1)
@@ -320,7 +325,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             await await_doc(topic, timeout)
         if body.get("brief") is True:  # what a subscriber prints: which topic, and known
             lab = (await topic_label(topic) if topic.startswith(me + "/")
-                   else engine.read_sync(lambda c: label(c, topic)))  # an indexed lookup
+                   else small_read(lambda c: label(c, topic)))
             t: dict = {"topic": topic, "label": lab,
                        "known": await board.policy(topic) is not None, "subscribed": True}
         else:
@@ -461,7 +466,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             labels = queries.Labels(c)
             return label(c, topic), {k: labels[k] for k in readers}
 
-        return await engine.read(q)
+        return small_read(q) if len(readers) <= 8 else await engine.read(q)
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""
@@ -830,7 +835,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 out["results"] = item_results(c, topic, d.item)
             return out
 
-        return await engine.read(q)
+        return small_read(q)  # one post by its hash, the item's lease records and replies
 
     def item_results(c: sqlite3.Connection, topic: str, item: str) -> list[dict]:
         """Results earlier holders of ``item`` posted (a worker killed between its reply and

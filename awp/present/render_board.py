@@ -14,7 +14,6 @@ Pure functions of the local API's post and topic objects
 
 from __future__ import annotations
 
-from ..base.filename import safe_name
 from .render import INDENT, ago, clip, now_ms, render_part, size, table
 
 
@@ -30,6 +29,8 @@ def part_lines(part: object, saved: dict | None = None) -> list[str]:
         what = [size(int(part["size"]))] if isinstance(part.get("size"), int) else []
         if part.get("mime"):
             what.append(str(part["mime"]))
+        from ..base.filename import safe_name  # unicodedata: only for a file part
+
         line = f"{INDENT}file {safe_name(name)}" + (f" ({', '.join(what)})" if what else "")
         where = (saved or {}).get(name)
         return [line + (f": {where}" if where else "")]
