@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 
 from ..base.durations import format_duration
-from ..base.filename import safe_name
 
 INDENT = "  "
 
@@ -113,6 +112,8 @@ def render_part(part: object, files: dict | None = None) -> list[str]:
         mime = part.get("mime") or "application/json"
         return [f"{INDENT}data {mime}: {_compact(part.get('data'))}"]
     if k == "blob":
+        from ..base.filename import safe_name  # unicodedata: only for a file part
+
         name = safe_name(part.get("name") or part.get("ref"))  # shown as it is saved
         size = part.get("size")
         extra = f" ({size} bytes)" if isinstance(size, int) else ""
