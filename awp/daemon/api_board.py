@@ -24,7 +24,7 @@ from ..board import market, view
 from ..board.market import Bid
 from ..board.workers import earlier_results, lease_facts
 from ..board.workers import workers as workers_of
-from ..localapi.server import ApiError, Request, Router, Stream
+from ..localapi.server import ApiError, Raw, Request, Router, Stream
 from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
 from ..node.claim_wait import ClaimAsk
@@ -40,12 +40,12 @@ from ..wire.numbers import INT64_MAX
 from ..wire.timefmt import format_ts, now_ms
 from .api import json_body
 from .app import DaemonState
+from .board_feed import Arrivals, Feed
 from .facade import Door
 
 MIN_PREFIX = 6
 MAX_BATCH = 1000  # posts in one request to /v1/board/post
 MAX_WAIT_S = 3600.0  # a server-side wait (post, claim, wait) is cut to this
-LIVE_POSTS = 32  # a wait reads up to this many posts on the event loop; more on a reader thread
 DEFAULT_GRANT_TTL_S = 30 * 86400.0
 MAX_GRANT_TTL_S = 10 * 366 * 86400.0  # a board grant lasts at most ten years
 POLICY_FIELDS = {  # request field -> what it must be
@@ -466,7 +466,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             labels = queries.Labels(c)
             return label(c, topic), {k: labels[k] for k in readers}
 
-        return small_read(q) if len(readers) <= 8 else await engine.read(q)
+        # Read right here: a few indexed rows, where a reader thread's two hand-overs
+        # cost more CPU than the query on every post (posts come a few at a time).
+        return small_read(q) if len(readers) <= 16 else await engine.read(q)
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""
@@ -518,102 +520,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         return await engine.read(q)
 
-    class Arrivals:
-        """Posts in scope that arrived after a cursor, as one answer or as a stream.
-
-        Both wake on the change hints the board publishes as it stores records
-        and read everything past the cursor in one query: records stored
-        together (one line, one batch) come back together.  The stream is how a
-        client that follows a topic pays one request for every post instead of
-        a request per post: each wake-up costs one query and one chunk.
-        """
-
-        def __init__(self, topics: list[str], after: int, mine: bool) -> None:
-            self.topics, self.after, self.mine = topics, after, mine
-            self.wanted = set(topics)
-            self.idle = after  # where a wait that timed out may go on from
-            self.names: dict[str, str] = {}  # authors and topics shown, kept for a stream
-
-        def _q(self, c: sqlite3.Connection, limit: int, seen: bool) -> tuple[list[dict], int]:
-            # The newest seq first: every post up to it is then seen by the
-            # query after it, so a wait may start from it when nothing is new.
-            last = sb.last_seq(c) if seen else 0
-            posts = sb.posts_after(c, self.topics, self.after, me, self.mine, limit)
-            return [post_obj(c, p, self.names) for p in posts], last
-
-        async def look(self, seen: bool = True) -> list[dict]:
-            """What is new past the cursor (which moves past it).
-
-            Read right here while it is a few posts, as it is for a waiter
-            that keeps up (a reader thread's two hand-overs cost more CPU than
-            the query, once per post on every waiting host); when there may be
-            more, on a reader thread.  With ``seen`` and nothing new,
-            :attr:`idle` moves to the newest seq: nothing in scope lies before
-            it (a stream asks only when it ends).
-            """
-            posts, last = engine.read_sync(lambda c: self._q(c, LIVE_POSTS, seen))
-            if len(posts) >= LIVE_POSTS:
-                posts, last = await engine.read(lambda c: self._q(c, 500, seen))
-            if posts:
-                self.after = self.idle = max(p["seq"] for p in posts)
-            elif seen:
-                self.idle = max(self.idle, last)
-            return posts
-
-        async def woken(self, events: trio.MemoryReceiveChannel) -> None:
-            """Until a record of our topics is stored; hints queued meanwhile are taken too."""
-            while True:
-                ev = await events.receive()
-                if ev.get("kind") == "board" and ev.get("topic") in self.wanted:
-                    break
-            while True:  # one look for every record of the same store job
-                try:
-                    events.receive_nowait()
-                except trio.WouldBlock:
-                    return
-
-        async def once(self, timeout: float) -> dict:
-            engine.waiting += 1
-            try:
-                with engine.changes.subscribe(kinds=("board",)) as events, trio.move_on_after(timeout):
-                    while True:
-                        posts = await self.look()
-                        if posts:
-                            return {"posts": posts, "cursor": self.after, "timed_out": False}
-                        await self.woken(events)
-            finally:
-                engine.waiting -= 1
-            # Not the newest seq now: a post in scope stored since the last look
-            # would be skipped by a wait starting there.
-            return {"posts": [], "cursor": self.idle, "timed_out": True}
-
-        async def stream(self, timeout: float) -> Any:
-            """One object a wake-up with posts, as :meth:`once` answers; after
-            ``timeout`` a last one with ``timed_out`` and the cursor to go on from."""
-            engine.waiting += 1
-            try:
-                with engine.changes.subscribe(kinds=("board",)) as events:
-                    deadline = trio.current_time() + timeout
-                    while True:
-                        if len(self.names) > 1024:
-                            self.names.clear()
-                        posts = await self.look(seen=False)
-                        if posts:
-                            yield {"posts": posts, "cursor": self.after, "timed_out": False}
-                            if len(posts) >= LIVE_POSTS:  # there may be more already
-                                continue
-                        # No second look after a few posts: a record stored since the
-                        # look left its hint in ``events``, and ``woken`` returns at once.
-                        with trio.move_on_at(deadline):
-                            await self.woken(events)
-                            continue
-                        break
-                    posts = await self.look()
-                    if posts:
-                        yield {"posts": posts, "cursor": self.after, "timed_out": False}
-            finally:
-                engine.waiting -= 1
-            yield {"posts": [], "cursor": self.idle, "timed_out": True}
+    feed = Feed(engine, post_obj)
 
     @r.route("POST", "/v1/board/wait")
     async def wait(req: Request) -> dict | Stream:
@@ -632,10 +539,10 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             after = await engine.read(sb.last_seq)
         elif isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise _bad("after must be a cursor (a seq) from an earlier answer")
-        watch = Arrivals(topics, after, mine)
+        watch = Arrivals(feed, topics, after, mine)
         if stream:
             return Stream(lambda: watch.stream(timeout))
-        return await watch.once(timeout)
+        return Raw(await watch.once(timeout))
 
     @r.route("POST", "/v1/board/unread")
     async def unread(req: Request) -> dict:
