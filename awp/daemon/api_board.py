@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from ..base.echo import echo
+from ..base.echo import clip, echo
 from ..board import market, view
 from ..board.market import Bid
 from ..board.workers import earlier_results, lease_facts
@@ -29,7 +29,6 @@ from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
 from ..node.claim_wait import ClaimAsk
 from ..node.engine import Engine
-from ..present.render import clip
 from ..store import board as sb
 from ..store import grants as grantstore
 from ..store import queries
