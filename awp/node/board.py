@@ -581,9 +581,10 @@ class Board(Extension):
             if rec.hash not in taken.waiting:  # ours waits for the owner's stamp first
                 by_topic.setdefault(rec.topic, []).extend(taken.wire(rec))
             self._changed(rec.topic)
-            self.engine.changes.publish({
+            self.engine.changes.publish({  # "record": in-process only (the board's feed)
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
-                "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me})
+                "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me,
+                "record": rec})
         for topic, raws_out in by_topic.items():
             await self._forward(topic, raws_out, next_hops(hops) if via else 0, except_key=via)
         self.seq.stored(taken)

@@ -728,17 +728,21 @@ class Post:
     replies: int
 
 
-def _with_edits(c: sqlite3.Connection, rows: list[tuple]) -> list[Post]:
-    """Posts from ``(seq, topic, hash, kind, author, ts, of, parent, raw)`` rows, edits applied."""
+def _with_edits(c: sqlite3.Connection, rows: list[tuple], marked: bool = False) -> list[Post]:
+    """Posts from ``(seq, topic, hash, kind, author, ts, of, parent, raw)`` rows, edits applied.
+
+    ``marked``: each row ends with two flags, whether the post has an edit and
+    whether it has a reply (:data:`_MARKS`); only those are looked up, so a
+    new post, which has neither, costs no second query.
+    """
     if not rows:
         return []
-    recs = [_record(r[1:]) for r in rows]
+    recs = [_record(r[1:9]) for r in rows]
     seqs = {r[2]: r[0] for r in rows}
+    edited = {r[2] for r in rows if r[9]} if marked else set(seqs)
+    replied = {r[2] for r in rows if r[10]} if marked else set(seqs)
     extra: list[Record] = []
-    by_topic: dict[str, list[str]] = {}
-    for r in recs:
-        by_topic.setdefault(r.topic, []).append(r.hash)
-    for topic, hashes in by_topic.items():
+    for topic, hashes in _by_topic(recs, edited).items():
         for i in range(0, len(hashes), 400):
             chunk = hashes[i:i + 400]
             marks = ",".join("?" * len(chunk))
@@ -752,7 +756,7 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple]) -> list[Post]:
                     f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'hide'"
                     f" AND of IN ({em})", (topic, *[e.hash for e in edits])))
     replies: dict[str, int] = {}
-    for topic, hashes in by_topic.items():
+    for topic, hashes in _by_topic(recs, replied).items():
         for i in range(0, len(hashes), 400):
             chunk = hashes[i:i + 400]
             replies.update(c.execute(
@@ -762,6 +766,15 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple]) -> list[Post]:
     topic_of = {r.hash: r.topic for r in recs}
     return [Post(s, topic_of[s.hash], seqs[s.hash], replies.get(s.hash, 0))
             for s in view.visible(recs + extra)]
+
+
+def _by_topic(recs: list[Record], wanted: set[str]) -> dict[str, list[str]]:
+    """The hashes in ``wanted`` of these records, by topic."""
+    out: dict[str, list[str]] = {}
+    for r in recs:
+        if r.hash in wanted:
+            out.setdefault(r.topic, []).append(r.hash)
+    return out
 
 
 _PCOLS = "p.seq, p.topic, p.hash, p.kind, p.author, p.ts, p.of, p.parent, p.raw"
@@ -780,22 +793,69 @@ def visible_posts(c: sqlite3.Connection, topic: str, n: int = 20, since_ms: int 
     return _with_edits(c, rows)
 
 
-def posts_after(c: sqlite3.Connection, topics: list[str], after: int, me: str,
+# Whether a post has an edit, and a reply: what :func:`_with_edits` looks up only when so.
+_MARKS = (
+    ", EXISTS (SELECT 1 FROM board_records e INDEXED BY board_records_of WHERE e.topic = p.topic"
+    " AND e.of = p.hash AND e.kind = 'edit'), EXISTS (SELECT 1 FROM board_records r INDEXED BY"
+    " board_records_parent WHERE r.topic = p.topic AND r.parent = p.hash)")
+
+
+def posts_after(c: sqlite3.Connection, topics: list[str] | None, after: int, me: str,
                 mine: bool = False, limit: int = 500) -> list[Post]:
-    """Visible posts that arrived after cursor ``after`` on these topics, in arrival order."""
-    if not topics:
+    """Visible posts that arrived after cursor ``after`` on these topics (None: on every
+    topic), in arrival order.
+
+    The seqs lead the search (``+p.topic`` keeps SQLite off the topic's
+    indexes): a waiter's cursor is near the newest seq, and walking the
+    topic's records from its first, as a topic index does, costs time in the
+    topic's size on every look.
+    """
+    if topics is not None and not topics:
         return []
-    marks = ",".join("?" * len(topics))
-    who = "" if mine else " AND p.author != ?"
-    args: list = [after, *topics] + ([] if mine else [me])
-    rows = c.execute(f"SELECT {_PCOLS} FROM board_records p WHERE p.seq > ?"
-                     f" AND p.topic IN ({marks}){who} AND {_SHOWN} ORDER BY p.seq"
-                     f" LIMIT {int(limit)}", args).fetchall()
-    return sorted(_with_edits(c, rows), key=lambda p: p.seq)
+    where, args = "p.seq > ?", [after]
+    if topics is not None:
+        where += f" AND +p.topic IN ({','.join('?' * len(topics))})"
+        args += topics
+    if not mine:
+        where += " AND p.author != ?"
+        args.append(me)
+    return _posts(c, where, args, limit)
+
+
+def posts_at(c: sqlite3.Connection, seqs: list[int]) -> list[Post]:
+    """The visible posts among the records that arrived as these seqs, in arrival order."""
+    return _posts(c, f"p.seq IN ({','.join('?' * len(seqs))})", seqs, len(seqs)) if seqs else []
+
+
+def _posts(c: sqlite3.Connection, where: str, args: list, limit: int) -> list[Post]:
+    rows = c.execute(f"SELECT {_PCOLS}{_MARKS} FROM board_records p WHERE {where}"
+                     f" AND {_SHOWN} ORDER BY p.seq LIMIT {int(limit)}", args).fetchall()
+    return sorted(_with_edits(c, rows, marked=True), key=lambda p: p.seq)
+
+
+def plain_posts(c: sqlite3.Connection, after: int, upto: int, limit: int) -> list[tuple[int, bool]]:
+    """``(seq, plain)`` for the posts with ``after < seq <= upto``, in arrival order.
+
+    ``plain``: no record names the post (no edit, delete or hide, no reply), so
+    readers see it as its author wrote it, with no replies: the board's feed
+    then shapes it from the record it just stored instead of reading it back.
+    """
+    return [(seq, bool(plain)) for seq, plain in c.execute(
+        "SELECT p.seq, NOT EXISTS (SELECT 1 FROM board_records x INDEXED BY board_records_of"
+        " WHERE x.topic = p.topic AND x.of = p.hash) AND NOT EXISTS (SELECT 1 FROM"
+        " board_records r INDEXED BY board_records_parent WHERE r.topic = p.topic"
+        " AND r.parent = p.hash) FROM board_records p WHERE p.seq > ? AND p.seq <= ?"
+        f" AND p.kind = 'post' ORDER BY p.seq LIMIT {int(limit)}", (after, upto))]
 
 
 def last_seq(c: sqlite3.Connection) -> int:
     return c.execute("SELECT coalesce(max(seq), 0) FROM board_records").fetchone()[0]
+
+
+def data_version(c: sqlite3.Connection) -> int:
+    """A number that changes whenever another connection (the writer's) commits: what was
+    read on ``c`` before is current while it stays the same."""
+    return c.execute("PRAGMA data_version").fetchone()[0]
 
 
 def unread(c: sqlite3.Connection, me: str, limit: int = 50) -> tuple[list[Post], int]:

@@ -59,6 +59,8 @@ from typing import Any, Protocol
 
 import trio
 
+from .checkpoint import Checkpointer
+
 log = logging.getLogger("awp.store")
 
 Job = Callable[[sqlite3.Connection], Any]
@@ -125,8 +127,10 @@ class Pending:
 class Writer:
     """The single writer thread.  Start it from inside ``trio.run``."""
 
-    def __init__(self, conn: sqlite3.Connection, *, policy: CommitPolicy | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, policy: CommitPolicy | None = None,
+                 checkpointer: Checkpointer | None = None) -> None:
         self._conn = conn
+        self._checkpointer = checkpointer  # WAL checkpoints off the commit path
         # ``synchronous = NORMAL`` was left by a relaxed run: the next durable
         # transaction sets FULL again before it begins (two statements a
         # relaxed run cost a relay as much as its BEGIN and COMMIT together).
@@ -151,6 +155,8 @@ class Writer:
 
     def start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
+        if self._checkpointer is not None:
+            self._checkpointer.start(self._conn)
         self._thread = threading.Thread(target=self._run, name="awp-writer", daemon=True)
         self._thread.start()
 
@@ -282,6 +288,8 @@ class Writer:
             self._ready.notify()
         await trio.to_thread.run_sync(self._thread.join)
         self._thread = None
+        if self._checkpointer is not None:
+            await trio.to_thread.run_sync(self._checkpointer.stop)
 
     # -- shared steps -------------------------------------------------------------
 
@@ -400,6 +408,8 @@ class Writer:
             p.committed_ns = done_ns
         if policy is not None:
             policy.committed()
+        if self._checkpointer is not None:
+            self._checkpointer.wrote(sum(p.weight for p in batch))
         return True
 
     def _early_allowed(self, batch: list[Pending]) -> bool:
