@@ -410,8 +410,13 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             raise BoardError("not a topic we subscribe to")
         if kind in ("topic", "stamp"):
             return
-        if has(c, topic, h):
-            raise Known("already held")
+        if topic in shape:
+            if has(c, topic, h):
+                raise Known("already held")
+        else:  # the topic's first record here: its shape and whether it is held, at once
+            sh = shape[topic] = _Shape.read(c, topic, h)
+            if sh.held:
+                raise Known("already held")
         owner = topic.split("/", 1)[0]
         pol = pol_of(topic)
         if author == owner:
@@ -603,16 +608,20 @@ class _Shape:
     oldest: int | None
     newest: int
     doc: str | None  # the hash of the newest topic document held
+    held: bool = False  # the record named when reading is held (as :func:`has` says)
 
     @classmethod
-    def read(cls, c: sqlite3.Connection, topic: str) -> _Shape:
+    def read(cls, c: sqlite3.Connection, topic: str, h: str = "") -> _Shape:
         row = c.execute(
             "SELECT (SELECT n FROM board_usage WHERE topic = ?1),"
             " (SELECT bytes FROM board_usage WHERE topic = ?1),"
             " (SELECT min(ts) FROM board_records WHERE topic = ?1),"
             " (SELECT max(ts) FROM board_records WHERE topic = ?1),"
-            " (SELECT hash FROM board_topics WHERE topic = ?1)", (topic,)).fetchone()
-        return cls(row[0] or 0, row[1] or 0, row[2], -1 if row[3] is None else row[3], row[4])
+            " (SELECT hash FROM board_topics WHERE topic = ?1),"
+            " EXISTS (SELECT 1 FROM board_records WHERE topic = ?1 AND hash = ?2"
+            " AND waiting = 0)", (topic, h)).fetchone()
+        return cls(row[0] or 0, row[1] or 0, row[2], -1 if row[3] is None else row[3], row[4],
+                   bool(row[5]))
 
     def added(self, rec: Record) -> None:
         self.n += 1
