@@ -28,7 +28,13 @@ Then bench/floor.py's one durable hop with no awp code, beside them, and
 issue 21's figures as ratios of measured to target: one-way p50 <= floor's
 one-way p50, p99 <= 5 ms, receiver CPU <= 60 us and sender CPU <= 40 us a
 1 KiB message over the drain, drain >= 10,000 msg/s, idle RSS <= 40 MB.
-Run: python bench/delivery.py [--messages N] [--backlog N]
+Run: python bench/delivery.py [--messages N] [--backlog N] [--only latency|drain]
+[--rounds N] [--profile DIR]
+
+``--only drain`` skips the latency parts (and the floor), ``--rounds`` drains
+the backlog that many times (CPU figures of each round, to see the spread on
+a busy machine), and ``--profile DIR`` records each daemon with py-spy over
+the drain (a flame graph per daemon in DIR; py-spy is a bench-only tool).
 """
 
 from __future__ import annotations
@@ -37,11 +43,15 @@ import argparse
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+# This checkout's awp (the one the daemons run), not whichever one is installed.
+sys.path[1:1] = [_ROOT, os.path.join(_ROOT, "tests")]
 
 import floor  # noqa: E402  (bench/, first on sys.path when run as a script)
 from nodes import Node, wait_for  # noqa: E402
@@ -189,11 +199,86 @@ def ratios(rows: list[tuple[str, float, float, str]]) -> None:
               f" ({'met' if met else 'missed'}, target {how} 1)")
 
 
+def start_profile(node: Node, out: str) -> subprocess.Popen:
+    """Sample ``node``'s daemon with py-spy (every thread not idle) into ``out``."""
+    assert node.proc is not None
+    exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.access(exe, os.X_OK):
+        raise SystemExit("--profile needs py-spy, which is not installed: "
+                         "pip install py-spy into this virtualenv")
+    return subprocess.Popen([exe, "record", "--pid", str(node.proc.pid), "--format", "raw",
+                             "--rate", "500", "--nonblocking", "--output", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def drain(a: Node, b: Node, backlog: int, size: int, cpus: tuple[int, int] | None,
+          profile: str = "") -> tuple[float, float, float]:
+    """Stop the sender, queue ``backlog`` lines straight into its store, start it
+    again and wait until all are acked and gone from its outbox.
+
+    Returns (msg/s after the reconnect, sender CPU s, receiver CPU s).
+    """
+    a.stop()
+    last = queue_backlog(os.path.join(a.home, "awp.db"), b.key, backlog, size)
+    before = b.api("GET", "/v1/status")["unread"]
+    t0 = time.perf_counter()
+    a.start()
+    if cpus:  # as the latency part's second placement left them
+        pin(a.proc.pid, cpus[0])
+        pin(b.proc.pid, cpus[1])
+    wait_for(lambda: a.peer_state(b.key).startswith("connected"), 30, "reconnect",
+             interval=0.002)
+    t1 = time.perf_counter()
+    cpu_a, cpu_b = cpu_s(a.proc.pid), cpu_s(b.proc.pid)
+    spies = [start_profile(x, os.path.join(profile, f"drain-{x.name}.txt"))
+             for x in (a, b)] if profile else []
+
+    # One request waits for the last line's ack (lines leave in outbox
+    # order, and the receiver acks in arrival order), so the sender's CPU
+    # is not padded by polling through the drain; then polls every 10 ms
+    # until the sender has committed the last acks and its outbox is empty
+    # (under load its writer trails the acks by up to a second).
+    if not a.client.request("POST", "/v1/wait_ack", {"id": last, "timeout": 300},
+                            timeout=310)["acked"]:
+        raise SystemExit("the backlog's last line was not acked in 300 s")
+
+    acked_cpu_a, polls = cpu_s(a.proc.pid) - cpu_a, [0]
+
+    def drained() -> bool:
+        polls[0] += 1
+        return a.api("GET", "/v1/status")["queued"] == 0
+
+    wait_for(drained, 60, "backlog drain", interval=0.01)
+    t2 = time.perf_counter()
+    cpu_a, cpu_b = cpu_s(a.proc.pid) - cpu_a, cpu_s(b.proc.pid) - cpu_b
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(60)
+    got = b.api("GET", "/v1/status")["unread"] - before
+    assert got == backlog, (got, backlog)
+    print(f"backlog of {backlog} x {size} B drained (acked, durable) in "
+          f"{t2 - t1:.2f} s after reconnect: {backlog / (t2 - t1):,.0f} msg/s "
+          f"({t2 - t0:.2f} s including the sender's restart and redial)")
+    print(f"CPU over the drain: receiver {cpu_b:.2f} s ({cpu_b / backlog * 1e6:.0f} us"
+          f" a message), sender {cpu_a:.2f} s ({cpu_a / backlog * 1e6:.0f} us a message)"
+          " (includes one wait_ack request and the status polls after it)")
+    print(f"  the sender's CPU until the last ack came: {acked_cpu_a:.2f} s; then {polls[0]}"
+          f" status polls until its outbox was empty: {cpu_a - acked_cpu_a:.2f} s")
+    if spies:
+        print(f"py-spy samples (collapsed stacks) over the drain: {profile}/drain-*.txt")
+    return backlog / (t2 - t1), cpu_a, cpu_b
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=1000, help="latency samples (100 msg/s)")
     ap.add_argument("--backlog", type=int, default=20_000)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--only", choices=("latency", "drain"), default="",
+                    help="run only the latency parts (with the floor) or only the drain")
+    ap.add_argument("--rounds", type=int, default=1, help="backlog drains, one after another")
+    ap.add_argument("--profile", default="", metavar="DIR",
+                    help="record both daemons with py-spy over the drain into DIR")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="awpb", dir="/tmp")
     a = Node(os.path.join(root, "a"), "a")
@@ -204,79 +289,53 @@ def main() -> int:
         a.connect(b)
         time.sleep(1.0)
         idle_a, idle_b = rss_mb(a.proc.pid)[0], rss_mb(b.proc.pid)[0]
+        print(f"RSS idle: a {idle_a:.1f} MB, b {idle_b:.1f} MB")
 
         cpus = own_cpus()
-        placements = [("placed by the kernel", None)]
-        if cpus:
-            placements.append((f"each on its own CPU ({cpus[0]}, {cpus[1]})", cpus))
-        kernel_one_way: list[float] = []
-        for how, where in placements:
-            if where:
-                pin(a.proc.pid, where[0])
-                pin(b.proc.pid, where[1])
-            one_way: list[float] = []
-            lat = latency(a, b, args.messages, 100.0, one_way=one_way)
-            kernel_one_way = kernel_one_way or one_way
-            print(f"one-way latency at 100 msg/s, queued until stored at the peer, daemons {how},"
-                  f" over {len(one_way)} msgs: p50 {pct(one_way, 50):.3f} ms"
-                  f"  p99 {pct(one_way, 99):.3f} ms  max {max(one_way):.3f} ms")
-            print(f"queue-to-ack latency at 100 msg/s, daemons {how}, over {len(lat)} msgs: "
-                  f"p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms  max {max(lat):.3f} ms")
-        raw = raw_msg_to_ack(b, min(args.messages, 500), 100.0)
-        print(f"a bare client's msg until b's ack at 100 msg/s over {len(raw)} msgs: "
-              f"p50 {pct(raw, 50):.3f} ms  p99 {pct(raw, 99):.3f} ms")
-        floor_one_way = floor.measure(min(args.messages, 500))[0]
-        print(f"floor.py beside them (no awp code) over {len(floor_one_way)} msgs: one-way"
-              f" p50 {pct(floor_one_way, 50):.3f} ms  p99 {pct(floor_one_way, 99):.3f} ms")
+        rows = []
+        if args.only != "drain":
+            placements = [("placed by the kernel", None)]
+            if cpus:
+                placements.append((f"each on its own CPU ({cpus[0]}, {cpus[1]})", cpus))
+            kernel_one_way: list[float] = []
+            for how, where in placements:
+                if where:
+                    pin(a.proc.pid, where[0])
+                    pin(b.proc.pid, where[1])
+                one_way: list[float] = []
+                lat = latency(a, b, args.messages, 100.0, one_way=one_way)
+                kernel_one_way = kernel_one_way or one_way
+                print(f"one-way latency at 100 msg/s, queued until stored at the peer, daemons"
+                      f" {how}, over {len(one_way)} msgs: p50 {pct(one_way, 50):.3f} ms"
+                      f"  p99 {pct(one_way, 99):.3f} ms  max {max(one_way):.3f} ms")
+                print(f"queue-to-ack latency at 100 msg/s, daemons {how}, over {len(lat)} msgs:"
+                      f" p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms"
+                      f"  max {max(lat):.3f} ms")
+            raw = raw_msg_to_ack(b, min(args.messages, 500), 100.0)
+            print(f"a bare client's msg until b's ack at 100 msg/s over {len(raw)} msgs: "
+                  f"p50 {pct(raw, 50):.3f} ms  p99 {pct(raw, 99):.3f} ms")
+            floor_one_way = floor.measure(min(args.messages, 500))[0]
+            print(f"floor.py beside them (no awp code) over {len(floor_one_way)} msgs: one-way"
+                  f" p50 {pct(floor_one_way, 50):.3f} ms  p99 {pct(floor_one_way, 99):.3f} ms")
+            rows += [("one-way p50 / floor's one-way p50", pct(kernel_one_way, 50),
+                      pct(floor_one_way, 50), "<="),
+                     ("one-way p99 (ms) / 5 ms", pct(kernel_one_way, 99), 5.0, "<=")]
 
-        # Backlog: stop the sender, queue straight into its store, start it again.
-        a.stop()
-        last = queue_backlog(os.path.join(a.home, "awp.db"), b.key, args.backlog, args.size)
-        before = b.api("GET", "/v1/status")["unread"]
-        t0 = time.perf_counter()
-        a.start()
-        if cpus:
-            pin(a.proc.pid, cpus[0])
-        wait_for(lambda: a.peer_state(b.key).startswith("connected"), 30, "reconnect",
-                 interval=0.002)
-        t1 = time.perf_counter()
-        cpu_a, cpu_b = cpu_s(a.proc.pid), cpu_s(b.proc.pid)
-
-        # One request waits for the last line's ack (lines leave in outbox
-        # order, and the receiver acks in arrival order), so the sender's CPU
-        # is not padded by polling through the drain; then polls every 10 ms
-        # until the sender has committed the last acks and its outbox is empty
-        # (under load its writer trails the acks by up to a second).
-        if not a.client.request("POST", "/v1/wait_ack", {"id": last, "timeout": 300},
-                                timeout=310)["acked"]:
-            raise SystemExit("the backlog's last line was not acked in 300 s")
-
-        def drained() -> bool:
-            return a.api("GET", "/v1/status")["queued"] == 0
-
-        wait_for(drained, 60, "backlog drain", interval=0.01)
-        t2 = time.perf_counter()
-        cpu_a, cpu_b = cpu_s(a.proc.pid) - cpu_a, cpu_s(b.proc.pid) - cpu_b
-        got = b.api("GET", "/v1/status")["unread"] - before
-        assert got == args.backlog, (got, args.backlog)
-        print(f"backlog of {args.backlog} x {args.size} B drained (acked, durable) in "
-              f"{t2 - t1:.2f} s after reconnect: {args.backlog / (t2 - t1):,.0f} msg/s "
-              f"({t2 - t0:.2f} s including the sender's restart and redial)")
-        print(f"CPU over the drain: receiver {cpu_b:.2f} s ({cpu_b / args.backlog * 1e6:.0f} us"
-              f" a message), sender {cpu_a:.2f} s ({cpu_a / args.backlog * 1e6:.0f} us a message)"
-              " (includes one wait_ack request and the status polls after it)")
-        pa, pb = rss_mb(a.proc.pid), rss_mb(b.proc.pid)
-        print(f"RSS idle: a {idle_a:.1f} MB, b {idle_b:.1f} MB; after drain: "
-              f"a {pa[0]:.1f} MB (peak {pa[1]:.1f}), b {pb[0]:.1f} MB (peak {pb[1]:.1f})")
-        ratios([
-            ("one-way p50 / floor's one-way p50", pct(kernel_one_way, 50),
-             pct(floor_one_way, 50), "<="),
-            ("one-way p99 (ms) / 5 ms", pct(kernel_one_way, 99), 5.0, "<="),
-            ("receiver CPU a message (us) / 60 us", cpu_b / args.backlog * 1e6, 60.0, "<="),
-            ("sender CPU a message (us) / 40 us", cpu_a / args.backlog * 1e6, 40.0, "<="),
-            ("backlog drain (msg/s) / 10,000", args.backlog / (t2 - t1), 10_000.0, ">="),
-            ("idle RSS, larger daemon (MB) / 40 MB", max(idle_a, idle_b), 40.0, "<="),
-        ])
+        if args.only != "latency":
+            if args.profile:
+                os.makedirs(args.profile, exist_ok=True)
+            for _ in range(args.rounds):
+                rate, cpu_a, cpu_b = drain(a, b, args.backlog, args.size, cpus, args.profile)
+            pa, pb = rss_mb(a.proc.pid), rss_mb(b.proc.pid)
+            print(f"RSS after drain: a {pa[0]:.1f} MB (peak {pa[1]:.1f}),"
+                  f" b {pb[0]:.1f} MB (peak {pb[1]:.1f})")
+            rows += [("receiver CPU a message (us) / 60 us", cpu_b / args.backlog * 1e6, 60.0,
+                      "<="),
+                     ("sender CPU a message (us) / 40 us", cpu_a / args.backlog * 1e6, 40.0,
+                      "<="),
+                     ("backlog drain (msg/s) / 10,000", rate, 10_000.0, ">=")]
+        rows.append(("idle RSS, larger daemon (MB) / 40 MB", max(idle_a, idle_b), 40.0, "<="))
+        ratios(rows)
         return 0
     finally:
         a.kill()

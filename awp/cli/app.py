@@ -8,7 +8,6 @@ flags (a key prefix such as ``-Abc12``) before click parses the line.
 
 from __future__ import annotations
 
-import os
 import re
 
 import typer
@@ -21,7 +20,7 @@ from .cmd_conform import conform as _conform  # noqa: F401  (registers awp confo
 from .cmd_queue import claim_cmd as _queue  # noqa: F401  (registers claim, queue, ...)
 from .cmd_web import web_cmd as _web  # noqa: F401  (registers awp web)
 from .cmd_work import work_cmd as _work  # noqa: F401  (registers awp work)
-from .common import app, compact, home_of, home_opt, json_opt, out
+from .common import app, compact, home_opt, json_opt, out
 from .fastpath import help_argv, home_first
 
 # Commands with a peer positional (or -p/--peer/--to value) that may start with "-".
@@ -69,21 +68,10 @@ def daemon_cmd(
     Example:
       awp daemon --listen tcp:127.0.0.1:7000 --no-tailcat
     """
-    from ..daemon.app import run
-    from ..daemon.settings import Flags, Harnesses
-    from ..harness.identity import HARNESSES, detect, normalize
+    from .daemon_verb import daemon
 
-    shares = None
-    if share_with is not None:
-        shares = [x.strip() for x in share_with.split(",") if x.strip()]
-    flags = Flags(
-        name=name, about=about, harness=harness, listen=listen, no_tailcat=no_tailcat,
-        advertise=advertise, accept=accept, allow=allow, trust=trust, serve=serve, root=root,
-        presence=presence, share_with=shares, trace=trace or None, verbose=verbose or None,
-        start_dir=start_dir,
-        harnesses=Harnesses(HARNESSES, normalize, detect(dict(os.environ))),
-    )
-    raise typer.Exit(run(home_of(home), flags))
+    daemon(home, name, about, harness, listen, no_tailcat, advertise, accept, allow, trust, serve,
+           root, presence, share_with, trace, verbose, start_dir)
 
 
 @app.command("version", short_help="Print the awp and protocol versions")

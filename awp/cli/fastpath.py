@@ -38,6 +38,7 @@ RUNNERS: dict[str, tuple[str, str]] = {
     **{f"topic {v}": ("board_verbs", f"topic_{v}") for v in ("show", "grant", "revoke", "ban")},
     **{v: ("queue_verbs", v) for v in ("claim", "renew", "release", "complete", "fail",
                                        "queue")},
+    "daemon": ("daemon_verb", "daemon"),  # a daemon that never holds typer in memory
 }
 
 HELP = object()  # parse's answer for a line that asks for the help

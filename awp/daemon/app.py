@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import logging
 import os
@@ -121,6 +122,11 @@ def run(home: str, flags: Flags) -> int:
         # Short GIL slices: the store writer thread and the event loop hand work
         # back and forth constantly, and the default 5 ms slice shows up as latency.
         sys.setswitchinterval(0.0005)
+        # What start-up built (modules, tables) lives as long as the process:
+        # kept out of the cyclic collector, it is not walked again by every
+        # full collection while a backlog's lines churn through.
+        gc.collect()
+        gc.freeze()
         return trio.run(_main, home, Identity(seed), db_path, settings)
     except (homes.HomeError, StoreError, OSError) as e:
         print(f"awp daemon: {e}", file=sys.stderr)

@@ -28,7 +28,7 @@ the connection and the engine decide when to ask.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -94,12 +94,11 @@ class Budgets:
         self.throttled = 0  # times a reader waited on a budget
         # Large lines take turns: at most ``large_lines`` of them between
         # their read and their commit, in the order they arrived.
-        self._large_free = limits.large_lines  # turns not held (0 in limits: no turns)
-        self._large_queue: deque[trio.Event] = deque()  # lines waiting, first come first
+        self._large = trio.Semaphore(limits.large_lines) if limits.large_lines else None
         self.large_waits = 0  # times a large line waited for its turn
         self.large_overruns = 0  # times one went on after LARGE_TURN_WAIT without it
-        self._large_given = 0  # turns given so far
         self._large_at = 0.0  # when the last one was given (trio clock)
+        self._large_waiting: set[trio.CancelScope] = set()  # scopes of lines waiting a turn
 
     # -- rate -------------------------------------------------------------------------
 
@@ -152,7 +151,7 @@ class Budgets:
 
     def large(self, lines: list[bytes]) -> bool:
         """Whether a read's lines hold one that must wait its turn."""
-        if not self.limits.large_lines:
+        if self._large is None:
             return False
         at = self.limits.large_line_bytes
         return any(len(x) >= at for x in lines)
@@ -169,42 +168,35 @@ class Budgets:
         this wait, never the whole timeout.  A long queue that moves is
         waited out, however long.
         """
-        if self._large_free and not self._large_queue:
-            self._large_free -= 1
-            self._large_given += 1
-            self._large_at = trio.current_time()
+        sem = self._large
+        assert sem is not None
+        if sem.value:
+            sem.acquire_nowait()
         else:
+            # One place in the semaphore's queue for the whole wait: a turn
+            # given to anyone moves every waiter's deadline on (see _give),
+            # so waiters never leave and re-join the queue, which would let
+            # two that time out at the same instant swap places.
             self.large_waits += 1
-            handed = trio.Event()  # set by large_done when the turn is ours
-            self._large_queue.append(handed)
+            scope = trio.CancelScope(deadline=self._large_at + LARGE_TURN_WAIT)
+            self._large_waiting.add(scope)
             try:
-                while True:
-                    given = self._large_given
-                    with trio.move_on_at(self._large_at + LARGE_TURN_WAIT):
-                        await handed.wait()
-                        break
-                    if handed.is_set():
-                        break
-                    if self._large_given == given:  # the turns stood still all along
-                        self._large_queue.remove(handed)
-                        self.large_overruns += 1
-                        return False
-            except BaseException:
-                if handed.is_set():  # handed a turn it will not use: pass it on
-                    self.large_done()
-                else:
-                    self._large_queue.remove(handed)
-                raise
+                with scope:
+                    await sem.acquire()
+            finally:
+                self._large_waiting.discard(scope)
+            if scope.cancelled_caught:  # the turns stood still all along
+                self.large_overruns += 1
+                return False
+        self._large_at = trio.current_time()
+        deadline = self._large_at + LARGE_TURN_WAIT
+        for waiting in self._large_waiting:
+            waiting.deadline = deadline
         return True
 
     def large_done(self) -> None:
-        """A turn ends: the first line waiting gets it."""
-        if self._large_queue:
-            self._large_queue.popleft().set()
-            self._large_given += 1
-            self._large_at = trio.current_time()
-        else:
-            self._large_free += 1
+        assert self._large is not None
+        self._large.release()
 
     # -- stored -----------------------------------------------------------------------
 

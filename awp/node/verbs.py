@@ -236,8 +236,7 @@ class AgentVerbs:
             return True
         waiter = self._ack_waiters.get(ident)
         if waiter is None:
-            row = await self.read(lambda c: c.execute(
-                "SELECT peer, acked FROM log WHERE dir = 'out' AND id = ?", (ident,)).fetchone())
+            row = await self.read(lambda c: _out_line_acked(c, ident))
             if row is None or row[1] or (row[0], ident) in self._recent_acks:
                 return row is not None
             waiter = self._ack_waiters.setdefault(ident, (row[0], trio.Event()))
@@ -324,3 +323,9 @@ class AgentVerbs:
         await self.writer.run(lambda c: ops.set_meta(c, "remember.share_with",
                                                       json.dumps(self.shares or [])))
 
+
+def _out_line_acked(c: sqlite3.Connection, ident: str) -> tuple[str, bool] | None:
+    """(peer, acked) of our logged line ``ident``; None when there is none."""
+    row = c.execute("SELECT peer, t, acked FROM log WHERE dir = 'out' AND id = ?",
+                    (ident,)).fetchone()
+    return None if row is None else (row[0], ops.out_acked(c, row[0], ident, row[1], row[2]))

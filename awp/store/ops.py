@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from ..wire.canonical import compact_json
 from ..wire.errors import ProtocolError
 from ..wire.ids import IdGenerator
-from ..wire.messages import default_subject, parse_line
+from ..wire.messages import ACKED_TYPES, default_subject, parse_line
 from ..wire.names import clean_name
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 
@@ -24,6 +24,41 @@ SOURCE_RANK = {"connect": 0, "hello": 1, "introduce": 2}
 # Lines that are never acked themselves and are dropped when a later msg of
 # the same thread is acked (cumulative ack).
 CUMULATIVE_TYPES = ("chunk", "introduce")
+# Written out, so the partial index ``outbox_cumulative`` (whose WHERE says the
+# same) serves the statements that drop them.
+_CUMULATIVE_SQL = "t IN ({})".format(", ".join(f"'{t}'" for t in CUMULATIVE_TYPES))
+# What ``log.acked`` says of a line we sent (migration 9): 1 acked; -1 dropped
+# unacked (the outbox retention, an unreadable line); 0 up to its outbox row
+# when its type is acked (``ACKED_TYPES``): unacked while the row is queued,
+# acked once an ack or the peer's resume deleted it.  So an ack writes nothing
+# to the log, whose row (the whole line) would be written again for one flag;
+# a line that leaves the outbox any other way is marked -1 as it goes.
+# Lines of other types (an introduction) keep 0 as "not acked".
+_ACKED_SQL = "({})".format(", ".join(f"'{t}'" for t in sorted(ACKED_TYPES)))
+
+
+def out_acked(conn: sqlite3.Connection, peer: str, ident: str, t: str, acked: int) -> bool:
+    """Whether a log row (``peer``, ``ident``, type ``t``, column ``acked``) is acked."""
+    if acked != 0 or t not in ACKED_TYPES:
+        return acked == 1
+    return conn.execute("SELECT 1 FROM outbox WHERE peer = ? AND id = ?",
+                        (peer, ident)).fetchone() is None
+
+
+def _drop_unacked(conn: sqlite3.Connection, where: str, args: tuple) -> int:
+    """Delete the outbox rows ``where`` selects, their logged lines marked -1
+    (dropped, never acked: see ``_ACKED_SQL``); how many rows went."""
+    conn.execute(
+        "UPDATE log SET acked = -1 WHERE dir = 'out' AND acked = 0 AND (peer, id) IN"
+        f" (SELECT peer, id FROM outbox WHERE {where})", args)
+    return conn.execute(f"DELETE FROM outbox WHERE {where}", args).rowcount
+
+
+# A queued line's text: its own, or (a logged line, whose outbox row holds '')
+# the log's; ``o`` is the outbox row, ``l`` the log row joined by _TEXT_JOIN.
+_TEXT = "CASE WHEN o.line != '' THEN o.line ELSE l.line END"
+_TEXT_JOIN = ("FROM outbox o LEFT JOIN log l ON o.line = '' AND l.peer = o.peer"
+              " AND l.dir = 'out' AND l.id = o.id")
 # Ids per ``IN (...)`` list: far below SQLite's bound on parameters.
 _IN_LIST = 500
 FINAL_STATES = frozenset({"done", "failed", "closed"})
@@ -196,9 +231,10 @@ def queue_line(
     if max_bytes is not None and len(text.encode("utf-8")) > max_bytes:
         raise LineTooLong(len(text.encode("utf-8")), max_bytes)
     th = line.get("th") or ""
+    # A logged line's text is read from the log when it is sent (migration 9).
     cur = conn.execute(
         "INSERT INTO outbox (peer, id, t, th, ref, line, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (peer, ident, line["t"], th, ref, text, now),
+        (peer, ident, line["t"], th, ref, "" if log else text, now),
     )
     if log:
         conn.execute(
@@ -282,9 +318,15 @@ def blob_refused_out(conn: sqlite3.Connection, peer: str, ref: str, detail: str,
 def fetch_outbox(
     conn: sqlite3.Connection, peer: str, after_seq: int, limit: int = 500
 ) -> list[tuple[int, str, str, str]]:
-    """``(seq, id, t, line)`` for queued lines after ``after_seq``, in order."""
+    """``(seq, id, t, line)`` for queued lines after ``after_seq``, in order.
+
+    A logged line's text comes from the log; a row whose log row is gone
+    (only a repaired store can lose one) has nothing to send and is left out.
+    """
     return conn.execute(
-        "SELECT seq, id, t, line FROM outbox WHERE peer = ? AND seq > ? ORDER BY seq LIMIT ?",
+        f"SELECT o.seq, o.id, o.t, {_TEXT} {_TEXT_JOIN}"
+        " WHERE o.peer = ? AND o.seq > ? AND (o.line != '' OR l.line IS NOT NULL)"
+        " ORDER BY o.seq LIMIT ?",
         (peer, after_seq, limit),
     ).fetchall()
 
@@ -295,7 +337,9 @@ def fetch_outbox_ids(conn: sqlite3.Connection, peer: str, ids: list[str]) -> lis
     for i in range(0, len(ids), _IN_LIST):
         part = ids[i:i + _IN_LIST]
         rows += conn.execute(
-            f"SELECT seq, id, line FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({','.join('?' * len(part))})",
+            f"SELECT o.seq, o.id, {_TEXT} {_TEXT_JOIN} WHERE o.peer = ?"
+            f" AND o.id IN ({','.join('?' * len(part))})"
+            " AND (o.line != '' OR l.line IS NOT NULL)",
             (peer, *part)).fetchall()
     return [(r[1], r[2]) for r in sorted(rows, key=lambda r: r[0])]
 
@@ -315,24 +359,28 @@ def apply_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> bool:
 
 def _apply_one_ack(conn: sqlite3.Connection, peer: str, th: str, re: str) -> int | None:
     """:func:`apply_ack` but the introductions: the acked line's outbox seq, 0 when it
-    was only marked acked in the log, ``None`` when the ack was no news."""
+    was only marked acked in the log, ``None`` when the ack was no news.
+
+    The one-at-a-time form of :func:`apply_acks`, kept as the reference its
+    test compares the batched form with.
+    """
     row = conn.execute(
-        "SELECT seq, th FROM outbox WHERE peer = ? AND id = ?", (peer, re)
+        "SELECT seq, th, t FROM outbox WHERE peer = ? AND id = ?", (peer, re)
     ).fetchone()
-    marked = conn.execute(
-        "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ? AND acked = 0",
-        (peer, re),
-    ).rowcount
-    if row is None:
-        return 0 if marked > 0 else None
-    seq, qth = row
+    if row is None or row[2] not in ACKED_TYPES:
+        marked = conn.execute(
+            "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id = ? AND"
+            f" (acked = -1 OR (acked = 0 AND t NOT IN {_ACKED_SQL}))", (peer, re)).rowcount
+        if row is None:
+            return 0 if marked > 0 else None
+    seq, qth, _t = row
     conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
     conn.execute("UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"
                  " AND msg_id = ? AND status = 'queued'", (peer, re))
     if qth:
         conn.execute(
-            "DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND t IN (?, ?)",
-            (peer, qth, seq, *CUMULATIVE_TYPES),
+            f"DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND {_CUMULATIVE_SQL}",
+            (peer, qth, seq),
         )
     return seq
 
@@ -350,7 +398,8 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
 
     A backlog's acks arrive by the thousand, so a run costs a few statements
     per :data:`_IN_LIST` ids instead of five per ack: the queued lines are
-    looked up, marked acked in the log and deleted with one statement each,
+    deleted with one statement, which saying which were queued also marks
+    them acked (see ``_ACKED_SQL``),
     the cumulative lines are dropped once per thread below its last acked
     line, and the introductions once below the last acked line of all.
     That is what the acks one at a time leave behind: each drops what lies
@@ -364,29 +413,35 @@ def apply_acks(conn: sqlite3.Connection, peer: str, acks: list[tuple[str, str]])
         part = ids[start:start + _IN_LIST]
         marks = ",".join("?" * len(part))
         found = conn.execute(
-            f"SELECT seq, id, th FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({marks})",
-            (peer, *part)).fetchall()
-        news.update(r[0] for r in conn.execute(
-            f"UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out' AND id IN ({marks})"
-            " AND acked = 0 RETURNING id", (peer, *part)))
+            f"DELETE FROM outbox INDEXED BY outbox_id WHERE peer = ? AND id IN ({marks})"
+            " RETURNING seq, id, th, t", (peer, *part)).fetchall()
+        gone = [r[1] for r in found]
+        # A deleted row of an acked type is acked by that alone (``_ACKED_SQL``);
+        # the log is written only for an ack of a line that had left the
+        # outbox unacked, or of a type that is never acked.
+        left = set(part).difference(gone)
+        odd = [i for i in part if i in left] + [r[1] for r in found if r[3] not in ACKED_TYPES]
+        if odd:
+            news.update(r[0] for r in conn.execute(
+                "UPDATE log SET acked = 1 WHERE peer = ? AND dir = 'out'"
+                f" AND id IN ({','.join('?' * len(odd))})"
+                f" AND (acked = -1 OR (acked = 0 AND t NOT IN {_ACKED_SQL})) RETURNING id",
+                (peer, *odd)))
         if not found:
             continue
-        gone = [r[1] for r in found]
         news.update(gone)
-        conn.execute(f"DELETE FROM outbox WHERE seq IN ({','.join('?' * len(found))})",
-                     [r[0] for r in found])
         conn.execute(
             "UPDATE blobs SET status = 'sent' WHERE peer = ? AND dir = 'out'"
             f" AND msg_id IN ({','.join('?' * len(gone))}) AND status = 'queued'",
             (peer, *gone))
-        for seq, _ident, qth in found:
+        for seq, _ident, qth, _t in found:
             if seq > top.get(qth, 0):
                 top[qth] = seq
     for qth, seq in top.items():
         if qth:
             conn.execute(
-                "DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND t IN (?, ?)",
-                (peer, qth, seq, *CUMULATIVE_TYPES))
+                f"DELETE FROM outbox WHERE peer = ? AND th = ? AND seq < ? AND {_CUMULATIVE_SQL}",
+                (peer, qth, seq))
     if top:
         _drop_introductions_before(conn, peer, max(top.values()))
     return [i for i in ids if i in news]
@@ -429,19 +484,19 @@ def drop_unreadable(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     """
     out = []
     for seq, peer, ident, line in conn.execute(
-            "SELECT seq, peer, id, line FROM outbox WHERE line LIKE '%NaN%'"
-            " OR line LIKE '%Infinity%'").fetchall():
+            f"SELECT o.seq, o.peer, o.id, {_TEXT} AS text {_TEXT_JOIN}"
+            " WHERE text LIKE '%NaN%' OR text LIKE '%Infinity%'").fetchall():
         try:
             parse_line(line.encode("utf-8"))
         except ProtocolError:
-            conn.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+            _drop_unacked(conn, "seq = ?", (seq,))
             out.append((peer, ident))
     return out
 
 
 def sweep_outbox(conn: sqlite3.Connection, cutoff_ms: int) -> int:
     """Drop unacked lines older than the retention; returns how many."""
-    return conn.execute("DELETE FROM outbox WHERE created < ?", (cutoff_ms,)).rowcount
+    return _drop_unacked(conn, "created < ?", (cutoff_ms,))
 
 
 def resume_seen(conn: sqlite3.Connection, peer: str, since_ms: int) -> dict[str, str]:

@@ -9,6 +9,7 @@ from ..base.echo import echo
 from ..wire.address import address_hint
 from ..wire.keys import KEY_PREFIX, KeyError_, normalize_key, short_key
 from ..wire.names import clean_name, name_fold
+from .ops import out_acked
 
 FINAL = ("done", "failed", "closed")
 
@@ -270,7 +271,8 @@ def record(c: sqlite3.Connection, row: sqlite3.Row, labels: dict | None = None) 
     rec = {
         "seq": row["seq"], "dir": row["dir"], "t": row["t"], "id": row["id"], "th": row["th"],
         "re": row["re"], "peer": key, "peer_name": labels[key], "ts": row["ts"],
-        "at": row["at"], "read": bool(row["read"]), "acked": bool(row["acked"]), "line": line,
+        "at": row["at"], "read": bool(row["read"]),
+        "acked": out_acked(c, key, row["id"], row["t"], row["acked"]), "line": line,
     }
     if row["t"] == "msg" and '"k":"blob"' in row["line"]:
         from .blobs import files_of

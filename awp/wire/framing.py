@@ -18,11 +18,10 @@ class LineTooLarge(Exception):
 class LineReader:
     """Incremental splitter of a byte stream into lines."""
 
-    __slots__ = ("_buf", "_scan_from", "limit")
+    __slots__ = ("_buf", "limit")
 
     def __init__(self, limit: int = MAX_LINE) -> None:
-        self._buf = bytearray()
-        self._scan_from = 0
+        self._buf = bytearray()  # the start of a line whose newline has not come
         self.limit = limit
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -31,27 +30,37 @@ class LineReader:
         Raises :class:`LineTooLarge` when a line exceeds the limit, whether or
         not its newline has arrived yet.  Lines before the offending one are
         still lost in that case, which is fine: the connection is closing.
+
+        A read is split in one go (a backlog's reads hold dozens of lines);
+        only the part of a line held from the read before is copied, and
+        only once its newline has come.
         """
-        buf = self._buf
-        buf += data
+        buf, limit = self._buf, self.limit
         lines: list[bytes] = []
-        start = 0
-        pos = buf.find(b"\n", self._scan_from)
-        if pos != -1:
-            # Copied out through a view: ``bytes(buf[a:b])`` copies twice,
-            # which for a 1 MB line took 4 ms instead of 0.3.
-            with memoryview(buf) as view:
-                while pos != -1:
-                    if pos - start > self.limit:
-                        raise LineTooLarge()
-                    lines.append(bytes(view[start:pos]))
-                    start = pos + 1
-                    pos = buf.find(b"\n", start)
-            del buf[:start]
-        if len(buf) > self.limit:
+        if buf:
+            nl = data.find(b"\n")
+            if nl < 0:
+                buf += data
+                if len(buf) > limit:
+                    raise LineTooLarge()
+                return lines
+            if len(buf) + nl > limit:
+                raise LineTooLarge()
+            # One copy of the joined line: appending the tail to the held
+            # part and copying that once (a 1 MB line arrives in many reads).
+            buf += data[:nl]
+            lines.append(bytes(buf))
+            buf.clear()
+            data = data[nl + 1:]
+        more = data.split(b"\n")
+        rest = more.pop()
+        if len(rest) > limit or len(data) > limit and any(len(x) > limit for x in more):
             raise LineTooLarge()
-        self._scan_from = len(buf)
-        return lines
+        buf += rest
+        if lines:
+            lines += more
+            return lines
+        return more
 
     @property
     def pending(self) -> int:

@@ -38,6 +38,28 @@ def encode_ulid(value: int) -> str:
     return "".join([pairs[(value >> s) & 1023] for s in _PAIR_SHIFTS])
 
 
+_LOW_BITS = 40  # the last four pairs (eight characters) of an id
+
+
+def encode_run(first: int, n: int) -> list[str]:
+    """:func:`encode_ulid` of ``first`` .. ``first + n - 1``.
+
+    Ids of a run differ in their low bits only (unless a carry crosses bit
+    40), so the first 18 characters are spelled once and each id adds four
+    pairs: the acks of a stored run draw one id each.
+    """
+    last = first + n - 1
+    if n <= 0:
+        return []
+    if first >> _LOW_BITS != last >> _LOW_BITS or last > _MAX:
+        return [encode_ulid(v) for v in range(first, last + 1)]
+    head = encode_ulid(first)[:18]
+    p = _PAIRS
+    low = first & ((1 << _LOW_BITS) - 1)
+    return [head + p[v >> 30 & 1023] + p[v >> 20 & 1023] + p[v >> 10 & 1023] + p[v & 1023]
+            for v in range(low, low + n)]
+
+
 def decode_ulid(text: str) -> int:
     """The 128-bit value of a ULID string (case-insensitive)."""
     if len(text) != 26:
@@ -106,7 +128,7 @@ class IdGenerator:
             if fresh + n - 1 > _MAX:
                 raise OverflowError("ULID space exhausted")
             self._last = fresh + n - 1
-        return [encode_ulid(v) for v in range(fresh, fresh + n)]
+        return encode_run(fresh, n)
 
     def _fresh(self) -> int:
         """The next id's value (the lock held): the clock and random bits, or

@@ -31,17 +31,53 @@ def _queue(c, gen: IdGenerator, peer: str, text: str = "hi") -> tuple[int, dict,
         "parts": [{"k": "text", "text": text}]}, now=1)
 
 
+def _acked(c, ident: str) -> bool:
+    """What the log shows for our line ``ident`` (``ops.out_acked``)."""
+    peer, t, acked = c.execute("SELECT peer, t, acked FROM log WHERE dir = 'out' AND id = ?",
+                               (ident,)).fetchone()
+    return ops.out_acked(c, peer, ident, t, acked)
+
+
 def test_an_ack_from_another_peer_leaves_the_line_queued_and_unacked(store):
     gen = IdGenerator()
     _seq, line, _text = _queue(store, gen, A)
     assert ops.apply_ack(store, B, "thr_acktest1", line["id"]) is False
     assert store.execute("SELECT count(*) FROM outbox WHERE peer = ?", (A,)).fetchone()[0] == 1
-    assert store.execute("SELECT acked FROM log WHERE id = ?", (line["id"],)).fetchone()[0] == 0
+    assert not _acked(store, line["id"])
     # The right peer's ack is news once, and drops the line.
     assert ops.apply_ack(store, A, "thr_acktest1", line["id"]) is True
     assert ops.apply_ack(store, A, "thr_acktest1", line["id"]) is False
     assert store.execute("SELECT count(*) FROM outbox").fetchone()[0] == 0
-    assert store.execute("SELECT acked FROM log WHERE id = ?", (line["id"],)).fetchone()[0] == 1
+    assert _acked(store, line["id"])
+
+
+def test_an_ack_writes_nothing_to_the_log_row_but_a_dropped_line_stays_unacked(store):
+    """The log row of an acked msg is not written again; a line the retention
+    dropped unacked shows unacked, and an ack that comes for it after all is news."""
+    gen = IdGenerator()
+    lines = [_queue(store, gen, A, f"m{n}")[1]["id"] for n in range(3)]
+    before = store.execute("SELECT total_changes()").fetchone()[0]
+    assert ops.apply_acks(store, A, [("thr_acktest1", lines[0])]) == [lines[0]]
+    assert store.execute("SELECT total_changes()").fetchone()[0] == before + 1  # the outbox row
+    assert [_acked(store, i) for i in lines] == [True, False, False]
+    assert ops.sweep_outbox(store, 2) == 2  # queued at 1 ms: older than the cutoff
+    assert [_acked(store, i) for i in lines] == [True, False, False]
+    assert ops.apply_acks(store, A, [("thr_acktest1", lines[2]), ("thr_acktest1", lines[0])]) \
+        == [lines[2]]
+    assert [_acked(store, i) for i in lines] == [True, False, True]
+
+
+def test_an_introduction_the_peer_read_is_not_shown_acked(store):
+    """Introductions are never acked: dropped once a later line is acked, they stay
+    unacked in the log, as before acks stopped writing it."""
+    gen = IdGenerator()
+    ops.ensure_peer(store, A, 1)
+    intro = ops.queue_line(store, gen, A, lambda i, ts: {
+        "t": "introduce", "id": i, "ts": ts, "th": "thr_intro1", "peer": {"key": B}}, now=1)[1]
+    msg = _queue(store, gen, A)[1]
+    assert ops.apply_acks(store, A, [("thr_acktest1", msg["id"])]) == [msg["id"]]
+    assert store.execute("SELECT count(*) FROM outbox").fetchone()[0] == 0
+    assert not _acked(store, intro["id"]) and _acked(store, msg["id"])
 
 
 def test_a_waiter_wakes_only_for_the_peer_the_line_went_to(tmp_path):

@@ -165,3 +165,28 @@ def test_custom_small_limit_complete_line_over():
 
 def test_encode_line():
     assert encode_line('{"t":"ping","x":"é"}') == '{"t":"ping","x":"é"}\n'.encode()
+
+
+def test_lines_come_out_as_one_split_of_the_stream_however_it_is_cut():
+    """Random cuts of a stream: the same lines as splitting it whole, the rest held,
+    and a line over the limit refused whether or not its newline came."""
+    import random
+
+    rnd = random.Random(7)
+    for _trial in range(2000):
+        parts = [bytes(rnd.choice(b"ab\n") for _ in range(rnd.randint(0, 30)))
+                 for _ in range(rnd.randint(1, 10))]
+        whole = b"".join(parts)
+        want = whole.split(b"\n")
+        tail = want.pop()
+        over = any(len(x) > 8 for x in want) or len(tail) > 8
+        r = LineReader(limit=8)
+        got: list[bytes] = []
+        try:
+            for p in parts:
+                got += r.feed(p)
+        except LineTooLarge:
+            assert over
+            continue
+        assert not over and got == want and r.pending == len(tail)
+        assert all(type(x) is bytes for x in got)

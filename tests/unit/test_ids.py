@@ -258,3 +258,12 @@ def test_a_run_of_ids_counts_up_from_one_fresh_draw():
     later = IdGenerator(clock=fixed(T0 + 5))
     later.seed(run[-1])
     assert ulid_time_ms(later.next_run(3)[0]) == T0 + 5
+
+
+def test_a_run_is_spelled_as_its_ids_one_by_one_across_a_carry():
+    from awp.wire.ids import encode_run
+
+    for first, n in [(0, 3), (12345 << 80 | 77, 64), ((1 << 40) - 5, 10),
+                     ((7 << 80) | ((1 << 80) - 3), 6), ((1 << 128) - 4, 4)]:
+        assert encode_run(first, n) == [encode_ulid(v) for v in range(first, first + n)]
+    assert encode_run(5, 0) == []

@@ -28,6 +28,9 @@ class Ids:
         self.n += 1
         return f"01OURS{self.n:020d}"
 
+    def next_run(self, n: int) -> list[str]:
+        return [self.next() for _ in range(n)]
+
 
 def _session(now: float = 100.0, **kw) -> Session:
     kw.setdefault("gap_timeout", 15.0)

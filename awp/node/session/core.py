@@ -76,6 +76,7 @@ class Session:
                  bye_linger: float = 5.0,
                  clock_ms: Callable[[], int] = now_ms) -> None:
         self._next_id = ids.next  # type: ignore[attr-defined]
+        self._next_run = ids.next_run  # type: ignore[attr-defined]
         self._clock_ms = clock_ms
         self.state = OPEN
         self.max_depth = max_depth
@@ -126,6 +127,15 @@ class Session:
     def ack_line(self, line: dict) -> bytes:
         return ack_line(line.get("th") or "", line["id"], id=self._next_id(),
                         ts=format_ts(self._clock_ms()))
+
+    def ack_lines(self, lines: list[dict]) -> bytes:
+        """The acks of a stored run, in order: one draw of ids and one stamp for all
+        (as many calls of :meth:`ack_line` within one millisecond give)."""
+        if len(lines) == 1:
+            return self.ack_line(lines[0])
+        ts = format_ts(self._clock_ms())
+        return b"".join(ack_line(line.get("th") or "", line["id"], id=ident, ts=ts)
+                        for line, ident in zip(lines, self._next_run(len(lines)), strict=True))
 
     # -- inbound: lines ----------------------------------------------------------
 
@@ -289,7 +299,7 @@ class Session:
         if kind != "run" or not self._order or self._order[0] != token:
             return []
         self._acked_early.add(token)
-        return [(A.SEND, b"".join(self.ack_line(line) for line, _raw in run))]
+        return [(A.SEND, self.ack_lines([line for line, _raw in run]))]
 
     def done(self, token: int, result: object) -> list[tuple]:
         """Job ``token`` committed with ``result``; the follow-ups now due, in order."""
@@ -325,11 +335,11 @@ class Session:
             if early:
                 self._acked_early.discard(token)
             else:
-                acks = [self.ack_line(line) for (line, _raw), r in
-                        zip(run, result, strict=True)  # type: ignore[call-overload]
-                        if r[0] != REFUSED]
-                if acks:
-                    out.append((A.SEND, b"".join(acks)))
+                acked = [line for (line, _raw), r in
+                         zip(run, result, strict=True)  # type: ignore[call-overload]
+                         if r[0] != REFUSED]
+                if acked:
+                    out.append((A.SEND, self.ack_lines(acked)))
                 out.append((A.FLUSH,))
             for (line, _raw), (seq, replies) in zip(run, result,  # type: ignore[call-overload]
                                                     strict=True):
