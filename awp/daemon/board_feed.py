@@ -37,6 +37,7 @@ from ..wire.canonical import compact_json
 LIVE_POSTS = 32  # a waiter reads up to this many posts on the event loop; more on a reader thread
 CATCH_UP_POSTS = 500  # posts in one answer of a waiter that is far behind
 FEED_POSTS = 64  # the feed reads at most this many posts at once
+MAX_STORED = 256  # records kept from hints until a waiter looks (past it: read back)
 NAMES_S = 10.0  # names shown (authors, topic labels) are looked up again after this long
 
 Shape = Callable[[sqlite3.Connection | None, sb.Post, dict[str, str]], dict]
@@ -100,6 +101,8 @@ class Feed:
         """
         rec, seq = event.get("record"), event.get("seq")
         if isinstance(rec, Record) and rec.kind == "post" and isinstance(seq, int) and seq:
+            if len(self.stored) >= MAX_STORED:  # no waiter has looked for long: read back
+                self.stored.clear()
             self.stored[seq] = rec
         self.changed.set()
         self.changed = trio.Event()

@@ -11,7 +11,7 @@ import json
 
 import trio
 
-from awp.daemon.board_feed import Arrivals, Feed
+from awp.daemon.board_feed import MAX_STORED, Arrivals, Feed
 from awp.node.events import Broadcaster
 from awp.store import board as sb
 from awp.store.db import connect, migrate
@@ -195,5 +195,22 @@ def test_a_stream_ends_with_the_cursor_to_go_on_from_and_the_feed_is_let_go(tmp_
         assert json.loads(lines[-1])["cursor"] == sb.last_seq(eng.reader)
         assert feed.places == {} and eng.changes._subs == {}
         assert eng.waiting == 0
+
+    _run(tmp_path, body)
+
+
+def test_records_kept_from_hints_are_bounded_while_no_waiter_looks(tmp_path):
+    async def body(eng: _Engine, feed: Feed) -> None:
+        w = Arrivals(feed, [TOPIC], sb.last_seq(eng.reader), False)
+        feed.join(w, w.place)
+        await w.look()
+        posts = [_post(f"p{i}", T0 + i) for i in range(MAX_STORED + 10)]
+        for p in posts:  # a waiter stuck writing to its client never looks
+            eng.store(p)
+            assert len(feed.stored) <= MAX_STORED
+        got = _texts([w.answer(await w.look())])
+        while w.more:
+            got += _texts([w.answer(await w.look())])
+        assert got == [f"p{i}" for i in range(len(posts))]
 
     _run(tmp_path, body)
