@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from ..base.echo import echo
+from ..base.echo import clip, echo
 from ..board import market, view
 from ..board.market import Bid
 from ..board.workers import earlier_results, lease_facts
@@ -111,6 +111,11 @@ def needs_field(body: dict) -> dict:
         raise _bad(str(e)) from None
 
 
+# GET /v1/board/queue?compact=1: each item's row, and how much of its text it carries.
+QUEUE_COLUMNS = ("id", "status", "holder", "until", "attempts", "text")
+QUEUE_TEXT = 80
+
+
 def text_of(parts: list) -> str:
     """The text a reader sees at a glance: text and code parts, one after another."""
     out = []
@@ -167,8 +172,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 pass  # let topic_in say what is wrong
         return None
 
+    # A read of a few indexed rows (a peer's name, one post) runs right here on the
+    # trio thread: a reader thread's two hand-overs cost more than such a query, and
+    # every board command makes one or two (as Arrivals.look does for a few posts).
+    small_read = engine.read_sync
+
     async def topic_of(ref: object) -> str:
-        return topic_here(ref) or await engine.read(lambda c: topic_in(c, ref))
+        return topic_here(ref) or small_read(lambda c: topic_in(c, ref))
 
     def label(c: sqlite3.Connection, topic: str) -> str:
         owner, name = topic.split("/", 1)
@@ -302,6 +312,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await topic_of(body.get("topic"))
         timeout = _secs(body, "timeout", 0)
+        # "wait": then wait that long for posts past the cursor, as /v1/board/wait
+        # would (`awp subscribe --once` in one request instead of two).
+        wait = None if body.get("wait") is None else _secs(body, "wait", 0)
         # Where "new" starts for the subscriber, taken before it subscribes, so the
         # backlog the owner sends counts as new (a cheap indexed max, read in place).
         cursor = engine.read_sync(sb.last_seq)
@@ -309,7 +322,17 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             await board.refresh_authority([topic])
         if timeout > 0:
             await await_doc(topic, timeout)
-        return {"topic": await topic_answer(topic), "subscribed": True, "cursor": cursor}
+        if body.get("brief") is True:  # what a subscriber prints: which topic, and known
+            lab = (await topic_label(topic) if topic.startswith(me + "/")
+                   else small_read(lambda c: label(c, topic)))
+            t: dict = {"topic": topic, "label": lab,
+                       "known": await board.policy(topic) is not None, "subscribed": True}
+        else:
+            t = await topic_answer(topic)
+        answer = {"topic": t, "subscribed": True, "cursor": cursor}
+        if wait is not None:
+            answer["wait"] = await Arrivals([topic], cursor, False).once(wait)
+        return answer
 
     @r.route("POST", "/v1/board/unsubscribe")
     async def unsubscribe(req: Request) -> dict:
@@ -444,7 +467,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         # Read right here: a few indexed rows, where a reader thread's two hand-overs
         # cost more CPU than the query on every post (posts come a few at a time).
-        return engine.read_sync(q) if len(readers) <= 16 else await engine.read(q)
+        return small_read(q) if len(readers) <= 16 else await engine.read(q)
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""
@@ -718,7 +741,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 out["results"] = item_results(c, topic, d.item)
             return out
 
-        return await engine.read(q)
+        return small_read(q)  # one post by its hash, the item's lease records and replies
 
     def item_results(c: sqlite3.Connection, topic: str, item: str) -> list[dict]:
         """Results earlier holders of ``item`` posted (a worker killed between its reply and
@@ -799,6 +822,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("GET", "/v1/board/queue")
     async def queue(req: Request) -> dict:
         topic = await topic_of(req.query.get("topic"))
+        # compact=1: the table `awp queue` prints, a row of short fields an item
+        # (a queue of hundreds of items is otherwise ~0.5 KB of post object each).
+        compact = req.query.get("compact") in ("1", "true")
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
         snap, strikes = await door.queue_view(topic) if arbiter else (None, {})
@@ -813,14 +839,16 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             else:
                 view = board.queue.lease_view(leases, pol, now_ms())
             facts = lease_facts(leases)
-            needs = {h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
-                "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
-                " AND parent = '' AND raw LIKE '%\"needs\"%'", (topic,))}
+            needs = {} if compact else {
+                h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
+                    "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+                    " AND parent = '' AND raw LIKE '%\"needs\"%'", (topic,))}
             items = []
             for h, p in posts.items():
                 e = view.get(h, {})
                 f = facts.get(e.get("lease", ""), {}) if e.get("lease") else {}
-                items.append({"item": post_obj(c, p, names), "status": e.get("status", "open"),
+                items.append({"item": {"hash": h} if compact else post_obj(c, p, names),
+                              "status": e.get("status", "open"),
                               "holder": e.get("holder", ""), "lease": e.get("lease", ""),
                               "until": e.get("until", 0), "attempts": e.get("attempts", 0),
                               "since": f.get("since", 0), "renewals": f.get("renewals", 0),
@@ -829,8 +857,16 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             labels = queries.Labels(c)
             shown = {k: labels[k] for k in {i["holder"] for i in items}
                      | {w["holder"] for w in workers} if k and k != me}
-            return {"topic": topic, "items": items, "arbiter": snap is not None,
-                    "workers": workers, "self": me, "names": shown}
+            answer = {"topic": topic, "items": items, "arbiter": snap is not None,
+                      "workers": workers, "self": me, "names": shown}
+            if compact:
+                del answer["items"]
+                answer["columns"] = list(QUEUE_COLUMNS)
+                answer["rows"] = [
+                    [i["item"]["hash"][:10], i["status"], i["holder"], i["until"],
+                     i["attempts"], clip(text_of(posts[i["item"]["hash"]].shown.parts),
+                                         QUEUE_TEXT)] for i in items]
+            return answer
 
         return await engine.read(q)
 

@@ -15,7 +15,6 @@ meets all its readers here.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable
@@ -354,7 +353,9 @@ class Taken:
 
 
 def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: str = "",
-         hops: int = 0, *, me: str = "", signer: Signer | None = None) -> Taken:
+         hops: int = 0, *, me: str = "", signer: Signer | None = None,
+         subs: set[str] | frozenset[str] | None = None,
+         docs: list[object] | None = None) -> Taken:
     """Check, admit and store records from a peer (or from us), then apply retention.
 
     Only topics this host subscribes to are taken.  Duplicates, banned and
@@ -369,10 +370,16 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     ``stamp`` just before it in ``raws``), and its time is the stamp's.  Our
     own records (``Record`` objects) on another's topic are stored to wait
     for the stamp.
+
+    ``subs``: the topics this host subscribes to, when the caller knows them
+    (else they are read).  ``docs``: each raw record already decoded (with
+    the strict decoder, from the line it came in), so it is not decoded again.
     """
     out = Taken()
-    subs = set(subscriptions(c))
+    if subs is None:
+        subs = set(subscriptions(c))
     policies: dict[str, Policy | None] = {}
+    shape: dict[str, _Shape] = {}  # topic -> its size and time span, once a record goes in
     touched: set[str] = set()
     unordered: set[str] = set()
     arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> our own this minute
@@ -424,7 +431,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
         if named:
             out.why[named] = why
 
-    for raw in raws:
+    for i, raw in enumerate(raws):
         named = ""
         try:
             if isinstance(raw, Record):  # ours, just signed and checked: no second check
@@ -433,7 +440,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
                 rec = raw
             else:
                 local = False
-                rec = parse_unverified(raw, before_sig)
+                rec = parse_unverified(raw, before_sig, doc=docs[i] if docs else None)
                 # A record beside the owner's stamp is vouched for by it (the stamp names
                 # its hash, which covers its bytes and signature; the owner verified the
                 # author's signature before stamping): one verification, the stamp's.
@@ -471,12 +478,17 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             refuse(why)
             continue
         if st is not None:
-            rec = dataclasses.replace(rec, ts=st.ts)  # the stamp's time is the record's
-        if rec.author != rec.owner and st is not None and _has_later(c, rec):
+            rec = rec.at(st.ts)  # the stamp's time is the record's
+        sh = shape.get(rec.topic)
+        if sh is None:
+            sh = shape[rec.topic] = _Shape.read(c, rec.topic)
+        if rec.author != rec.owner and st is not None and rec.ts <= sh.newest \
+                and _has_later(c, rec):  # past the newest record held, nothing comes later
             unordered.add(rec.topic)
         seq = put_record(c, rec, now, via, hops, sseq=st.doc["seq"] if st else 0,
                          stamp=st.raw if st else "", waiting=st is None and rec.author != rec.owner)
         if seq:
+            sh.added(rec)
             touched.add(rec.topic)
             out.new.append(rec)
             out.seqs[rec.hash] = seq
@@ -492,7 +504,10 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     dropped = False
     for topic in touched:
         pol = pol_of(topic)
-        if pol is not None and (topic in unordered or retention_due(c, topic, pol, now)):
+        sh = shape.get(topic)
+        if pol is not None and (topic in unordered or (
+                sh.may_be_due(pol, now) if sh is not None else True)
+                and retention_due(c, topic, pol, now)):
             enforce_retention(c, topic, pol, now)
             dropped = True
     if dropped:
@@ -559,6 +574,44 @@ def _has_later(c: sqlite3.Connection, rec: Record) -> bool:
         " AND (ts > ? OR hash > ?) LIMIT 1",
         (rec.topic, rec.author, rec.ts, rec.ts + retention.WINDOW_MS, rec.ts,
          rec.hash)).fetchone() is not None
+
+
+@dataclass
+class _Shape:
+    """A topic's record count, bytes and oldest and newest times, read once a take.
+
+    What :func:`take` needs per record (is anything held later than it? may
+    retention have something to drop?) from one statement a topic, kept up
+    to date in memory as records go in, instead of two or three queries a
+    record.  It may only err towards the full rule: a record stored again in
+    place (ours, back with its stamp) counts as one more.
+    """
+
+    n: int
+    size: int
+    oldest: int | None
+    newest: int
+
+    @classmethod
+    def read(cls, c: sqlite3.Connection, topic: str) -> _Shape:
+        row = c.execute(
+            "SELECT (SELECT n FROM board_usage WHERE topic = ?1),"
+            " (SELECT bytes FROM board_usage WHERE topic = ?1),"
+            " (SELECT min(ts) FROM board_records WHERE topic = ?1),"
+            " (SELECT max(ts) FROM board_records WHERE topic = ?1)", (topic,)).fetchone()
+        return cls(row[0] or 0, row[1] or 0, row[2], -1 if row[3] is None else row[3])
+
+    def added(self, rec: Record) -> None:
+        self.n += 1
+        self.size += rec.size
+        self.oldest = rec.ts if self.oldest is None else min(self.oldest, rec.ts)
+        self.newest = max(self.newest, rec.ts)
+
+    def may_be_due(self, pol: Policy, now: int) -> bool:
+        """False when :func:`retention_due` would surely say so (nothing to read)."""
+        if self.oldest is not None and self.oldest < now - pol.keep_days * retention.DAY_MS:
+            return True
+        return self.n > pol.keep or self.size > pol.keep_bytes
 
 
 def retention_due(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> bool:
