@@ -114,10 +114,10 @@ class Feed:
         self.engine.read_sync(self._read)
 
     def _read(self, c: sqlite3.Connection) -> None:
-        version = sb.data_version(c)
+        # The newest seq before the posts: anything stored after is read next time.
+        version, last = sb.version_and_last(c)
         if version == self.version and not self.more:
             return
-        last = sb.last_seq(c)  # before the posts: anything stored after is read next time
         if self.version == -1:
             self.floor = self.top = last  # waiters before it read the store themselves
             self.version, self.entries, self.stored = version, [], {}
