@@ -331,7 +331,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             t = await topic_answer(topic)
         answer = {"topic": t, "subscribed": True, "cursor": cursor}
         if wait is not None:
-            answer["wait"] = await Arrivals([topic], cursor, False).once(wait)
+            answer["wait"] = json.loads(await Arrivals(feed, [topic], cursor, False).once(wait))
         return answer
 
     @r.route("POST", "/v1/board/unsubscribe")
