@@ -332,7 +332,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             t = await topic_answer(topic)
         answer = {"topic": t, "subscribed": True, "cursor": cursor}
         if wait is not None:
-            answer["wait"] = await Arrivals([topic], cursor, False).once(wait)
+            # /v1/board/wait's own answer (encoded by the feed), as an object here
+            answer["wait"] = json.loads(await Arrivals(feed, [topic], cursor, False).once(wait))
         return answer
 
     @r.route("POST", "/v1/board/unsubscribe")
