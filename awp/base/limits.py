@@ -41,6 +41,8 @@ class Limits:
     peer_inflight_bytes: int = 2 * MiB      # lines read, not yet stored, per connection
     peer_inflight_lines: int = 256          # lines read, not yet stored, per connection
     inflight_bytes: int = 32 * MiB          # bytes in flight over every connection
+    large_line_bytes: int = 64 * KiB        # a line this long waits its turn to be parsed
+    large_lines: int = 1                    # such lines parsed and stored at once (0: no bound)
     peer_lines_per_second: float = 2000.0   # sustained, per key; a faster peer is read later
     peer_burst_lines: int = 20000           # lines a key may send at once (a replayed backlog)
     peer_bytes_per_second: int = 8 * MiB    # sustained, per key
@@ -84,7 +86,7 @@ for _f, _k in (
     ("grant_bytes", "bytes"), ("grants_per_issuer", "count"), ("grants_per_peer", "count"),
     ("present_bytes", "bytes"), ("present_count", "count"),
     ("peer_inflight_bytes", "bytes"), ("inflight_bytes", "bytes"),
-    ("peer_inflight_lines", "count"),
+    ("peer_inflight_lines", "count"), ("large_line_bytes", "bytes"), ("large_lines", "count"),
     ("peer_lines_per_second", "rate"), ("peer_burst_lines", "count"),
     ("peer_bytes_per_second", "bytes"), ("peer_burst_bytes", "bytes"),
     ("peer_stored_bytes", "bytes"), ("stored_bytes", "bytes"),

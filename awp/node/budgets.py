@@ -1,12 +1,16 @@
 """What one peer, and all peers together, may make the daemon hold or do.
 
 A peer that sends too fast is not cut off: its connection stops reading, and
-TCP pushes back on the sender until we catch up.  Four budgets do that:
+TCP pushes back on the sender until we catch up.  These budgets do that:
 
 * **in flight**: bytes read from a connection and not yet stored, per
   connection and over all of them (memory);
 * **rate**: lines and bytes per second, a token bucket per peer key, so a
-  reconnect does not start a fresh allowance (CPU and disk bandwidth).
+  reconnect does not start a fresh allowance (CPU and disk bandwidth);
+* **large lines**: lines of ``large_line_bytes`` or more take turns,
+  daemon-wide, from being parsed to being committed (``large_lines`` at
+  once), so a small line waits behind one megabyte line, not one per
+  flooding peer (event-loop time and the writer's commits).
 
 Two more refuse instead, because waiting would never end:
 
@@ -34,6 +38,13 @@ from ..base.limits import Limits
 
 if TYPE_CHECKING:
     from .connection import Connection
+
+# How long the large lines' turns may stand still (no turn given to anyone)
+# before a waiting line goes on without one (see Budgets.large_turn): far
+# above a turn's usual length (parsing and committing 1 MB: tens of
+# milliseconds, a few hundred on a loaded machine), far below a stalled
+# peer's write_timeout.
+LARGE_TURN_WAIT = 2.0
 
 
 class TokenBucket:
@@ -81,6 +92,13 @@ class Budgets:
         self.refused = {"quota": 0, "connections": 0, "handshakes_dropped": 0,
                         "peer_connections": 0, "unclaimed": 0}
         self.throttled = 0  # times a reader waited on a budget
+        # Large lines take turns: at most ``large_lines`` of them between
+        # their read and their commit, in the order they arrived.
+        self._large = trio.Semaphore(limits.large_lines) if limits.large_lines else None
+        self.large_waits = 0  # times a large line waited for its turn
+        self.large_overruns = 0  # times one went on after LARGE_TURN_WAIT without it
+        self._large_given = 0  # turns given so far
+        self._large_at = 0.0  # when the last one was given (trio clock)
 
     # -- rate -------------------------------------------------------------------------
 
@@ -128,6 +146,49 @@ class Budgets:
     async def released(self) -> None:
         """Wait until some connection's bytes in flight were stored."""
         await self._released.wait()
+
+    # -- large lines ------------------------------------------------------------------
+
+    def large(self, lines: list[bytes]) -> bool:
+        """Whether a read's lines hold one that must wait its turn."""
+        if self._large is None:
+            return False
+        at = self.limits.large_line_bytes
+        return any(len(x) >= at for x in lines)
+
+    async def large_turn(self) -> bool:
+        """Wait until fewer than ``large_lines`` large lines are being parsed
+        and stored (first come, first served); True once this one may go,
+        to be followed by :meth:`large_done`.
+
+        False when no turn was given to anyone for :data:`LARGE_TURN_WAIT`
+        seconds: the line goes on without one.  A turn ends when its line is
+        committed, and a peer that stops reading can keep that from happening
+        until its ``write_timeout``; that costs everyone else's large lines
+        this wait, never the whole timeout.  A long queue that moves is
+        waited out, however long.
+        """
+        sem = self._large
+        assert sem is not None
+        if sem.value:
+            sem.acquire_nowait()
+        else:
+            self.large_waits += 1
+            while True:
+                given = self._large_given
+                with trio.move_on_at(self._large_at + LARGE_TURN_WAIT):
+                    await sem.acquire()
+                    break
+                if self._large_given == given:  # the turns stood still all along
+                    self.large_overruns += 1
+                    return False
+        self._large_given += 1
+        self._large_at = trio.current_time()
+        return True
+
+    def large_done(self) -> None:
+        assert self._large is not None
+        self._large.release()
 
     # -- stored -----------------------------------------------------------------------
 
@@ -214,11 +275,13 @@ class Budgets:
             "connections": len(self.inbound), "handshakes": len(self.handshaking),
             "limits": {k: getattr(lim, k) for k in (
                 "peer_inflight_bytes", "peer_inflight_lines", "inflight_bytes",
+                "large_line_bytes", "large_lines",
                 "peer_lines_per_second",
                 "peer_burst_lines", "peer_bytes_per_second", "peer_burst_bytes",
                 "peer_stored_bytes", "stored_bytes", "peer_connections", "connections",
                 "handshakes", "peer_unclaimed_blob_bytes", "unclaimed_blob_ttl")},
             "refused": dict(self.refused), "throttled": self.throttled,
+            "large_waits": self.large_waits, "large_overruns": self.large_overruns,
         }
 
     def peer(self, key: str, conn: Connection | None) -> dict:

@@ -226,7 +226,10 @@ class Connection:
                         break
                     self._rate_wait = self.engine.budgets.spend(self.peer_key, len(lines),
                                                                 len(data))
-                    await self._take(lines)
+                    if self.engine.budgets.large(lines):
+                        await self._take_large(lines)
+                    else:
+                        await self._take(lines)
             finally:
                 self.reader_done.set()
             # EOF or a refusal: let queued acks go out, then stop.
@@ -291,6 +294,26 @@ class Connection:
             budgets.throttled += 1
             while not budgets.may_read(self.inflight_bytes):
                 await budgets.released()
+
+    async def _take_large(self, raws: list[bytes]) -> None:
+        """Lines of a read holding a large one: parsed and stored in its turn.
+
+        Parsing a line of a megabyte holds the event loop for milliseconds
+        and storing it holds the writer for a 1 MB commit.  Large lines take
+        turns daemon-wide (``limits.large_lines`` at once), each committed
+        before the next is parsed, so a small line from anyone finds the
+        loop and the writer busy with one of them at most, not with every
+        flooding peer's (docs/threat-model.md, "Budgets").  This connection
+        reads nothing more meanwhile: TCP holds the rest at the sender.
+        """
+        budgets = self.engine.budgets
+        turn = await budgets.large_turn()
+        try:
+            await self._take(raws)
+            await self.jobs.stored()
+        finally:
+            if turn:
+                budgets.large_done()
 
     async def _take(self, raws: list[bytes]) -> None:
         """Feed the lines of one read to the session and do what it asks, in order."""

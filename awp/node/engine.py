@@ -22,6 +22,7 @@ import trio
 from ..store import blobs as blobstore
 from ..store import grants as grantstore
 from ..store import links, ops, usage
+from ..store.checkpoint import Checkpointer
 from ..store.db import connect, open_store
 from ..store.idfloor import IdFloor
 from ..store.writer import Writer
@@ -97,7 +98,8 @@ class Engine(InboundStore, AgentVerbs):
             Intake.start, os.path.dirname(os.path.abspath(self.db_path)), conn)
         await trio.to_thread.run_sync(usage.settle, conn)
         self.budgets.load_stored(await trio.to_thread.run_sync(usage.load, conn))
-        self.writer = Writer(conn, policy=floor)
+        self.writer = Writer(conn, policy=floor,
+                             checkpointer=Checkpointer(lambda: connect(self.db_path)))
         self.writer.start()
         try:
             await self._drop_unreadable()

@@ -52,11 +52,18 @@ class Jobs:
         self._held: list[bytes] = []  # acks waiting for the end of a burst
         self._store_caught_up = trio.Event()
         self.inflight_bytes = 0  # bytes of lines handed to the store, not yet done
+        self._last: Pending | None = None  # the job handed to the store last
 
     async def store_caught_up(self) -> None:
         """Wait until a job finishes (the session said pause: too many lines in flight)."""
         self._store_caught_up = trio.Event()
         await self._store_caught_up.wait()
+
+    async def stored(self) -> None:
+        """Wait until every job handed to the store so far has been committed
+        (the writer commits a connection's jobs in the order they came)."""
+        if self._last is not None:
+            await self._last.event.wait()
 
     async def finish(self) -> None:
         """The reader is done: let queued follow-ups run, then :meth:`loop` ends."""
@@ -116,11 +123,15 @@ class Jobs:
         # Copies for dashboard hosts are handed over in commit order, like
         # our own sends, so a host's lines leave in outbox order.  With
         # nothing of ours waiting for the store, the job may go ahead of
-        # other connections' (see awp.store.writer, "Urgent jobs go first").
+        # other connections' (see awp.store.writer, "Urgent jobs go first"),
+        # unless it holds a large line: those take turns (Budgets.large_turn)
+        # and so never have anything else waiting, and would take every
+        # small line's place.
         pending = eng.writer.submit(
             lambda c: eng.store_inbound_run(c, self.conn, texts, now),
             self._hand_over_copies if eng.shares else None,
-            weight=lines_weight(nbytes, len(run)), urgent=not self._post_inflight)
+            weight=lines_weight(nbytes, len(run)),
+            urgent=not self._post_inflight and nbytes < eng.config.limits.large_line_bytes)
         await self._post(pending, token, nbytes)
 
     async def _take_in_journaled(self, token: int, line: dict, raw: bytes, now: int) -> bool:
@@ -184,6 +195,7 @@ class Jobs:
         finished right here: that saves a task switch before the ack.
         ``nbytes`` of the peer's lines count as in flight until then.
         """
+        self._last = pending
         self._post_inflight += 1
         self.inflight_bytes += nbytes
         self.engine.budgets.take(nbytes)

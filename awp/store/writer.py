@@ -58,6 +58,8 @@ from typing import Any, Protocol
 
 import trio
 
+from .checkpoint import Checkpointer
+
 log = logging.getLogger("awp.store")
 
 Job = Callable[[sqlite3.Connection], Any]
@@ -124,8 +126,10 @@ class Pending:
 class Writer:
     """The single writer thread.  Start it from inside ``trio.run``."""
 
-    def __init__(self, conn: sqlite3.Connection, *, policy: CommitPolicy | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, policy: CommitPolicy | None = None,
+                 checkpointer: Checkpointer | None = None) -> None:
         self._conn = conn
+        self._checkpointer = checkpointer  # WAL checkpoints off the commit path
         self._q: deque[Pending] = deque()
         self._urgent: deque[Pending] = deque()
         self._stopping = False
@@ -146,6 +150,8 @@ class Writer:
 
     def start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
+        if self._checkpointer is not None:
+            self._checkpointer.start(self._conn)
         self._thread = threading.Thread(target=self._run, name="awp-writer", daemon=True)
         self._thread.start()
 
@@ -278,6 +284,8 @@ class Writer:
             self._ready.notify()
         await trio.to_thread.run_sync(self._thread.join)
         self._thread = None
+        if self._checkpointer is not None:
+            await trio.to_thread.run_sync(self._checkpointer.stop)
 
     # -- shared steps -------------------------------------------------------------
 
@@ -392,6 +400,8 @@ class Writer:
             p.committed_ns = done_ns
         if policy is not None:
             policy.committed()
+        if self._checkpointer is not None:
+            self._checkpointer.wrote(sum(p.weight for p in batch))
         return True
 
     def _early_allowed(self, batch: list[Pending]) -> bool:

@@ -46,7 +46,10 @@ class LineReader:
                 return lines
             if len(buf) + nl > limit:
                 raise LineTooLarge()
-            lines.append(bytes(buf) + data[:nl])
+            # One copy of the joined line: appending the tail to the held
+            # part and copying that once (a 1 MB line arrives in many reads).
+            buf += data[:nl]
+            lines.append(bytes(buf))
             buf.clear()
             data = data[nl + 1:]
         more = data.split(b"\n")

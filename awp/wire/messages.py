@@ -74,6 +74,26 @@ _PLAIN_ACK = re.compile(
     rb'"th":"([0-9A-Za-z_-]{0,64})","re":"([0-9A-Za-z_-]{1,64})"\}\Z')
 
 
+def _brackets_over(line: bytes, limit: int) -> bool:
+    """Whether ``line`` opens more than ``limit`` containers.
+
+    A long line is searched (``find`` is a memchr) only until the count
+    passes the limit: counting every byte of a 1 MB line took 0.8 ms, the
+    searches take 0.06.
+    """
+    if len(line) < 4096:
+        return line.count(b"{") + line.count(b"[") > limit
+    n = 0
+    for ch in (b"{", b"["):
+        i = line.find(ch)
+        while i >= 0:
+            n += 1
+            if n > limit:
+                return True
+            i = line.find(ch, i + 1)
+    return False
+
+
 def _object_at_once(line: bytes) -> dict | None:
     """The usual line, an object from its first byte to its last, decoded with
     the scanner alone (:meth:`json.JSONDecoder.decode` adds two regex matches
@@ -123,7 +143,7 @@ def parse_line(line: bytes, max_depth: int = MAX_DEPTH) -> dict:
         obj = _object(line, max_depth)
     # Counting brackets is cheap and bounds the depth from above: most lines
     # never need the walk.
-    if (line.count(b"{") + line.count(b"[") > max_depth
+    if (_brackets_over(line, max_depth)
             and depth_over(obj, max_depth + (obj.get("t") == "mirror"))):
         raise _too_deep(max_depth)
     obj = without_lone_surrogates(line, obj)  # type: ignore[assignment]
@@ -224,6 +244,34 @@ def err(code: str, *, id: str, ts: str, re: str | None = None, detail: str = "",
     return line
 
 
+_NOT_SPACE = re.compile(r"\S")
+_HEAD = 4096  # characters of a text looked at for its first line
+
+
+def _first_line(text: str) -> str:
+    """The first line of ``text`` with more than whitespace in it, stripped.
+
+    Reads only the start of a long text: splitting all of a 1 MB text into
+    lines to keep the first took most of a millisecond, on the writer
+    thread, for every msg stored.  Every line break ``splitlines`` knows is
+    whitespace, so that line begins at the first character that is not.
+    """
+    m = _NOT_SPACE.search(text)
+    if m is None:
+        return ""
+    head = text[m.start():m.start() + _HEAD]
+    lines = head.splitlines(keepends=True)
+    first = lines[0]
+    if len(lines) > 1 or first != first.rstrip("\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029") \
+            or m.start() + _HEAD >= len(text) or len(first.rstrip()) > 80:
+        return first.strip()  # the whole line, or more than a subject shows of it
+    for ln in text.splitlines():  # a long run of blanks within the line: the slow way
+        ln = ln.strip()
+        if ln:
+            return ln
+    return ""
+
+
 def text_part(text: str) -> dict:
     return {"k": "text", "text": text}
 
@@ -232,10 +280,9 @@ def default_subject(parts: list[dict]) -> str:
     """First non-empty text line, trimmed, at most 80 chars; else a file name."""
     for p in parts:
         if p.get("k") == "text" and isinstance(p.get("text"), str):
-            for ln in p["text"].splitlines():
-                ln = ln.strip()
-                if ln:
-                    return ln if len(ln) <= 80 else ln[:77] + "..."
+            ln = _first_line(p["text"])
+            if ln:
+                return ln if len(ln) <= 80 else ln[:77] + "..."
     for p in parts:
         if p.get("k") == "blob" and isinstance(p.get("name"), str):
             return p["name"]

@@ -177,3 +177,86 @@ def test_an_urgent_job_overtakes_a_queue_of_heavy_ones(tmp_path):
 
     trio.run(main)
     assert order == ["h0", "u", "h1", "h2", "h3"]
+
+
+def test_large_lines_take_turns_first_come_first_served():
+    """One turn at a time, in arrival order; a line below the size needs none."""
+    import trio
+    import trio.testing
+
+    bud = Budgets(Limits(large_lines=1, large_line_bytes=1000))
+    assert not bud.large([b"x" * 999, b"y"]) and bud.large([b"y", b"x" * 1000])
+    order: list[str] = []
+
+    async def line(name: str, hold: float) -> None:
+        assert await bud.large_turn()
+        order.append(f"{name} in")
+        await trio.sleep(hold)
+        order.append(f"{name} out")
+        bud.large_done()
+
+    async def main() -> None:
+        async with trio.open_nursery() as n:
+            for i, name in enumerate("abc"):
+                n.start_soon(line, name, 0.5)
+                await trio.sleep(0.01 * (i + 1))
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert order == ["a in", "a out", "b in", "b out", "c in", "c out"]
+    assert bud.large_waits == 2 and bud.large_overruns == 0
+
+
+def test_a_turn_that_stands_still_is_gone_round_but_a_moving_queue_is_waited():
+    """A holder that never finishes (a peer that stopped reading) costs the
+    others LARGE_TURN_WAIT, not its write_timeout; a queue that keeps moving is
+    waited out even when that takes longer than LARGE_TURN_WAIT."""
+    import trio
+    import trio.testing
+
+    from awp.node.budgets import LARGE_TURN_WAIT
+
+    bud = Budgets(Limits(large_lines=1))
+    waited: dict[str, float] = {}
+
+    async def stuck() -> None:
+        assert await bud.large_turn()
+        await trio.sleep(100)
+
+    async def other(name: str) -> None:
+        t0 = trio.current_time()
+        got = await bud.large_turn()
+        waited[name] = trio.current_time() - t0
+        assert not got
+
+    async def stalled() -> None:
+        async with trio.open_nursery() as n:
+            n.start_soon(stuck)
+            await trio.sleep(0.1)
+            n.start_soon(other, "x")
+            await trio.sleep(1)
+            n.start_soon(other, "y")
+            await trio.sleep(5)
+            n.cancel_scope.cancel()
+
+    trio.run(stalled, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert waited["x"] == pytest.approx(LARGE_TURN_WAIT - 0.1)
+    assert waited["y"] == pytest.approx(LARGE_TURN_WAIT - 1.1)
+    assert bud.large_overruns == 2
+
+    bud = Budgets(Limits(large_lines=1))
+    got: list[str] = []
+
+    async def turn(name: str) -> None:
+        assert await bud.large_turn()
+        got.append(name)
+        await trio.sleep(LARGE_TURN_WAIT * 0.75)
+        bud.large_done()
+
+    async def moving() -> None:
+        async with trio.open_nursery() as n:
+            for name in "abcd":
+                n.start_soon(turn, name)
+                await trio.sleep(0.01)
+
+    trio.run(moving, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert got == list("abcd") and bud.large_overruns == 0  # d waited 2.25 turns' worth

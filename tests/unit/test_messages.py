@@ -327,6 +327,23 @@ def test_subject_nothing_is_empty():
     assert default_subject([{"k": "text", "text": 5}, {"k": "blob"}]) == ""
 
 
+def test_subject_of_a_long_text_is_found_the_same_way():
+    """A long text is read only as far as its first line needs; the subject is
+    the one splitting all of it into lines gives, whatever breaks and blanks."""
+
+    def whole(text: str) -> str:
+        for ln in text.splitlines():
+            if ln.strip():
+                ln = ln.strip()
+                return ln if len(ln) <= 80 else ln[:77] + "..."
+        return ""
+
+    for text in ("x" * 1_000_000, " " * 9000 + "late start", "a" + " " * 9000 + "b",
+                 "a" + " " * 9000, "a" + " " * 9000 + "\n" + "b" * 90, "\u2028" * 5000 + "z",
+                 "\x1c abc \x1d def", "\u3000 wide space \u3000\n", "ab\r\ncd" + "e" * 5000):
+        assert default_subject([text_part(text)]) == whole(text), repr(text[:40])
+
+
 def test_nesting_past_the_depth_limit_is_bad_frame():
     from awp.wire.messages import MAX_DEPTH, depth_over
 
@@ -349,6 +366,11 @@ def test_nesting_past_the_depth_limit_is_bad_frame():
         parse_line(line(9), max_depth=8)
     # brackets inside strings are not nesting
     assert parse_line(b'{"t":"x","s":"' + b"[" * 500 + b'"}')["s"] == "[" * 500
+    # nor in a long line, whose brackets are searched for, not counted
+    assert parse_line(b'{"t":"x","s":"' + b"[{" * 50_000 + b'"}')["t"] == "x"
+    with pytest.raises(ProtocolError):
+        parse_line(b'{"t":"x","s":"' + b"x" * 50_000 + b'","v":' + b"[" * 90 + b"]" * 90
+                   + b"}")
 
 
 def test_numbers_json_cannot_carry_are_bad_frame_and_never_written():
