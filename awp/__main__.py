@@ -1,3 +1,3 @@
-from awp.cli.entry import main
+from awp.cli.entry import program
 
-raise SystemExit(main())
+program()

@@ -120,7 +120,7 @@ def hashes(node: Node, topic: str) -> set[str]:
 
 
 def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bool,
-           root: str, profile: int = -1, poll: bool = False) -> bool:
+           root: str, profile: int = -1, poll: bool = False, native: bool = False) -> bool:
     extra = ["--presence"] if presence else []
     nodes = [Node(os.path.join(root, f"{kind}{i}"), f"{kind}{i}", extra=extra) for i in range(n)]
     waiters: list[Waiter] = []
@@ -142,7 +142,7 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
         lines0 = presence_lines(nodes) if presence else 0
         board0 = board_in(nodes)
         sent: list[tuple[str, int, float]] = []  # hash, poster, call start
-        spy = start_profile(nodes[profile], root, kind) if profile >= 0 else None
+        spy = start_profile(nodes[profile], root, kind, native) if profile >= 0 else None
         cpu1 = cpu_all(nodes)
         split1 = [cpu_split(x) for x in nodes]
         clients0 = time.process_time()
@@ -202,6 +202,7 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
               f" {flow_s:.1f} s, {sum(r * flow_s for r in rest_rate):.1f} of it their rest"
               f" rate; user {split[0]:.1f}, system {split[1]:.1f})  (target <="
               f" {CPU_TARGET_MS} ms) {verdict(ok_cpu)}")
+        print(f"      by role: {by_role(adj, per_host_ms)}")
         answers = sum(w.answers for w in waiters) - answers0
         how = "long-polls" if poll else "streaming waits"
         print(f"      the clients (this process: the posting calls, and the {how} following"
@@ -224,16 +225,33 @@ def spread(kind: str, n: int, posts: int, rate: float, rest: float, presence: bo
             x.kill()
 
 
-def start_profile(node: Node, root: str, kind: str) -> tuple[subprocess.Popen, str]:
-    """Sample ``node``'s daemon with py-spy while the posts flow (``--profile``)."""
+def by_role(adj: dict[int, set[int]], per_host_ms: list[float]) -> str:
+    """CPU per post of the owner, of the hosts that relay (more than one link) and of
+    the leaves: where a post's cost lands."""
+    relays = [ms for i, ms in enumerate(per_host_ms) if i and len(adj[i]) > 1]
+    leaves = [ms for i, ms in enumerate(per_host_ms) if i and len(adj[i]) <= 1]
+
+    def avg(v: list[float]) -> str:
+        return f"{sum(v) / len(v):.2f} ms" if v else "none"
+
+    return (f"the owner {per_host_ms[0]:.2f} ms, {len(relays)} relays {avg(relays)} each,"
+            f" {len(leaves)} leaves {avg(leaves)} each")
+
+
+def start_profile(node: Node, root: str, kind: str,
+                  native: bool = False) -> tuple[subprocess.Popen, str]:
+    """Sample ``node``'s daemon with py-spy while the posts flow (``--profile``); with
+    ``native``, C frames too (SQLite, libsodium), every thread, the daemon paused per
+    sample (it costs the daemon more, so its CPU figure is not comparable)."""
     assert node.proc is not None
     out = os.path.join(os.path.dirname(root), f"awp-board-{kind}-{node.name}.txt")
     exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     if not os.access(exe, os.X_OK):
         raise SystemExit("--profile needs py-spy, which is not installed: "
                          "pip install py-spy into this virtualenv")
+    how = ["--native"] if native else ["--gil", "--nonblocking"]
     spy = subprocess.Popen([exe, "record", "--pid", str(node.proc.pid), "--format", "raw",
-                            "--rate", "250", "--gil", "--nonblocking", "--output", out],
+                            "--rate", "250", *how, "--output", out],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return spy, out
 
@@ -472,6 +490,8 @@ def main() -> int:
                          " streaming one wait each")
     ap.add_argument("--profile", type=int, default=-1, metavar="HOST",
                     help="sample daemon HOST with py-spy while the spread's posts flow")
+    ap.add_argument("--native", action="store_true",
+                    help="with --profile: sample C frames too (SQLite, libsodium)")
     ap.add_argument("--only", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS))
     args = ap.parse_args()
     parts = {p.strip() for p in args.only.split(",") if p.strip()}
@@ -490,7 +510,7 @@ def main() -> int:
         if "spread" in parts:
             for kind in kinds:
                 ok &= spread(kind, args.hosts, args.posts, args.rate, args.rest, args.presence,
-                             root, args.profile, args.poll)
+                             root, args.profile, args.poll, args.native)
         if parts & {"burst", "catchup", "queue"}:
             ok &= cluster(args, parts, root)
     finally:

@@ -28,7 +28,7 @@ Targets (issues 14 and 22): every everyday command, the board's included,
 editable) install: ``--regular`` builds one in a temporary venv first, since
 an editable install's import hook alone costs several ms.  On the big store
 read and threads <= 200 ms; daemon start <= 1 s.
-Run: python bench/cli.py [--regular] [--runs N] [--rows N] [--threads N] [--keep]
+Run: python bench/cli.py [--regular] [--runs N] [--rows N] [--threads N] [--keep] [--only TEXT]
 Figures on a loaded machine (2 cores) are noisy: run it alone.
 """
 
@@ -61,6 +61,10 @@ TARGETS_X = {"verb": 2.0, "help": 3.0}
 
 class BenchError(Exception):
     pass
+
+
+class Done(Exception):
+    """The lines asked for (``--only``) have run."""
 
 
 # --- processes ----------------------------------------------------------------------
@@ -359,6 +363,9 @@ def main() -> int:
     ap.add_argument("--regular", action="store_true",
                     help="bench a regular install built in a temporary venv")
     ap.add_argument("--awp", help="bench this awp executable (a regular install made earlier)")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="run only the lines whose label contains TEXT (repeatable); the"
+                         " big store's lines are then skipped")
     args = ap.parse_args()
 
     root = tempfile.mkdtemp(prefix="awpcli", dir="/tmp")
@@ -375,6 +382,8 @@ def main() -> int:
     env["COLUMNS"] = "80"  # the width the fast path's help is rendered for (a pipe's)
 
     def bench(label: str, target: str | None, fn):
+        if args.only and not any(t in label for t in args.only):
+            return None
         FLOORS.clear()
         try:
             ms = fn()
@@ -442,6 +451,8 @@ def main() -> int:
         bench("awp hook inbox (nothing new)", None,
               lambda: timed(a.argv("hook", "inbox", "--format", "text"), a.env, args.runs))
         board_benches(bench, a, b, args.runs)
+        if args.only:
+            raise Done
 
         a.down()
         took = fill_store(os.path.join(a.path, "awp.db"), b_key, args.rows, args.threads)
@@ -457,6 +468,8 @@ def main() -> int:
               lambda: timed(a.argv("threads"), a.env, args.runs))
         bench(f"awp status ({args.rows:,} rows)", None,
               lambda: timed(a.argv("status"), a.env, args.runs))
+    except Done:
+        pass
     finally:
         for h in homes:
             try:

@@ -71,7 +71,7 @@ def pinned_code(root: str) -> str:
     awp's own (``... awp' hook inbox``) to ``awp bootstrap``.
     """
     return (f"import sys; sys.path.insert(0, {root!r}); sys.argv[0] = 'awp'; "
-            "from awp.cli.entry import main; raise SystemExit(main())  # awp")
+            "from awp.cli.entry import program; program()  # awp")
 
 
 def python_argv() -> tuple[str, ...]:

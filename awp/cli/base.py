@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 
-from ..base.echo import cut_message
 from ..base.home import HomeError, resolve_home
 from ..localapi.client import (
     ApiFailure,
@@ -149,6 +148,8 @@ def failure_code(cmd: str, e: BaseException) -> int | None:
 
 
 def _fail(cmd: str, message: str, code: int = 1) -> int:
+    from ..base.echo import cut_message
+
     first, _, rest = message.partition("\n")
     first = cut_message(first)  # the backstop: no error repeats a huge argument
     sys.stderr.write(f"awp {cmd}: {first}\n")

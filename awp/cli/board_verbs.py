@@ -22,7 +22,6 @@ from io import TextIOBase
 from ..localapi.client import ApiFailure, LocalClient
 from ..present import render_board
 from ..present.render import now_ms
-from . import board_files, verbs
 from .base import (
     CliError,
     CliExit,
@@ -45,6 +44,7 @@ HTTP_SLACK = 30.0  # added to a server-side wait to get the HTTP timeout
 POST_WAIT = 10.0  # how long the daemon waits for a topic document it does not hold yet
 STREAM_WAIT = 60.0  # each long poll of a following subscribe
 SUB_DOC_WAIT = 2.0  # how long subscribe waits for a topic document it does not hold
+ONE_REQUEST_WAIT = 1.0  # subscribe --once waits in the subscribe request up to this long
 ASK_OVER = 4096  # a post this big (record overhead included) asks the topic's max_post first
 
 
@@ -88,6 +88,8 @@ def parts_from(words: list[str], code: list[str], lang: str | None, data: list[s
     Text, ``--code`` and ``--data`` are built exactly as ``awp send`` builds
     them; ``--file`` adds the file itself, inline (a board post carries it).
     """
+    from . import board_files, verbs  # only the commands that post need them
+
     text = verbs._read_stdin() if words == ["-"] else " ".join(words)
     parts = verbs.build_parts(text, code, lang, data, mime)
     for path in files:
@@ -110,6 +112,8 @@ def check_fits(client: LocalClient, topic: str | None, parts: list[dict]) -> Non
     :func:`send_post` words as clearly.  Over the fixed 64 KiB every topic
     refuses without a question.
     """
+    from . import board_files
+
     size = board_files.post_size(parts)
     limit, where = board_files.MAX_RECORD, topic or "the board"
     if size <= limit and not (size > ASK_OVER or any(p.get("k") == "file" for p in parts)):
@@ -344,18 +348,26 @@ def subscribe(topics: list[str], once: bool, timeout: str, home: str | None,
     client = client_for(home, secs if once else STREAM_WAIT)
     # The first subscribe's answer carries the cursor taken before it subscribed:
     # whatever arrives from the subscription on, the backlog the owner sends
-    # included, is after it.
+    # included, is after it.  One topic and a short --once wait: the subscribe
+    # waits too (one request; its note then comes after at most ONE_REQUEST_WAIT).
+    one = once and len(topics) == 1 and secs <= ONE_REQUEST_WAIT
     cursor = None
     refs = []
+    waited = None
     for topic in topics:
         # A moment for the owner's document, when a connected peer holds it.
-        res = client.post("/v1/board/subscribe", {"topic": topic, "timeout": SUB_DOC_WAIT})
+        ask: dict = {"topic": topic, "timeout": SUB_DOC_WAIT, "brief": True}
+        if one:
+            ask["wait"] = secs
+        res = client.post("/v1/board/subscribe", ask)
         assert isinstance(res, dict)
         if not refs:
             cursor = res.get("cursor")
             if cursor is None:  # an older daemon's answer: from now on, then
                 start = client.post("/v1/board/wait", {"topics": [], "timeout": 0})
                 cursor = start.get("cursor") if isinstance(start, dict) else None
+        if isinstance(res.get("wait"), dict):
+            waited = res["wait"]
         t = res.get("topic") if isinstance(res.get("topic"), dict) else {}
         refs.append(t.get("topic") or topic)
         if not t.get("known"):
@@ -365,8 +377,8 @@ def subscribe(topics: list[str], once: bool, timeout: str, home: str | None,
             note(f"subscribed to {label_of(res, topic)}")
     body: dict = {"topics": refs, "after": cursor}
     if once:
-        res = client.request("POST", "/v1/board/wait", {**body, "timeout": secs},
-                             timeout=secs + HTTP_SLACK)
+        res = waited or client.request("POST", "/v1/board/wait", {**body, "timeout": secs},
+                                       timeout=secs + HTTP_SLACK)
         assert isinstance(res, dict)
         print_posts(res.get("posts") or [], as_json)
         if res.get("timed_out") or not res.get("posts"):
@@ -458,6 +470,8 @@ def get(topic: str, n: int, since: str | None, thread: str | None, save: str | N
     body: dict = {"topic": topic, "n": n}
     if since is not None:
         try:
+            from . import board_files
+
             body["since"] = board_files.parse_since(since, now_ms())
         except ValueError as e:
             raise CliError(f"--since: {e}", 2) from None
@@ -482,7 +496,11 @@ def get(topic: str, n: int, since: str | None, thread: str | None, save: str | N
         posts = list(w.get("posts") or [])
         timed_out = not posts
         res = {**res, "posts": posts}
-    saved = board_files.save_files(posts, save) if save is not None else None
+    saved = None
+    if save is not None:
+        from . import board_files
+
+        saved = board_files.save_files(posts, save)
     if as_json:
         out_json({**res, "saved": saved} if saved is not None else res)
     elif posts:
@@ -516,6 +534,8 @@ def edit(args: list[str], code: list[str], lang: str | None, data: list[str], mi
     """``awp edit``."""
     post_id, words = args[0], list(args[1:])
     parts = parts_from(words, code, lang, data, mime, files)
+    from . import board_files
+
     why = board_files.too_big(parts, board_files.MAX_RECORD, "the board")
     if why:
         raise CliError(why)

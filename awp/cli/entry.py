@@ -12,7 +12,38 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``awp ARGV`` (default: this process's arguments); its exit status."""
     args = sys.argv[1:] if argv is None else argv
+    code = _light(args)
+    if code is not None:
+        return code
+    from .app import run_app
+
+    return run_app(args)
+
+
+def program() -> None:
+    """The executable's door (``scripts/awp``, ``python -m awp``): never returns.
+
+    A hook or a fast-path command ends with ``os._exit`` once its output is
+    flushed: the interpreter's teardown (every module's dict cleared, the
+    caches and the allocator's arenas freed) is a few ms of every run, as
+    much as the request itself, and such a run leaves nothing behind it
+    (no thread, no open file it wrote, no exit handler: every file it writes
+    is closed by a ``with``).  The typer commands and the daemon exit the
+    ordinary way.
+    """
+    args = sys.argv[1:]
+    code = _light(args)
+    if code is None:
+        from .app import run_app
+
+        sys.exit(run_app(args))
+    _leave(code)
+
+
+def _light(args: list[str]) -> int | None:
+    """A hook's or a fast-path command's exit status; None: typer's to run."""
     hook = _hook_args(args)
     if hook is not None:
         from ..hooks.run import main as hook_main
@@ -23,12 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("AWP_FASTPATH", "1") != "0":  # 0: every line through typer
         from .fastpath import run as run_fast
 
-        code = run_fast(args)
-        if code is not None:
-            return code
-    from .app import run_app
+        return run_fast(args)
+    return None
 
-    return run_app(args)
+
+def _leave(code: int) -> None:
+    """Flush what was written, then end the process at once (see :func:`program`)."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a reader that went away (| head): nothing more to say to it
+    os._exit(code)
 
 
 def _hook_args(args: list[str]) -> list[str] | None:

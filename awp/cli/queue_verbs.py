@@ -102,15 +102,17 @@ def fail(topic: str, lease: str, home: str | None, as_json: bool) -> None:
 
 
 def queue(topic: str, home: str | None, as_json: bool) -> None:
-    """``awp queue``."""
+    """``awp queue``: the table asks for the compact answer, ``--json`` the full one."""
     client = client_for(home)
-    res = client.get("/v1/board/queue", topic=topic)
-    assert isinstance(res, dict)
     if as_json:
-        out_json(res)
+        out_json(client.get("/v1/board/queue", topic=topic))
         return
-    items = res.get("items") or []
-    if not items:
+    res = client.get("/v1/board/queue", topic=topic, compact=1)
+    assert isinstance(res, dict)
+    rows = res.get("rows")
+    if not isinstance(rows, list):  # an older daemon: the full answer
+        rows = render_board.queue_rows(res.get("items") or [])
+    if not rows:
         note(f"no items on {topic}")
         return
     me, names = res.get("self"), res.get("names")
@@ -118,7 +120,7 @@ def queue(topic: str, home: str | None, as_json: bool) -> None:
         st = client.get("/v1/status")
         me = st.get("key", "") if isinstance(st, dict) else ""
         names = peer_names(client)
-    out(render_board.queue_table(items, names, me, now_ms()))
+    out(render_board.queue_table(rows, names, me, now_ms()))
     workers = [w for w in res.get("workers") or [] if isinstance(w, dict)]
     if workers:
         out("")

@@ -14,7 +14,6 @@ import os
 import sys
 import time
 
-from ..base.echo import echo
 from ..localapi.client import LocalClient
 from ..present.render import (
     budget_line,
@@ -27,8 +26,6 @@ from ..present.render import (
     table,
     threads_table,
 )
-from ..present.text import unread_seqs
-from ..wire.framing import MAX_LINE
 from .base import (
     CliError,
     CliExit,
@@ -60,17 +57,29 @@ def check_thread(thread: str | None) -> None:
         raise CliError("the thread id is empty")
 
 
-# A part travels inside one line, and a line is at most 1 MiB: a bigger file
-# goes as a blob (--file).  Reading stops there, so /dev/zero or a huge log
-# costs a clear error, not all the memory there is.
-MAX_INLINE_BYTES = MAX_LINE
+def echo(text: object) -> str:
+    """:func:`awp.base.echo.echo`, imported by the error messages that quote an argument."""
+    from ..base.echo import echo as quoted
+
+    return quoted(text)
+
+
+def _max_inline() -> int:
+    """A part travels inside one line, and a line is at most 1 MiB: a bigger file
+    goes as a blob (--file).  Reading stops there, so /dev/zero or a huge log
+    costs a clear error, not all the memory there is.  (Imported here: only the
+    commands that read a text need it.)"""
+    from ..wire.framing import MAX_LINE
+
+    return MAX_LINE
 
 
 def _read_stdin() -> str:
     if sys.stdin is None:
         raise CliError("cannot read the text from stdin: there is none")
-    text = sys.stdin.read(MAX_INLINE_BYTES + 1)  # a text part travels in one line
-    if len(text) > MAX_INLINE_BYTES:
+    limit = _max_inline()
+    text = sys.stdin.read(limit + 1)  # a text part travels in one line
+    if len(text) > limit:
         raise CliError("the text on stdin is over 1 MiB, more than a message line holds;"
                        " send it with --file")
     return text
@@ -113,10 +122,11 @@ def _read_data_file(path: str) -> str:
 
 def _read_text(path: str, flag: str) -> str:
     """A file's text for a part; a clear error naming the flag otherwise."""
+    limit = _max_inline()
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(MAX_INLINE_BYTES + 1)  # characters: at least as many bytes
-        if len(text) > MAX_INLINE_BYTES:
+            text = f.read(limit + 1)  # characters: at least as many bytes
+        if len(text) > limit:
             raise CliError(f"{flag}: over 1 MiB, more than a message line holds; send it with"
                            " --file")
         return text
@@ -196,6 +206,7 @@ def printed(client: LocalClient, records: object) -> None:
     again later: a duplicate, never a loss).
     """
     from ..localapi.client import ApiFailure
+    from ..present.text import unread_seqs
 
     seqs = unread_seqs(records if isinstance(records, list) else [])
     if not seqs:
@@ -429,6 +440,8 @@ def read(target: str | None, last: int, peer: str | None, no_mark: bool, home: s
     assert isinstance(res, dict)
     records = res.get("records") or []
     if not no_mark:
+        from ..present.text import unread_seqs
+
         res["marked"] = len(unread_seqs(records))  # what printing it marks
     if as_json:
         from . import shapes

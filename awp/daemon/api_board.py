@@ -19,12 +19,12 @@ from typing import Any
 
 import trio
 
-from ..base.echo import echo
+from ..base.echo import clip, echo
 from ..board import market, view
 from ..board.market import Bid
 from ..board.workers import earlier_results, lease_facts
 from ..board.workers import workers as workers_of
-from ..localapi.server import ApiError, Request, Router, Stream
+from ..localapi.server import ApiError, Raw, Request, Router, Stream
 from ..node.board import Board, TooMany
 from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
 from ..node.claim_wait import ClaimAsk
@@ -39,12 +39,12 @@ from ..wire.numbers import INT64_MAX
 from ..wire.timefmt import format_ts, now_ms
 from .api import json_body
 from .app import DaemonState
+from .board_feed import Arrivals, Feed
 from .facade import Door
 
 MIN_PREFIX = 6
 MAX_BATCH = 1000  # posts in one request to /v1/board/post
 MAX_WAIT_S = 3600.0  # a server-side wait (post, claim, wait) is cut to this
-LIVE_POSTS = 32  # a wait reads up to this many posts on the event loop; more on a reader thread
 DEFAULT_GRANT_TTL_S = 30 * 86400.0
 MAX_GRANT_TTL_S = 10 * 366 * 86400.0  # a board grant lasts at most ten years
 POLICY_FIELDS = {  # request field -> what it must be
@@ -111,6 +111,11 @@ def needs_field(body: dict) -> dict:
         raise _bad(str(e)) from None
 
 
+# GET /v1/board/queue?compact=1: each item's row, and how much of its text it carries.
+QUEUE_COLUMNS = ("id", "status", "holder", "until", "attempts", "text")
+QUEUE_TEXT = 80
+
+
 def text_of(parts: list) -> str:
     """The text a reader sees at a glance: text and code parts, one after another."""
     out = []
@@ -167,8 +172,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 pass  # let topic_in say what is wrong
         return None
 
+    # A read of a few indexed rows (a peer's name, one post) runs right here on the
+    # trio thread: a reader thread's two hand-overs cost more than such a query, and
+    # every board command makes one or two (as Arrivals.look does for a few posts).
+    small_read = engine.read_sync
+
     async def topic_of(ref: object) -> str:
-        return topic_here(ref) or await engine.read(lambda c: topic_in(c, ref))
+        return topic_here(ref) or small_read(lambda c: topic_in(c, ref))
 
     def label(c: sqlite3.Connection, topic: str) -> str:
         owner, name = topic.split("/", 1)
@@ -302,6 +312,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         body = json_body(req)
         topic = await topic_of(body.get("topic"))
         timeout = _secs(body, "timeout", 0)
+        # "wait": then wait that long for posts past the cursor, as /v1/board/wait
+        # would (`awp subscribe --once` in one request instead of two).
+        wait = None if body.get("wait") is None else _secs(body, "wait", 0)
         # Where "new" starts for the subscriber, taken before it subscribes, so the
         # backlog the owner sends counts as new (a cheap indexed max, read in place).
         cursor = engine.read_sync(sb.last_seq)
@@ -309,7 +322,17 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             await board.refresh_authority([topic])
         if timeout > 0:
             await await_doc(topic, timeout)
-        return {"topic": await topic_answer(topic), "subscribed": True, "cursor": cursor}
+        if body.get("brief") is True:  # what a subscriber prints: which topic, and known
+            lab = (await topic_label(topic) if topic.startswith(me + "/")
+                   else small_read(lambda c: label(c, topic)))
+            t: dict = {"topic": topic, "label": lab,
+                       "known": await board.policy(topic) is not None, "subscribed": True}
+        else:
+            t = await topic_answer(topic)
+        answer = {"topic": t, "subscribed": True, "cursor": cursor}
+        if wait is not None:
+            answer["wait"] = await Arrivals([topic], cursor, False).once(wait)
+        return answer
 
     @r.route("POST", "/v1/board/unsubscribe")
     async def unsubscribe(req: Request) -> dict:
@@ -442,7 +465,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             labels = queries.Labels(c)
             return label(c, topic), {k: labels[k] for k in readers}
 
-        return await engine.read(q)
+        # Read right here: a few indexed rows, where a reader thread's two hand-overs
+        # cost more CPU than the query on every post (posts come a few at a time).
+        return small_read(q) if len(readers) <= 16 else await engine.read(q)
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""
@@ -494,102 +519,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         return await engine.read(q)
 
-    class Arrivals:
-        """Posts in scope that arrived after a cursor, as one answer or as a stream.
-
-        Both wake on the change hints the board publishes as it stores records
-        and read everything past the cursor in one query: records stored
-        together (one line, one batch) come back together.  The stream is how a
-        client that follows a topic pays one request for every post instead of
-        a request per post: each wake-up costs one query and one chunk.
-        """
-
-        def __init__(self, topics: list[str], after: int, mine: bool) -> None:
-            self.topics, self.after, self.mine = topics, after, mine
-            self.wanted = set(topics)
-            self.idle = after  # where a wait that timed out may go on from
-            self.names: dict[str, str] = {}  # authors and topics shown, kept for a stream
-
-        def _q(self, c: sqlite3.Connection, limit: int, seen: bool) -> tuple[list[dict], int]:
-            # The newest seq first: every post up to it is then seen by the
-            # query after it, so a wait may start from it when nothing is new.
-            last = sb.last_seq(c) if seen else 0
-            posts = sb.posts_after(c, self.topics, self.after, me, self.mine, limit)
-            return [post_obj(c, p, self.names) for p in posts], last
-
-        async def look(self, seen: bool = True) -> list[dict]:
-            """What is new past the cursor (which moves past it).
-
-            Read right here while it is a few posts, as it is for a waiter
-            that keeps up (a reader thread's two hand-overs cost more CPU than
-            the query, once per post on every waiting host); when there may be
-            more, on a reader thread.  With ``seen`` and nothing new,
-            :attr:`idle` moves to the newest seq: nothing in scope lies before
-            it (a stream asks only when it ends).
-            """
-            posts, last = engine.read_sync(lambda c: self._q(c, LIVE_POSTS, seen))
-            if len(posts) >= LIVE_POSTS:
-                posts, last = await engine.read(lambda c: self._q(c, 500, seen))
-            if posts:
-                self.after = self.idle = max(p["seq"] for p in posts)
-            elif seen:
-                self.idle = max(self.idle, last)
-            return posts
-
-        async def woken(self, events: trio.MemoryReceiveChannel) -> None:
-            """Until a record of our topics is stored; hints queued meanwhile are taken too."""
-            while True:
-                ev = await events.receive()
-                if ev.get("kind") == "board" and ev.get("topic") in self.wanted:
-                    break
-            while True:  # one look for every record of the same store job
-                try:
-                    events.receive_nowait()
-                except trio.WouldBlock:
-                    return
-
-        async def once(self, timeout: float) -> dict:
-            engine.waiting += 1
-            try:
-                with engine.changes.subscribe(kinds=("board",)) as events, trio.move_on_after(timeout):
-                    while True:
-                        posts = await self.look()
-                        if posts:
-                            return {"posts": posts, "cursor": self.after, "timed_out": False}
-                        await self.woken(events)
-            finally:
-                engine.waiting -= 1
-            # Not the newest seq now: a post in scope stored since the last look
-            # would be skipped by a wait starting there.
-            return {"posts": [], "cursor": self.idle, "timed_out": True}
-
-        async def stream(self, timeout: float) -> Any:
-            """One object a wake-up with posts, as :meth:`once` answers; after
-            ``timeout`` a last one with ``timed_out`` and the cursor to go on from."""
-            engine.waiting += 1
-            try:
-                with engine.changes.subscribe(kinds=("board",)) as events:
-                    deadline = trio.current_time() + timeout
-                    while True:
-                        if len(self.names) > 1024:
-                            self.names.clear()
-                        posts = await self.look(seen=False)
-                        if posts:
-                            yield {"posts": posts, "cursor": self.after, "timed_out": False}
-                            if len(posts) >= LIVE_POSTS:  # there may be more already
-                                continue
-                        # No second look after a few posts: a record stored since the
-                        # look left its hint in ``events``, and ``woken`` returns at once.
-                        with trio.move_on_at(deadline):
-                            await self.woken(events)
-                            continue
-                        break
-                    posts = await self.look()
-                    if posts:
-                        yield {"posts": posts, "cursor": self.after, "timed_out": False}
-            finally:
-                engine.waiting -= 1
-            yield {"posts": [], "cursor": self.idle, "timed_out": True}
+    feed = Feed(engine, post_obj)
 
     @r.route("POST", "/v1/board/wait")
     async def wait(req: Request) -> dict | Stream:
@@ -608,10 +538,10 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             after = await engine.read(sb.last_seq)
         elif isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise _bad("after must be a cursor (a seq) from an earlier answer")
-        watch = Arrivals(topics, after, mine)
+        watch = Arrivals(feed, topics, after, mine)
         if stream:
             return Stream(lambda: watch.stream(timeout))
-        return await watch.once(timeout)
+        return Raw(await watch.once(timeout))
 
     @r.route("POST", "/v1/board/unread")
     async def unread(req: Request) -> dict:
@@ -811,7 +741,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 out["results"] = item_results(c, topic, d.item)
             return out
 
-        return await engine.read(q)
+        return small_read(q)  # one post by its hash, the item's lease records and replies
 
     def item_results(c: sqlite3.Connection, topic: str, item: str) -> list[dict]:
         """Results earlier holders of ``item`` posted (a worker killed between its reply and
@@ -892,6 +822,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("GET", "/v1/board/queue")
     async def queue(req: Request) -> dict:
         topic = await topic_of(req.query.get("topic"))
+        # compact=1: the table `awp queue` prints, a row of short fields an item
+        # (a queue of hundreds of items is otherwise ~0.5 KB of post object each).
+        compact = req.query.get("compact") in ("1", "true")
         pol = await board.policy(topic)
         arbiter = topic.startswith(me + "/")
         snap, strikes = await door.queue_view(topic) if arbiter else (None, {})
@@ -906,14 +839,16 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             else:
                 view = board.queue.lease_view(leases, pol, now_ms())
             facts = lease_facts(leases)
-            needs = {h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
-                "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
-                " AND parent = '' AND raw LIKE '%\"needs\"%'", (topic,))}
+            needs = {} if compact else {
+                h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
+                    "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+                    " AND parent = '' AND raw LIKE '%\"needs\"%'", (topic,))}
             items = []
             for h, p in posts.items():
                 e = view.get(h, {})
                 f = facts.get(e.get("lease", ""), {}) if e.get("lease") else {}
-                items.append({"item": post_obj(c, p, names), "status": e.get("status", "open"),
+                items.append({"item": {"hash": h} if compact else post_obj(c, p, names),
+                              "status": e.get("status", "open"),
                               "holder": e.get("holder", ""), "lease": e.get("lease", ""),
                               "until": e.get("until", 0), "attempts": e.get("attempts", 0),
                               "since": f.get("since", 0), "renewals": f.get("renewals", 0),
@@ -922,8 +857,16 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             labels = queries.Labels(c)
             shown = {k: labels[k] for k in {i["holder"] for i in items}
                      | {w["holder"] for w in workers} if k and k != me}
-            return {"topic": topic, "items": items, "arbiter": snap is not None,
-                    "workers": workers, "self": me, "names": shown}
+            answer = {"topic": topic, "items": items, "arbiter": snap is not None,
+                      "workers": workers, "self": me, "names": shown}
+            if compact:
+                del answer["items"]
+                answer["columns"] = list(QUEUE_COLUMNS)
+                answer["rows"] = [
+                    [i["item"]["hash"][:10], i["status"], i["holder"], i["until"],
+                     i["attempts"], clip(text_of(posts[i["item"]["hash"]].shown.parts),
+                                         QUEUE_TEXT)] for i in items]
+            return answer
 
         return await engine.read(q)
 

@@ -86,6 +86,7 @@ class HttpConnection:
         self.max_body = max_body
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head)
         self.head_only = False  # answering a HEAD request: no body goes out
+        self._chunked: bool | None = None  # a streamed response's pieces are chunks
 
     # -- reading ----------------------------------------------------------------------
 
@@ -181,11 +182,26 @@ class HttpConnection:
 
     async def start(self, status: int, headers: Headers) -> None:
         """Send a streamed response's head; follow with :meth:`send` and :meth:`end`."""
+        self._chunked = None
         await self._write(self._head(status, headers))
 
     async def send(self, data: bytes) -> None:
-        if data:
-            await self._write(self.h11.send(h11.Data(data=data)))
+        """One piece of a streamed response.
+
+        Chunked framing (what HTTP/1.1 clients get) is the same for every
+        piece and changes nothing in h11's state, so once h11 has framed the
+        first piece that way the rest are framed here: a stream that follows
+        the board sends a piece per post, on every host.
+        """
+        if not data:
+            return
+        own = b"%x\r\n%b\r\n" % (len(data), data)
+        if self._chunked:
+            await self._write(own)
+            return
+        framed = self.h11.send(h11.Data(data=data))
+        self._chunked = framed == own
+        await self._write(framed)
 
     async def end(self) -> None:
         await self._write(self.h11.send(h11.EndOfMessage()))

@@ -168,7 +168,8 @@ class Stream:
     ``source`` is an async iterable of JSON-able objects, or a zero-argument
     callable returning one (such as an async generator function), which is
     then only called once the response starts. Each object goes out as its
-    own chunk the moment it is produced. If the client disconnects, the
+    own chunk the moment it is produced; ``bytes`` go out as they are (a
+    line the source encoded itself, newline included). If the client disconnects, the
     iteration is cancelled and the iterator closed, so ``finally`` blocks in
     a generator run promptly and subscriptions are released.
 
@@ -194,6 +195,16 @@ class Stream:
         if not hasattr(source, "__aiter__") and callable(source):
             source = source()
         return source.__aiter__()  # type: ignore[union-attr]
+
+
+class Raw:
+    """An answer whose JSON the handler encoded itself (from parts it encoded once for
+    many answers): sent as it is, ``200`` with ``application/json``."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
 
 
 class _Route:
@@ -314,6 +325,8 @@ def _encode_result(result: Any) -> tuple[int, bytes]:
     """Turn a handler's plain return value into a status and a JSON body."""
     if result is None:
         return 204, b""
+    if isinstance(result, Raw):
+        return 200, result.body
     if isinstance(result, tuple):
         if len(result) != 2 or not isinstance(result[0], int):
             raise TypeError(f"handler returned a tuple that is not (status, obj): {result!r:.200}")
@@ -416,7 +429,8 @@ class _Connection:
         """Copy objects from the iterator to the socket; True if it ended cleanly."""
         try:
             async for obj in iterator:
-                await self.conn.send((compact_json(obj) + "\n").encode())
+                await self.conn.send(obj if isinstance(obj, bytes)
+                                     else (compact_json(obj) + "\n").encode())
             await self.conn.end()
             return True
         except (trio.BrokenResourceError, trio.ClosedResourceError):

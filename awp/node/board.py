@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -58,13 +59,14 @@ from ..wire.board import (
     Record,
     check_head,
     check_policy,
+    line_recs,
     make_head,
     make_topic,
     parse_topic,
     sign_record,
 )
 from ..wire.numbers import is_count
-from ..wire.presence import raw_elements, raw_member
+from ..wire.presence import raw_member
 from ..wire.timefmt import format_ts, now_ms, parse_ts
 from . import board_links
 from .board_sendq import MAX_LINE, BoardLink, Records
@@ -287,7 +289,7 @@ class Board(Extension):
         link = self.links.get(conn.peer_key)
         if link is not None and link.conn is conn:
             return link
-        link = BoardLink(conn, self.engine.config.limits.board_link_bytes)
+        link = BoardLink(conn, self.engine.config.limits.board_link_bytes, self.stats)
         self.links[conn.peer_key] = link
         assert self._nursery is not None
         self._nursery.start_soon(self._sender, link)
@@ -307,6 +309,8 @@ class Board(Extension):
                 # before our resume is sent: nothing of ours goes ahead of it.
                 await conn.established.wait()
                 while True:
+                    if link.partial is not None:
+                        await link.finish_partial()
                     while link.queue:
                         item = link.queue.popleft()
                         if isinstance(item, Records):
@@ -332,6 +336,7 @@ class Board(Extension):
                 log.exception("board: the link to %s failed", conn.peer_key[:18])
             finally:
                 n.cancel_scope.cancel()
+                link.drop_partial()
                 if self.links.get(conn.peer_key) is link:
                     del self.links[conn.peer_key]
 
@@ -526,24 +531,31 @@ class Board(Extension):
             return
         if not is_count(hops):
             return
-        recs_text = raw_member(raw.decode("utf-8"), "recs")
-        recs = raw_elements(recs_text, MAX_RECS) if recs_text is not None else None
+        recs = line_recs(raw.decode("utf-8"), MAX_RECS)
         if not recs:
             return
-        await self.take(recs, via=link.conn.peer_key, hops=min(hops, HOPS_CAP),
-                        owner=topic.startswith(self.me + "/"))
+        await self.take([r for r, _doc in recs], via=link.conn.peer_key,
+                        hops=min(hops, HOPS_CAP), owner=topic.startswith(self.me + "/"),
+                        docs=[doc for _r, doc in recs])
 
     async def take(self, raws: list[str] | list[Record], *, via: str = "",
-                   hops: int = 0, owner: bool = False) -> sb.Taken:
+                   hops: int = 0, owner: bool = False,
+                   docs: list[object] | None = None) -> sb.Taken:
         """Store records (from a peer or from us) and forward what was new.
 
         ``owner``: the records are for a topic of ours, so this take may stamp
         some (:mod:`awp.node.board_seq`): its commit is durable before any
         stamp leaves, so a seq is never given twice, even after ``kill -9``.
+        ``docs``: the records already decoded (:func:`~awp.wire.board.line_recs`).
         """
+        loop = threading.get_ident()
+
         def job(c: sqlite3.Connection) -> sb.Taken:
+            # Our subscriptions as the store holds them: read from memory when the job
+            # runs inline (they change on this thread only), from the store elsewhere.
+            subs = self.subs if threading.get_ident() == loop else None
             taken = sb.take(c, raws, now_ms(), via=via, hops=hops, me=self.me,
-                            signer=self.seq.signer)
+                            signer=self.seq.signer, subs=subs, docs=docs)
             if self.queue is not None:
                 self.queue.stored(c, taken)
             return taken
@@ -569,9 +581,10 @@ class Board(Extension):
             if rec.hash not in taken.waiting:  # ours waits for the owner's stamp first
                 by_topic.setdefault(rec.topic, []).extend(taken.wire(rec))
             self._changed(rec.topic)
-            self.engine.changes.publish({
+            self.engine.changes.publish({  # "record": in-process only (the board's feed)
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
-                "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me})
+                "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me,
+                "record": rec})
         for topic, raws_out in by_topic.items():
             await self._forward(topic, raws_out, next_hops(hops) if via else 0, except_key=via)
         self.seq.stored(taken)

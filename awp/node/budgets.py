@@ -97,8 +97,8 @@ class Budgets:
         self._large = trio.Semaphore(limits.large_lines) if limits.large_lines else None
         self.large_waits = 0  # times a large line waited for its turn
         self.large_overruns = 0  # times one went on after LARGE_TURN_WAIT without it
-        self._large_given = 0  # turns given so far
         self._large_at = 0.0  # when the last one was given (trio clock)
+        self._large_waiting: set[trio.CancelScope] = set()  # scopes of lines waiting a turn
 
     # -- rate -------------------------------------------------------------------------
 
@@ -173,17 +173,25 @@ class Budgets:
         if sem.value:
             sem.acquire_nowait()
         else:
+            # One place in the semaphore's queue for the whole wait: a turn
+            # given to anyone moves every waiter's deadline on (see _give),
+            # so waiters never leave and re-join the queue, which would let
+            # two that time out at the same instant swap places.
             self.large_waits += 1
-            while True:
-                given = self._large_given
-                with trio.move_on_at(self._large_at + LARGE_TURN_WAIT):
+            scope = trio.CancelScope(deadline=self._large_at + LARGE_TURN_WAIT)
+            self._large_waiting.add(scope)
+            try:
+                with scope:
                     await sem.acquire()
-                    break
-                if self._large_given == given:  # the turns stood still all along
-                    self.large_overruns += 1
-                    return False
-        self._large_given += 1
+            finally:
+                self._large_waiting.discard(scope)
+            if scope.cancelled_caught:  # the turns stood still all along
+                self.large_overruns += 1
+                return False
         self._large_at = trio.current_time()
+        deadline = self._large_at + LARGE_TURN_WAIT
+        for waiting in self._large_waiting:
+            waiting.deadline = deadline
         return True
 
     def large_done(self) -> None:

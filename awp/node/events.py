@@ -7,7 +7,7 @@ A subscriber that falls behind loses hints, never data.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 
 import trio
@@ -22,8 +22,8 @@ class Broadcaster:
     """
 
     def __init__(self) -> None:
-        # channel -> (kinds wanted, or None for all; kinds never wanted)
-        self._subs: dict[trio.MemorySendChannel, tuple[frozenset | None, frozenset]] = {}
+        # channel (or call) -> (kinds wanted, or None for all; kinds never wanted)
+        self._subs: dict[trio.MemorySendChannel | _Call, tuple[frozenset | None, frozenset]] = {}
 
     def publish(self, event: dict) -> None:
         kind = event.get("kind")
@@ -47,3 +47,22 @@ class Broadcaster:
         finally:
             self._subs.pop(send, None)
             send.close()
+
+    @contextmanager
+    def calling(self, fn: Callable[[dict], None], *, kinds: Iterable[str]):
+        """Call ``fn(hint)`` as each hint of these kinds is published, in the publisher's
+        task: for a watcher shared by many waiters, which notes that something
+        changed and wakes them once, rather than a task of its own woken per hint."""
+        call = _Call(fn)
+        self._subs[call] = (frozenset(kinds), frozenset())
+        try:
+            yield
+        finally:
+            self._subs.pop(call, None)
+
+
+class _Call:
+    """A subscriber that is a function: ``publish`` calls it where it would queue."""
+
+    def __init__(self, fn: Callable[[dict], None]) -> None:
+        self.send_nowait = fn

@@ -14,7 +14,6 @@ Pure functions of the local API's post and topic objects
 
 from __future__ import annotations
 
-from ..base.filename import safe_name
 from .render import INDENT, ago, clip, now_ms, render_part, size, table
 
 
@@ -30,6 +29,8 @@ def part_lines(part: object, saved: dict | None = None) -> list[str]:
         what = [size(int(part["size"]))] if isinstance(part.get("size"), int) else []
         if part.get("mime"):
             what.append(str(part["mime"]))
+        from ..base.filename import safe_name  # unicodedata: only for a file part
+
         line = f"{INDENT}file {safe_name(name)}" + (f" ({', '.join(what)})" if what else "")
         where = (saved or {}).get(name)
         return [line + (f": {where}" if where else "")]
@@ -175,14 +176,25 @@ def until_text(until: int | None, now: int | None = None) -> str:
     return f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}Z ({rel})"
 
 
-def queue_table(items: list[dict], names: dict, me: str = "", now: int | None = None) -> str:
-    now = now_ms() if now is None else now
+def queue_rows(items: list[dict]) -> list[list]:
+    """The full answer's items as the rows ``?compact=1`` gives (docs/local-api.md):
+    ``[id, status, holder, until, attempts, text]``."""
     rows = []
     for it in items:
         post = it.get("item") if isinstance(it.get("item"), dict) else {}
-        claimed = it.get("status") == "claimed"
         rows.append([post.get("id") or str(post.get("hash", ""))[:10], it.get("status", "?"),
-                     who(it.get("holder") or "", names, me) if claimed else "-",
-                     until_text(it.get("until"), now) if claimed else "-",
-                     it.get("attempts", 0), clip(post.get("text") or "", 50)])
-    return table(["ITEM", "STATUS", "HOLDER", "UNTIL", "ATTEMPTS", "TEXT"], rows)
+                     it.get("holder") or "", it.get("until"), it.get("attempts", 0),
+                     post.get("text") or ""])
+    return rows
+
+
+def queue_table(rows: list[list], names: dict, me: str = "", now: int | None = None) -> str:
+    """``awp queue``'s table from the compact answer's rows (:func:`queue_rows`)."""
+    now = now_ms() if now is None else now
+    shown = []
+    for ident, status, holder, until, attempts, text in rows:
+        claimed = status == "claimed"
+        shown.append([ident, status, who(holder or "", names, me) if claimed else "-",
+                      until_text(until, now) if claimed else "-", attempts,
+                      clip(text if type(text) is str else "", 50)])
+    return table(["ITEM", "STATUS", "HOLDER", "UNTIL", "ATTEMPTS", "TEXT"], shown)

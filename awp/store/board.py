@@ -15,7 +15,6 @@ meets all its readers here.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable
@@ -354,7 +353,9 @@ class Taken:
 
 
 def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: str = "",
-         hops: int = 0, *, me: str = "", signer: Signer | None = None) -> Taken:
+         hops: int = 0, *, me: str = "", signer: Signer | None = None,
+         subs: set[str] | frozenset[str] | None = None,
+         docs: list[object] | None = None) -> Taken:
     """Check, admit and store records from a peer (or from us), then apply retention.
 
     Only topics this host subscribes to are taken.  Duplicates, banned and
@@ -369,10 +370,16 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     ``stamp`` just before it in ``raws``), and its time is the stamp's.  Our
     own records (``Record`` objects) on another's topic are stored to wait
     for the stamp.
+
+    ``subs``: the topics this host subscribes to, when the caller knows them
+    (else they are read).  ``docs``: each raw record already decoded (with
+    the strict decoder, from the line it came in), so it is not decoded again.
     """
     out = Taken()
-    subs = set(subscriptions(c))
+    if subs is None:
+        subs = set(subscriptions(c))
     policies: dict[str, Policy | None] = {}
+    shape: dict[str, _Shape] = {}  # topic -> its size and time span, once a record goes in
     touched: set[str] = set()
     unordered: set[str] = set()
     arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> our own this minute
@@ -424,7 +431,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
         if named:
             out.why[named] = why
 
-    for raw in raws:
+    for i, raw in enumerate(raws):
         named = ""
         try:
             if isinstance(raw, Record):  # ours, just signed and checked: no second check
@@ -433,7 +440,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
                 rec = raw
             else:
                 local = False
-                rec = parse_unverified(raw, before_sig)
+                rec = parse_unverified(raw, before_sig, doc=docs[i] if docs else None)
                 # A record beside the owner's stamp is vouched for by it (the stamp names
                 # its hash, which covers its bytes and signature; the owner verified the
                 # author's signature before stamping): one verification, the stamp's.
@@ -471,12 +478,17 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             refuse(why)
             continue
         if st is not None:
-            rec = dataclasses.replace(rec, ts=st.ts)  # the stamp's time is the record's
-        if rec.author != rec.owner and st is not None and _has_later(c, rec):
+            rec = rec.at(st.ts)  # the stamp's time is the record's
+        sh = shape.get(rec.topic)
+        if sh is None:
+            sh = shape[rec.topic] = _Shape.read(c, rec.topic)
+        if rec.author != rec.owner and st is not None and rec.ts <= sh.newest \
+                and _has_later(c, rec):  # past the newest record held, nothing comes later
             unordered.add(rec.topic)
         seq = put_record(c, rec, now, via, hops, sseq=st.doc["seq"] if st else 0,
                          stamp=st.raw if st else "", waiting=st is None and rec.author != rec.owner)
         if seq:
+            sh.added(rec)
             touched.add(rec.topic)
             out.new.append(rec)
             out.seqs[rec.hash] = seq
@@ -492,7 +504,10 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     dropped = False
     for topic in touched:
         pol = pol_of(topic)
-        if pol is not None and (topic in unordered or retention_due(c, topic, pol, now)):
+        sh = shape.get(topic)
+        if pol is not None and (topic in unordered or (
+                sh.may_be_due(pol, now) if sh is not None else True)
+                and retention_due(c, topic, pol, now)):
             enforce_retention(c, topic, pol, now)
             dropped = True
     if dropped:
@@ -559,6 +574,44 @@ def _has_later(c: sqlite3.Connection, rec: Record) -> bool:
         " AND (ts > ? OR hash > ?) LIMIT 1",
         (rec.topic, rec.author, rec.ts, rec.ts + retention.WINDOW_MS, rec.ts,
          rec.hash)).fetchone() is not None
+
+
+@dataclass
+class _Shape:
+    """A topic's record count, bytes and oldest and newest times, read once a take.
+
+    What :func:`take` needs per record (is anything held later than it? may
+    retention have something to drop?) from one statement a topic, kept up
+    to date in memory as records go in, instead of two or three queries a
+    record.  It may only err towards the full rule: a record stored again in
+    place (ours, back with its stamp) counts as one more.
+    """
+
+    n: int
+    size: int
+    oldest: int | None
+    newest: int
+
+    @classmethod
+    def read(cls, c: sqlite3.Connection, topic: str) -> _Shape:
+        row = c.execute(
+            "SELECT (SELECT n FROM board_usage WHERE topic = ?1),"
+            " (SELECT bytes FROM board_usage WHERE topic = ?1),"
+            " (SELECT min(ts) FROM board_records WHERE topic = ?1),"
+            " (SELECT max(ts) FROM board_records WHERE topic = ?1)", (topic,)).fetchone()
+        return cls(row[0] or 0, row[1] or 0, row[2], -1 if row[3] is None else row[3])
+
+    def added(self, rec: Record) -> None:
+        self.n += 1
+        self.size += rec.size
+        self.oldest = rec.ts if self.oldest is None else min(self.oldest, rec.ts)
+        self.newest = max(self.newest, rec.ts)
+
+    def may_be_due(self, pol: Policy, now: int) -> bool:
+        """False when :func:`retention_due` would surely say so (nothing to read)."""
+        if self.oldest is not None and self.oldest < now - pol.keep_days * retention.DAY_MS:
+            return True
+        return self.n > pol.keep or self.size > pol.keep_bytes
 
 
 def retention_due(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> bool:
@@ -662,17 +715,21 @@ class Post:
     replies: int
 
 
-def _with_edits(c: sqlite3.Connection, rows: list[tuple]) -> list[Post]:
-    """Posts from ``(seq, topic, hash, kind, author, ts, of, parent, raw)`` rows, edits applied."""
+def _with_edits(c: sqlite3.Connection, rows: list[tuple], marked: bool = False) -> list[Post]:
+    """Posts from ``(seq, topic, hash, kind, author, ts, of, parent, raw)`` rows, edits applied.
+
+    ``marked``: each row ends with two flags, whether the post has an edit and
+    whether it has a reply (:data:`_MARKS`); only those are looked up, so a
+    new post, which has neither, costs no second query.
+    """
     if not rows:
         return []
-    recs = [_record(r[1:]) for r in rows]
+    recs = [_record(r[1:9]) for r in rows]
     seqs = {r[2]: r[0] for r in rows}
+    edited = {r[2] for r in rows if r[9]} if marked else set(seqs)
+    replied = {r[2] for r in rows if r[10]} if marked else set(seqs)
     extra: list[Record] = []
-    by_topic: dict[str, list[str]] = {}
-    for r in recs:
-        by_topic.setdefault(r.topic, []).append(r.hash)
-    for topic, hashes in by_topic.items():
+    for topic, hashes in _by_topic(recs, edited).items():
         for i in range(0, len(hashes), 400):
             chunk = hashes[i:i + 400]
             marks = ",".join("?" * len(chunk))
@@ -686,7 +743,7 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple]) -> list[Post]:
                     f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'hide'"
                     f" AND of IN ({em})", (topic, *[e.hash for e in edits])))
     replies: dict[str, int] = {}
-    for topic, hashes in by_topic.items():
+    for topic, hashes in _by_topic(recs, replied).items():
         for i in range(0, len(hashes), 400):
             chunk = hashes[i:i + 400]
             replies.update(c.execute(
@@ -696,6 +753,15 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple]) -> list[Post]:
     topic_of = {r.hash: r.topic for r in recs}
     return [Post(s, topic_of[s.hash], seqs[s.hash], replies.get(s.hash, 0))
             for s in view.visible(recs + extra)]
+
+
+def _by_topic(recs: list[Record], wanted: set[str]) -> dict[str, list[str]]:
+    """The hashes in ``wanted`` of these records, by topic."""
+    out: dict[str, list[str]] = {}
+    for r in recs:
+        if r.hash in wanted:
+            out.setdefault(r.topic, []).append(r.hash)
+    return out
 
 
 _PCOLS = "p.seq, p.topic, p.hash, p.kind, p.author, p.ts, p.of, p.parent, p.raw"
@@ -714,22 +780,69 @@ def visible_posts(c: sqlite3.Connection, topic: str, n: int = 20, since_ms: int 
     return _with_edits(c, rows)
 
 
-def posts_after(c: sqlite3.Connection, topics: list[str], after: int, me: str,
+# Whether a post has an edit, and a reply: what :func:`_with_edits` looks up only when so.
+_MARKS = (
+    ", EXISTS (SELECT 1 FROM board_records e INDEXED BY board_records_of WHERE e.topic = p.topic"
+    " AND e.of = p.hash AND e.kind = 'edit'), EXISTS (SELECT 1 FROM board_records r INDEXED BY"
+    " board_records_parent WHERE r.topic = p.topic AND r.parent = p.hash)")
+
+
+def posts_after(c: sqlite3.Connection, topics: list[str] | None, after: int, me: str,
                 mine: bool = False, limit: int = 500) -> list[Post]:
-    """Visible posts that arrived after cursor ``after`` on these topics, in arrival order."""
-    if not topics:
+    """Visible posts that arrived after cursor ``after`` on these topics (None: on every
+    topic), in arrival order.
+
+    The seqs lead the search (``+p.topic`` keeps SQLite off the topic's
+    indexes): a waiter's cursor is near the newest seq, and walking the
+    topic's records from its first, as a topic index does, costs time in the
+    topic's size on every look.
+    """
+    if topics is not None and not topics:
         return []
-    marks = ",".join("?" * len(topics))
-    who = "" if mine else " AND p.author != ?"
-    args: list = [after, *topics] + ([] if mine else [me])
-    rows = c.execute(f"SELECT {_PCOLS} FROM board_records p WHERE p.seq > ?"
-                     f" AND p.topic IN ({marks}){who} AND {_SHOWN} ORDER BY p.seq"
-                     f" LIMIT {int(limit)}", args).fetchall()
-    return sorted(_with_edits(c, rows), key=lambda p: p.seq)
+    where, args = "p.seq > ?", [after]
+    if topics is not None:
+        where += f" AND +p.topic IN ({','.join('?' * len(topics))})"
+        args += topics
+    if not mine:
+        where += " AND p.author != ?"
+        args.append(me)
+    return _posts(c, where, args, limit)
+
+
+def posts_at(c: sqlite3.Connection, seqs: list[int]) -> list[Post]:
+    """The visible posts among the records that arrived as these seqs, in arrival order."""
+    return _posts(c, f"p.seq IN ({','.join('?' * len(seqs))})", seqs, len(seqs)) if seqs else []
+
+
+def _posts(c: sqlite3.Connection, where: str, args: list, limit: int) -> list[Post]:
+    rows = c.execute(f"SELECT {_PCOLS}{_MARKS} FROM board_records p WHERE {where}"
+                     f" AND {_SHOWN} ORDER BY p.seq LIMIT {int(limit)}", args).fetchall()
+    return sorted(_with_edits(c, rows, marked=True), key=lambda p: p.seq)
+
+
+def plain_posts(c: sqlite3.Connection, after: int, upto: int, limit: int) -> list[tuple[int, bool]]:
+    """``(seq, plain)`` for the posts with ``after < seq <= upto``, in arrival order.
+
+    ``plain``: no record names the post (no edit, delete or hide, no reply), so
+    readers see it as its author wrote it, with no replies: the board's feed
+    then shapes it from the record it just stored instead of reading it back.
+    """
+    return [(seq, bool(plain)) for seq, plain in c.execute(
+        "SELECT p.seq, NOT EXISTS (SELECT 1 FROM board_records x INDEXED BY board_records_of"
+        " WHERE x.topic = p.topic AND x.of = p.hash) AND NOT EXISTS (SELECT 1 FROM"
+        " board_records r INDEXED BY board_records_parent WHERE r.topic = p.topic"
+        " AND r.parent = p.hash) FROM board_records p WHERE p.seq > ? AND p.seq <= ?"
+        f" AND p.kind = 'post' ORDER BY p.seq LIMIT {int(limit)}", (after, upto))]
 
 
 def last_seq(c: sqlite3.Connection) -> int:
     return c.execute("SELECT coalesce(max(seq), 0) FROM board_records").fetchone()[0]
+
+
+def data_version(c: sqlite3.Connection) -> int:
+    """A number that changes whenever another connection (the writer's) commits: what was
+    read on ``c`` before is current while it stays the same."""
+    return c.execute("PRAGMA data_version").fetchone()[0]
 
 
 def unread(c: sqlite3.Connection, me: str, limit: int = 50) -> tuple[list[Post], int]:

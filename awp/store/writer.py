@@ -28,7 +28,8 @@ threaded batches alike; connections rely on that to send in outbox order.
 **Relaxed runs.**  What no one waits on for durability (a board record a
 peer relayed: every subscriber holds it, and anti-entropy brings it back)
 may be committed without the fsync (:meth:`Writer.run_relaxed`): inline on
-the trio thread, with ``synchronous = NORMAL`` for that one transaction.  A
+the trio thread, with ``synchronous = NORMAL`` (left set while relaxed runs
+follow one another; a durable transaction sets ``FULL`` before it begins).  A
 killed process loses nothing (the WAL is written); a power loss may lose the
 last of them, until the next durable commit or checkpoint syncs the WAL.  It
 saves a relay the fsync and both thread hand-overs for every record.
@@ -130,6 +131,10 @@ class Writer:
                  checkpointer: Checkpointer | None = None) -> None:
         self._conn = conn
         self._checkpointer = checkpointer  # WAL checkpoints off the commit path
+        # ``synchronous = NORMAL`` was left by a relaxed run: the next durable
+        # transaction sets FULL again before it begins (two statements a
+        # relaxed run cost a relay as much as its BEGIN and COMMIT together).
+        self._sync_normal = False
         self._q: deque[Pending] = deque()
         self._urgent: deque[Pending] = deque()
         self._stopping = False
@@ -212,12 +217,11 @@ class Writer:
             return await self.run(job)
         p = Pending(job)
         try:
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-            try:
-                staged = self._stage([p])
-                self._finish(p, staged, staged and self._commit([p], 0, relaxed=True))
-            finally:
-                self._conn.execute("PRAGMA synchronous = FULL")
+            if not self._sync_normal:  # kept while relaxed runs follow one another
+                self._conn.execute("PRAGMA synchronous = NORMAL")
+                self._sync_normal = True
+            staged = self._stage([p], relaxed=True)
+            self._finish(p, staged, staged and self._commit([p], 0, relaxed=True))
         finally:
             self._lock.release()
         self.relaxed_batches += 1
@@ -299,7 +303,8 @@ class Writer:
         self.inline_batches += 1
         return True
 
-    def _stage(self, batch: list[Pending], *, let_urgent_in: bool = False) -> bool:
+    def _stage(self, batch: list[Pending], *, let_urgent_in: bool = False,
+               relaxed: bool = False) -> bool:
         """BEGIN and run every job in its savepoint; False if nothing is left to commit.
 
         A job alone in its batch needs no savepoint: if it fails, the
@@ -310,6 +315,9 @@ class Writer:
         """
         conn = self._conn
         try:
+            if self._sync_normal and not relaxed:  # a durable commit is fsynced again
+                conn.execute("PRAGMA synchronous = FULL")
+                self._sync_normal = False
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as e:
             self._fail_all(batch, e)

@@ -25,9 +25,11 @@ SPEC.md section 14's tables are.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from json.decoder import scanstring as _scanstring
 
 from .canonical import canonical_bytes, compact_json
 from .grants import grant_hash
@@ -90,12 +92,19 @@ def parse_topic(text: object) -> tuple[str, str]:
     characters, starting with a letter or digit: no look-alikes, no case
     folding, and the owner key makes squatting impossible.
     """
+    if isinstance(text, str):
+        found = _KNOWN_TOPICS.get(text)
+        if found is not None:  # every record names its topic: a host holds few
+            return found
     if not isinstance(text, str) or not text.startswith(KEY_PREFIX) or "/" not in text:
         raise BoardError("topic must be ed25519:<owner key>/<name>")
     owner, name = text.split("/", 1)
     _canonical_key(owner, "topic owner")
     if not _NAME.match(name):
         raise BoardError("topic name: 1-64 of a-z 0-9 . _ -, starting with a letter or digit")
+    if len(_KNOWN_TOPICS) >= _MAX_KNOWN_KEYS:
+        _KNOWN_TOPICS.clear()
+    _KNOWN_TOPICS[text] = (owner, name)
     return owner, name
 
 
@@ -134,6 +143,7 @@ def cap_covers(cap: str, what: str, topic: str) -> bool:
 
 
 _KNOWN_KEYS: set[str] = set()  # keys already found canonical: a topic has few authors
+_KNOWN_TOPICS: dict[str, tuple[str, str]] = {}  # topic names already found well-formed
 _MAX_KNOWN_KEYS = 4096
 
 
@@ -169,14 +179,47 @@ class Record:
     ts: int  # ms
     of: str = ""  # the record an edit/delete/hide/lease is about
     parent: str = ""  # a post's parent (replies)
+    # The canonical JSON of the members before and after ``sig``, kept by the parse
+    # that named the record, so that verifying it later encodes nothing again.
+    halves: tuple[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
         return len(self.raw.encode("utf-8"))
 
+    def at(self, ts: int) -> Record:
+        """The same record at time ``ts`` (another author's takes its stamp's time)."""
+        return Record(self.doc, self.raw, self.hash, self.kind, self.topic, self.owner,
+                      self.author, ts, self.of, self.parent, self.halves)
+
 
 def record_hash(doc: dict) -> str:
     return hashlib.sha256(canonical_bytes(doc)).digest()[:16].hex()
+
+
+# canonical_json's form (awp.wire.canonical), with the encoder built once
+_CANON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+
+
+def _halves(doc: dict) -> tuple[str, str]:
+    """The canonical JSON members of ``doc`` sorted before ``sig``, and after it.
+
+    A record's name covers its canonical JSON with ``sig`` and its signature
+    the same without: both are these two pieces joined, so a record that is
+    named and verified is encoded once, not twice.
+    """
+    lo = _CANON.encode({k: v for k, v in doc.items() if k < "sig"})
+    hi = _CANON.encode({k: v for k, v in doc.items() if k > "sig"})
+    return lo[1:-1], hi[1:-1]
+
+
+def _joined(halves: tuple[str, str], sig: str | None) -> bytes:
+    """Canonical JSON from :func:`_halves`, with ``sig`` (checked to need no escape)
+    or without."""
+    parts = [p for p in (halves[0], f'"sig":"{sig}"' if sig is not None else "", halves[1])
+             if p]
+    return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
 def sign_record(identity: Identity, doc: dict) -> Record:
@@ -260,7 +303,7 @@ def _add_authority(doc: dict, grant: dict | None, via: dict | None) -> None:
 
 def check_record(raw: object,
                  before_sig: Callable[[str, str, str, int, str], None] | None = None,
-                 *, _signed: bool = False) -> Record:
+                 *, _signed: bool = False, doc: object = None) -> Record:
     """Parse and verify one record's exact text; :class:`BoardError` says why not.
 
     Checks, cheapest first: size, JSON object, kind, topic, signer, ``ts``,
@@ -270,6 +313,9 @@ def check_record(raw: object,
     skips duplicates and refuses banned or flooding authors there, without
     paying for a signature check per record.  Whether the signer may
     post there is the permission module's question, not this one's.
+    ``doc``: ``raw`` already decoded by the caller with
+    :data:`~awp.wire.strictjson.DECODER` (:func:`posts_recs` does), so it is
+    not decoded twice.
     """
     if not isinstance(raw, str):
         raise BoardError("record is not text")
@@ -281,10 +327,11 @@ def check_record(raw: object,
         raise BoardError("record is not valid UTF-8 text") from None
     if size > MAX_RECORD:
         raise BoardError("record over 64 KiB")
-    try:
-        doc = DECODER.decode(raw)
-    except (ValueError, RecursionError) as e:
-        raise BoardError(f"not JSON: {str(e)[:80]}") from None
+    if doc is None:
+        try:
+            doc = DECODER.decode(raw)
+        except (ValueError, RecursionError) as e:
+            raise BoardError(f"not JSON: {str(e)[:80]}") from None
     if not isinstance(doc, dict):
         raise BoardError("record is not an object")
     kind = doc.get("k")
@@ -306,31 +353,144 @@ def check_record(raw: object,
     if not isinstance(sig, str) or not _SIG.match(sig):
         raise BoardError("sig must be 86 characters of unpadded base64url")
     try:
-        name = record_hash(doc)
+        halves = _halves(doc)
+        name = hashlib.sha256(_joined(halves, sig)).digest()[:16].hex()
     except (TypeError, ValueError, RecursionError):
         raise BoardError("not canonicalisable") from None
     if before_sig is not None:
         before_sig(kind, doc["topic"], author, ts, name)
-    if not _signed:
-        signed = canonical_bytes({k: v for k, v in doc.items() if k != "sig"})
-        if not verify(author, signed, sig):
-            raise BoardError("signature does not verify")
+    if not _signed and not verify(author, _joined(halves, None), sig):
+        raise BoardError("signature does not verify")
     return Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
-                  author=author, ts=ts, of=of, parent=parent if kind == "post" else "")
+                  author=author, ts=ts, of=of, parent=parent if kind == "post" else "",
+                  halves=halves)
 
 
 def parse_unverified(raw: object,
-                     before_sig: Callable[[str, str, str, int, str], None] | None = None
-                     ) -> Record:
+                     before_sig: Callable[[str, str, str, int, str], None] | None = None,
+                     doc: object = None) -> Record:
     """:func:`check_record` without the signature check, which the caller makes later
     (:func:`verify_record`) only for what it keeps: a relay skips verifying the
     owner's stamp of a record it already holds."""
-    return check_record(raw, before_sig, _signed=True)
+    return check_record(raw, before_sig, _signed=True, doc=doc)
+
+
+def line_recs(line: str, limit: int) -> list[tuple[str, object]] | None:
+    """``(exact text, decoded value)`` of each element of the top-level ``recs`` array
+    of a ``board-posts`` or ``board-submit`` line; None when the line has no such
+    array, or more than ``limit`` elements.
+
+    One pass, each record decoded once (with the strict decoder, as
+    :func:`check_record` would, which then takes the value as it is): a record
+    is relayed as its exact bytes, so its text is cut from the line, and
+    decoding it a second time to check it was a good part of what a relay
+    spent on it.  When ``recs`` appears twice the last counts, as in the
+    parsed line.
+    """
+    found = _last_recs(line, limit)
+    if found is not None:
+        return found
+    scan = DECODER.raw_decode
+    ws = _WS_RUN.match
+    i = ws(line, 0).end()
+    if line[i:i + 1] != "{":
+        return None
+    found: list[tuple[str, object]] | None = None
+    try:
+        while True:
+            i = ws(line, i + 1).end()
+            if line[i:i + 1] != '"':
+                return None
+            key, i = _scanstring(line, i + 1)
+            i = ws(line, i).end()
+            if line[i:i + 1] != ":":
+                return None
+            i = ws(line, i + 1).end()
+            if key != "recs":
+                _val, i = scan(line, i)
+            elif line[i:i + 1] != "[":
+                return None
+            else:  # the records, each cut and decoded once
+                found = []
+                i = ws(line, i + 1).end()
+                if line[i:i + 1] == "]":
+                    i += 1
+                else:
+                    while True:
+                        start = i
+                        val, i = scan(line, i)
+                        found.append((line[start:i], val))
+                        if len(found) > limit:
+                            return None
+                        i = ws(line, i).end()
+                        sep = line[i:i + 1]
+                        if sep == "]":
+                            i += 1
+                            break
+                        if sep != ",":
+                            return None
+                        i = ws(line, i + 1).end()
+            i = ws(line, i).end()
+            sep = line[i:i + 1]
+            if sep == "}":
+                return found
+            if sep != ",":
+                return None
+    except (ValueError, RecursionError):
+        return None
+
+
+_WS_RUN = re.compile(r"[ \t\r\n]*")
+_RECS = '"recs":['
+
+
+def _last_recs(line: str, limit: int) -> list[tuple[str, object]] | None:
+    """:func:`line_recs` for a line whose last member is ``recs`` (as every line we
+    write), found without scanning the members before it; None for any other.
+
+    In valid JSON ``"recs":[`` can only be a key with an array value (a quote
+    inside a string is escaped), though maybe a nested one; it is the
+    line's own when its array closes the line, since a nested array would
+    be followed by the rest of the object holding it.
+    """
+    i = line.find(_RECS)
+    if i < 0:
+        return None
+    scan = DECODER.raw_decode
+    ws = _WS_RUN.match
+    i = ws(line, i + len(_RECS)).end()
+    out: list[tuple[str, object]] = []
+    try:
+        if line[i:i + 1] != "]":
+            while True:
+                start = i
+                val, i = scan(line, i)
+                out.append((line[start:i], val))
+                if len(out) > limit:
+                    return None
+                if line[i:i + 1] != ",":
+                    i = ws(line, i).end()
+                    if line[i:i + 1] != ",":
+                        break
+                i += 1
+                if line[i:i + 1] in _WS:
+                    i = ws(line, i).end()
+            if line[i:i + 1] != "]":
+                return None
+    except (ValueError, RecursionError):
+        return None
+    return out if line[i + 1:].strip(_WS) == "}" else None
+
+
+_WS = " \t\r\n"
 
 
 def verify_record(rec: Record) -> bool:
     """Whether ``rec``'s signature verifies (for records parsed unverified)."""
-    signed = canonical_bytes({k: v for k, v in rec.doc.items() if k != "sig"})
+    if rec.halves is not None:
+        signed = _joined(rec.halves, None)
+    else:
+        signed = canonical_bytes({k: v for k, v in rec.doc.items() if k != "sig"})
     return verify(rec.author, signed, rec.doc["sig"])
 
 

@@ -43,14 +43,29 @@ def short_key(key: str) -> str:
     return key[len(KEY_PREFIX):][:10] if key.startswith(KEY_PREFIX) else key[:10]
 
 
+_VERIFIERS: dict[str, VerifyKey] = {}  # key text -> its decoded verifier
+_MAX_VERIFIERS = 4096
+
+
+def _verifier(key: str) -> VerifyKey:
+    """``key``'s verifier, decoded once: a host verifies the same few keys (a topic's
+    owner, its peers) over and over, and decoding was a third of each check."""
+    found = _VERIFIERS.get(key)
+    if found is None:
+        found = VerifyKey(decode_key(key))
+        if len(_VERIFIERS) >= _MAX_VERIFIERS:
+            _VERIFIERS.clear()
+        _VERIFIERS[key] = found
+    return found
+
+
 def verify(key: str, message: bytes, signature: str) -> bool:
     """True when ``signature`` (any base64) is ``key``'s over ``message``."""
     try:
-        raw = decode_key(key)
         sig = b64decode_any(signature)
         if len(sig) != 64:
             return False
-        VerifyKey(raw).verify(message, sig)
+        _verifier(key).verify(message, sig)
         return True
     except (KeyError_, ValueError, BadSignatureError, TypeError):
         return False

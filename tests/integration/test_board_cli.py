@@ -345,3 +345,36 @@ def test_open_topic_through_a_relay_to_a_third_daemon(homes):
     r = c.ok("unsubscribe", topic)
     assert r.stdout.startswith("unsubscribed from ")
     assert json.loads(c.ok("topic", "show", topic, "--json").stdout)["subscribed"] is False
+
+
+def test_subscribe_once_waits_in_the_subscribe_request(homes):
+    """``POST /v1/board/subscribe`` with ``wait`` also waits for posts past its cursor, as
+    ``/v1/board/wait`` would, and ``brief`` answers only which topic and whether its
+    document is here: ``awp subscribe TOPIC --once`` with a short wait is one request."""
+    from awp.localapi.client import LocalClient
+
+    a, b = pair(homes)
+    a.ok("topic", "create", "ops", "--open")
+    first = posted(a.ok("post", "ops", "standup at ten"))
+    bob = LocalClient.for_home(b.path)
+    res = bob.post("/v1/board/subscribe", {"topic": "alice/ops", "timeout": 5, "brief": True,
+                                           "wait": 20})
+    assert res["subscribed"] is True and isinstance(res["cursor"], int)
+    assert set(res["topic"]) == {"topic", "label", "known", "subscribed"}
+    assert res["topic"]["label"] == "alice/ops" and res["topic"]["known"] is True
+    got = res["wait"]  # the owner's backlog, arrived after the cursor
+    assert got["timed_out"] is False and [p["id"] for p in got["posts"]] == [first]
+    assert got["cursor"] > res["cursor"]
+    # Nothing new past the cursor: an empty wait, timed out, on the same answer.
+    res = bob.post("/v1/board/subscribe", {"topic": "alice/ops", "wait": 0})
+    assert res["wait"] == {"posts": [], "cursor": res["wait"]["cursor"], "timed_out": True}
+    assert "policy" in res["topic"]  # without brief: the full topic object, as before
+    assert "wait" not in bob.post("/v1/board/subscribe", {"topic": "alice/ops"})
+
+    r = b.run("subscribe", "alice/ops", "--once", "--timeout", "0s")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == "subscribed to alice/ops\nnothing new after 0s\n"
+    second = posted(a.ok("post", "ops", "moved to eleven"))
+    wait_for(lambda: second in b.ok("get", "alice/ops").stdout, 20, "the post at bob")
+    r = b.run("subscribe", "alice/ops", "--once", "--timeout", "1s")
+    assert (r.returncode, r.stderr) == (2, "subscribed to alice/ops\nnothing new after 1s\n")

@@ -131,3 +131,42 @@ def test_a_queue_filled_from_a_file_of_lines(homes, tmp_path):
     assert got["item"]["text"] == "task 0"  # the oldest line first
     rows = queue_rows(a, "jobs")
     assert len(rows) == 1500
+
+
+def test_the_table_reads_the_compact_answer_and_json_the_full_one(homes):
+    """``awp queue`` asks for ``?compact=1``: one short row an item, the same facts as the
+    full answer (``--json``), the text folded and cut, an edit's text shown."""
+    from awp.localapi.client import LocalClient
+
+    a, b = homes("a"), homes("b")
+    a.ok("up", "--name", "alice")
+    b.ok("up", "--name", "bob")
+    b.ok("connect", a.address)
+    a.ok("topic", "create", "jobs", "--queue", "--open")
+    long = "step  one\n" + "word " * 40
+    first = posted(a.ok("post", "jobs", long))
+    second = posted(a.ok("post", "jobs", "job two"))
+    a.ok("edit", second, "job two, edited")
+    subscribed(b, "alice/jobs")
+    got = json.loads(b.ok("claim", "alice/jobs", "--json").stdout)
+    assert got["item"]["id"] == first
+
+    client = LocalClient.for_home(a.path)
+    full = client.get("/v1/board/queue", topic="jobs")
+    compact = client.get("/v1/board/queue", topic="jobs", compact=1)
+    assert "rows" not in full and "items" not in compact
+    assert compact["columns"] == ["id", "status", "holder", "until", "attempts", "text"]
+    assert {k: compact[k] for k in ("topic", "arbiter", "workers", "self", "names")} == {
+        k: full[k] for k in ("topic", "arbiter", "workers", "self", "names")}
+    assert [r[:5] for r in compact["rows"]] == [
+        [i["item"]["id"], i["status"], i["holder"], i["until"], i["attempts"]]
+        for i in full["items"]]
+    texts = {r[0]: r[5] for r in compact["rows"]}
+    assert texts[first] == ("step one " + "word " * 40)[:79] + "…"
+    assert texts[second] == "job two, edited"
+    assert len(json.dumps(compact)) < len(json.dumps(full)) / 2
+
+    rows = queue_rows(a, "jobs")
+    assert rows[first][:3] == [first, "claimed", "bob"]
+    assert rows[second] == [second, "open", "-", "-", "0", "job", "two,", "edited"]
+    assert json.loads(a.ok("queue", "jobs", "--json").stdout)["items"] == full["items"]

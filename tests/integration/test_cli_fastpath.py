@@ -202,3 +202,31 @@ def test_board_commands_and_help_import_nothing_heavy(homes):
         "    except SystemExit:\n"
         "        pass\n")) == ["[]"]
     assert _new_modules(a.path, "main(['--help'])\nmain(['get', '--help'])\n") == ["[]"]
+
+
+def test_the_program_ends_a_fast_command_without_the_interpreters_teardown(homes):
+    """``awp`` (scripts/awp, ``python -m awp``) ends a fast-path command or a hook with
+    ``os._exit`` once its output is flushed: no teardown (an exit handler shows it), all
+    the output and the exit status kept.  A typer command ends the ordinary way."""
+    a = homes("a")
+    a.ok("up", "--name", "quick")
+    prog = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stderr.write('teardown\\n'))\n"
+            "sys.argv = ['awp', *sys.argv[1:]]\n"
+            "from awp.cli.entry import program\nprogram()\n")
+
+    def program(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", prog, *args, "--home", a.path],
+                              capture_output=True, text=True, cwd=ROOT, timeout=60,
+                              env=a.env, stdin=subprocess.DEVNULL)
+
+    r = program("status")
+    assert r.returncode == 0 and r.stderr == "" and "quick" in r.stdout, r
+    r = program("wait", "--timeout", "0s")
+    assert r.returncode == 2 and "teardown" not in r.stderr, r
+    r = program("hook", "inbox")
+    assert r.returncode == 0 and r.stderr == "", r
+    r = program("status", "--json")
+    assert json.loads(r.stdout)["name"] == "quick"  # buffered output all there
+    r = program("peers", "--bogus")  # not the fast path's: typer's usage error, typer's exit
+    assert r.returncode == 2 and "teardown" in r.stderr, r

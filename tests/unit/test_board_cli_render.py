@@ -105,7 +105,7 @@ def test_queue_table_names_holders():
         {"item": post("c", "build 3"), "status": "claimed", "holder": ALICE,
          "until": NOW - 1, "attempts": 2},
     ]
-    rows = rb.queue_table(items, {BOB: "bob"}, ALICE, NOW).split("\n")
+    rows = rb.queue_table(rb.queue_rows(items), {BOB: "bob"}, ALICE, NOW).split("\n")
     assert rows[0].split() == ["ITEM", "STATUS", "HOLDER", "UNTIL", "ATTEMPTS", "TEXT"]
     assert rows[1].split()[:3] == ["aaaaaaaaaa", "claimed", "bob"] and "(in 4m)" in rows[1]
     assert rows[2].split() == ["bbbbbbbbbb", "open", "-", "-", "0", "build", "2"]

@@ -2,11 +2,93 @@
 
 from __future__ import annotations
 
+import socket
+from types import SimpleNamespace
+
+import trio
+
 from awp.node.board_sendq import BoardLink
+from awp.node.lineout import LineOut
 
 
 class _Conn:
+    """A connection that is not up yet: every line waits in the link's queue."""
+
     peer_key = "ed25519:" + "A" * 43
+    closed = trio.Event()
+    established = trio.Event()
+
+
+def _socket_conn(sock: socket.socket) -> SimpleNamespace:
+    """A connection that is up, writing to ``sock`` (a trio stream, as the daemon's)."""
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+    conn = SimpleNamespace(peer_key="ed25519:" + "B" * 43, closed=trio.Event(),
+                           established=trio.Event(),
+                           session=SimpleNamespace(replay=SimpleNamespace(bye_sent=False)),
+                           out=LineOut(stream, write_timeout=5, on_stall=lambda why: None))
+    conn.established.set()
+    return conn
+
+
+def _drain(sock: socket.socket, n: int) -> bytes:
+    got = b""
+    while len(got) < n:
+        got += sock.recv(1 << 20)
+    return got
+
+
+def test_a_line_for_an_idle_link_goes_to_the_socket_at_once():
+    """No task wake-up for the common case: the line is written before push returns."""
+    async def main() -> None:
+        a, b = socket.socketpair()
+        conn = _socket_conn(a)
+        stats = {"lines_out": 0, "bytes_out": 0}
+        link = BoardLink(conn, max_bytes=10_000, stats=stats)  # type: ignore[arg-type]
+        line = b'{"t":"board-posts","recs":[]}\n'
+        assert link.push_records("t1", 0, ["a"], 100, lambda: line)
+        assert not link.queue and link.size == 0 and not link.wake.is_set()
+        assert _drain(b, len(line)) == line
+        assert stats == {"lines_out": 1, "bytes_out": len(line)}
+        # Another writer of the connection holds the send lock: the line waits its turn.
+        conn.out.lock.acquire_nowait()
+        assert link.push(b"second\n", "t1")
+        assert list(link.queue) == [b"second\n"] and link.wake.is_set()
+        conn.out.lock.release()
+        # Behind a queued line, nothing jumps the queue.
+        assert link.push_records("t1", 0, ["b"], 100, lambda: b"third\n")
+        assert [getattr(x, "raws", x) for x in link.queue] == [b"second\n", ["b"]]
+        a.close()
+        b.close()
+
+    trio.run(main)
+
+
+def test_what_the_socket_does_not_take_is_finished_by_the_link_before_anything_else():
+    async def main() -> None:
+        a, b = socket.socketpair()
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        conn = _socket_conn(a)
+        link = BoardLink(conn, max_bytes=1 << 24)  # type: ignore[arg-type]
+        big = b"x" * (4 << 20) + b"\n"
+        assert link.push(big, "t1")
+        assert link.partial and conn.out.busy()  # the rest waits, holding the send lock
+        assert link.push(b"next\n", "t1")  # queued behind the rest, not written
+        got = bytearray()
+
+        async def reader() -> None:
+            while len(got) < len(big):
+                await trio.lowlevel.wait_readable(b)
+                got.extend(b.recv(1 << 20))
+
+        b.setblocking(False)
+        async with trio.open_nursery() as n:
+            n.start_soon(reader)
+            await link.finish_partial()
+        assert bytes(got) == big and link.partial is None and not conn.out.busy()
+        a.close()
+        b.close()
+
+    trio.run(main)
 
 
 def test_a_full_queue_refuses_records_and_marks_the_topic_for_a_digest():

@@ -26,3 +26,14 @@ def test_each_subscriber_gets_the_kinds_it_wants():
         assert _drain(board) == ["board", "board"]
         assert _drain(other) == ["peer"]
     b.publish({"kind": "board"})  # no one left: nothing raised
+
+
+def test_a_call_runs_as_each_hint_of_its_kinds_is_published():
+    b = Broadcaster()
+    got: list[str] = []
+    with b.calling(lambda ev: got.append(ev["kind"]), kinds=("board",)):
+        for kind in ("board", "ack", "board"):
+            b.publish({"kind": kind})
+        assert got == ["board", "board"]
+    b.publish({"kind": "board"})  # taken off when the block ends
+    assert got == ["board", "board"]

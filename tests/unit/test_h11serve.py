@@ -26,7 +26,7 @@ def _exchange(request: bytes, *, max_body: int = 16, write_timeout: float | None
             seen.append(req)
             if stream_body:
                 await conn.start(200, [("content-type", "text/plain")])
-                for part in (b"one\n", b"two\n"):
+                for part in (b"one\n", b"two\n", b"three and more\n"):
                     await conn.send(part)
                 await conn.end()
                 return True
@@ -83,3 +83,35 @@ def test_a_streamed_response_goes_out_in_pieces():
     out, _ = _exchange(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n", stream_body=True)
     assert b"transfer-encoding: chunked" in out.lower()
     assert b"one\n" in out and b"two\n" in out and out.endswith(b"0\r\n\r\n")
+
+
+def _client_read(request: bytes, out: bytes) -> bytes:
+    """The body an HTTP client (h11's) reads from ``out``, the answer to ``request``."""
+    import h11
+
+    client = h11.Connection(h11.CLIENT)
+    method, target, _ = request.split(b" ", 2)
+    client.send(h11.Request(method=method, target=target, headers=[("host", "x")]))
+    client.send(h11.EndOfMessage())
+    client.receive_data(out)
+    client.receive_data(b"")
+    body = b""
+    while (ev := client.next_event()) not in (h11.NEED_DATA, h11.PAUSED) and not isinstance(
+            ev, h11.EndOfMessage | h11.ConnectionClosed):
+        if isinstance(ev, h11.Data):
+            body += ev.data
+    return body
+
+
+def test_every_piece_of_a_stream_is_framed_as_its_own_chunk():
+    # Pieces after the first are framed by us, not h11: a client must read them all.
+    req = b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n"
+    out, _ = _exchange(req, stream_body=True)
+    assert out.endswith(b"4\r\none\n\r\n4\r\ntwo\n\r\nf\r\nthree and more\n\r\n0\r\n\r\n")
+    assert _client_read(req, out) == b"one\ntwo\nthree and more\n"
+
+
+def test_a_stream_to_an_http_1_0_client_is_not_chunked():
+    out, _ = _exchange(b"GET /s HTTP/1.0\r\nHost: x\r\n\r\n", stream_body=True)
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert b"chunked" not in head.lower() and body == b"one\ntwo\nthree and more\n"

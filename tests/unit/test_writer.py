@@ -167,16 +167,34 @@ def test_a_failing_job_alone_fails_only_itself_threaded_and_inline(tmp_path, mon
     assert sorted(r[0] for r in conn.execute("SELECT n FROM t")) == [0, 3600]
 
 
-def test_a_relaxed_run_commits_inline_without_the_policy_and_restores_full_sync(tmp_path):
+def _sync_then(n: int):
+    """A job that inserts ``n`` and says what ``synchronous`` its transaction commits with."""
+    def job(c: sqlite3.Connection) -> int:
+        c.execute("INSERT INTO t (n) VALUES (?)", (n,))
+        return c.execute("PRAGMA synchronous").fetchone()[0]
+    return job
+
+
+def test_a_relaxed_run_commits_inline_without_the_policy_and_durable_ones_sync_again(tmp_path):
     conn = _store(tmp_path)
     policy = Policy()
 
     async def main() -> None:
         w = Writer(conn, policy=policy)
         w.start()
-        assert await w.run_relaxed(_insert(7)) == 7
+        said: list[str] = []
+        conn.set_trace_callback(lambda sql: said.append(sql) if "synchronous =" in sql else None)
+        assert await w.run_relaxed(_sync_then(7)) == 1  # NORMAL: no fsync
         assert w.relaxed_batches == 1 and policy.events == []  # the reservation waits
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+        assert await w.run_relaxed(_sync_then(6)) == 1  # still NORMAL, not set again
+        assert said == ["PRAGMA synchronous = NORMAL"]
+        assert await w.run(_sync_then(5)) == 2  # a durable transaction: FULL again
+        # Inline (NORMAL) only if the writer thread has let go of the run before:
+        # it may still be resolving it, and then the relaxed run queues (FULL).
+        before = w.relaxed_batches
+        assert await w.run_relaxed(_sync_then(3)) == (1 if w.relaxed_batches > before else 2)
+        assert await w.run(_sync_then(2)) == 2
+        conn.execute("DELETE FROM t WHERE n != 7")
         other = sqlite3.connect(str(tmp_path / "awp.db"))
         assert other.execute("SELECT n FROM t").fetchall() == [(7,)]  # committed
         other.close()
@@ -191,7 +209,7 @@ def test_a_relaxed_run_commits_inline_without_the_policy_and_restores_full_sync(
         except ValueError:
             pass
         assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1  # rolled back
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert await w.run(_sync_then(9)) == 2
         await w.stop()
 
     trio.run(main)

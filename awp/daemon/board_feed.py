@@ -1,0 +1,270 @@
+"""What ``/v1/board/wait`` answers from: the posts a host has just stored, shaped once.
+
+Every client following the board (a stream, or a long poll) is woken when
+records are stored.  Each used to read the store again, shape the post
+objects and encode its answer on every wake-up, which on a host whose clients
+keep up cost about as much CPU per post as taking the post from its peer.  The
+:class:`Feed` does that once per daemon: the first waiter to wake reads the
+posts stored past the feed's top (every topic, one query) and encodes each post
+object once; every waiter then takes what is in its scope past its own place
+and joins the bytes into its answer.  A waiter that fell behind the feed, and
+every waiter's first look, reads the store itself, as before.
+
+What a waiter gets is exactly what reading the store would give it at that
+moment: the feed's posts are read again whenever anything was committed since
+they were read (SQLite's ``data_version``: an edit, a delete, a reply, a
+retention drop, a stamp all change it), so no deleted or stale post is served
+from it.  The answers are the same bytes as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from ..board import view
+from ..node.engine import Engine
+from ..store import board as sb
+from ..wire.board import Record
+from ..wire.canonical import compact_json
+
+LIVE_POSTS = 32  # a waiter reads up to this many posts on the event loop; more on a reader thread
+CATCH_UP_POSTS = 500  # posts in one answer of a waiter that is far behind
+FEED_POSTS = 64  # the feed reads at most this many posts at once
+NAMES_S = 10.0  # names shown (authors, topic labels) are looked up again after this long
+
+Shape = Callable[[sqlite3.Connection | None, sb.Post, dict[str, str]], dict]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A post in the feed: where it arrived, its scope, and its object, encoded."""
+
+    seq: int
+    topic: str
+    mine: bool
+    data: bytes
+
+
+class Feed:
+    """The posts stored lately, read and encoded once for every waiter of a daemon.
+
+    ``entries`` hold every post readers see with ``floor < seq <= top``, as
+    the store held them at ``version``.  A waiter whose place (every record up
+    to it looked at) lies in that range takes its posts from here.  The
+    floor is the lowest place of a waiter still taking from the feed, so one
+    that is a wake-up behind the others is not sent to the store.
+    """
+
+    def __init__(self, engine: Engine, shape: Shape) -> None:
+        self.engine, self.shape = engine, shape
+        self.entries: list[Entry] = []
+        self.floor = self.top = 0
+        self.version = -1  # -1: not read since the first waiter came
+        self.more = False  # the last read stopped at FEED_POSTS: there are more past top
+        self.changed = trio.Event()  # set (and replaced) when a board record is stored
+        self.places: dict[int, int] = {}  # a waiter (its id) -> its place
+        self.names: dict[str, str] = {}
+        self._names_since = 0.0
+        self.stored: dict[int, Record] = {}  # seq -> a post just stored, from its hint
+        self._hints: contextlib.ExitStack | None = None
+        self.reads = 0  # how often the feed read the store (status of the bench)
+
+    # -- waiters ------------------------------------------------------------------------
+
+    def join(self, waiter: object, place: int) -> None:
+        if self._hints is None:
+            self._hints = contextlib.ExitStack()
+            self._hints.enter_context(self.engine.changes.calling(self._hint, kinds=("board",)))
+        self.places[id(waiter)] = place
+
+    def leave(self, waiter: object) -> None:
+        self.places.pop(id(waiter), None)
+        if not self.places and self._hints is not None:
+            self._hints.close()
+            self._hints = None
+            self.entries, self.version, self.more, self.stored = [], -1, False, {}
+
+    def _hint(self, event: dict) -> None:
+        """A board record was stored (and committed): wake every waiter once.
+
+        The hint of a record :meth:`Board.take` stored carries it (``record``,
+        never sent out of the process): a post nothing names yet is shaped
+        from it, without reading it back and parsing it again.
+        """
+        rec, seq = event.get("record"), event.get("seq")
+        if isinstance(rec, Record) and rec.kind == "post" and isinstance(seq, int) and seq:
+            self.stored[seq] = rec
+        self.changed.set()
+        self.changed = trio.Event()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read what was stored past ``top``, if the store changed since the last read."""
+        self.engine.read_sync(self._read)
+
+    def _read(self, c: sqlite3.Connection) -> None:
+        version = sb.data_version(c)
+        if version == self.version and not self.more:
+            return
+        last = sb.last_seq(c)  # before the posts: anything stored after is read next time
+        if self.version == -1:
+            self.floor = self.top = last  # waiters before it read the store themselves
+            self.version, self.entries, self.stored = version, [], {}
+            return
+        # Read again from the lowest waiter still taking from here; one that far behind
+        # would make this read full is let go (it reads the store, as a catch-up).
+        pinned = [p for p in self.places.values() if self.floor <= p < self.top]
+        floor = min(pinned, default=self.top)
+        found = sb.plain_posts(c, floor, last, FEED_POSTS)
+        if len(found) == FEED_POSTS and floor < self.top:
+            floor = self.top
+            found = sb.plain_posts(c, floor, last, FEED_POSTS)
+        self.more = len(found) == FEED_POSTS
+        posts = self._posts(c, found)
+        now = time.monotonic()
+        if now - self._names_since > NAMES_S or len(self.names) > 1024:
+            self.names, self._names_since = {}, now
+        me = self.engine.identity.key
+        self.entries = [Entry(p.seq, p.topic, p.shown.author == me,
+                              compact_json(self.shape(c, p, self.names)).encode())
+                        for p in posts]
+        self.floor, self.top = floor, found[-1][0] if self.more else last
+        self.version = version
+        self.stored = {s: r for s, r in self.stored.items() if s > self.floor}
+        self.reads += 1
+
+    def _posts(self, c: sqlite3.Connection, found: list[tuple[int, bool]]) -> list[sb.Post]:
+        """The posts readers see among ``found``: a plain one from the record stored, any
+        other (edited, replied to, gone, or stored without a hint) read back."""
+        posts, others = [], []
+        for seq, plain in found:
+            rec = self.stored.get(seq)
+            if plain and rec is not None:
+                posts.append(sb.Post(view.Shown(hash=rec.hash, author=rec.author, ts=rec.ts,
+                                                parent=rec.parent, parts=rec.doc["parts"],
+                                                edited=0), rec.topic, seq, 0))
+            else:
+                others.append(seq)
+        if others:
+            posts = sorted(posts + sb.posts_at(c, others), key=lambda p: p.seq)
+        return posts
+
+
+class Arrivals:
+    """Posts in scope that arrived after a cursor, as one answer or as a stream.
+
+    Both wake when the board stores records and take everything past their
+    place at once, from the feed while they keep up with it: records stored
+    together (one line, one batch) come back together.  The stream is how a
+    client that follows a topic pays one request for every post instead of a
+    request per post.
+    """
+
+    def __init__(self, feed: Feed, topics: list[str], after: int, mine: bool) -> None:
+        self.feed, self.topics, self.mine = feed, topics, mine
+        self.wanted = set(topics)
+        self.after = after  # the cursor: the seq of the last post returned
+        self.place = after  # every record up to here was looked at (where a wait goes on)
+        self.more = False  # the last look may have left posts behind
+        self.names: dict[str, str] = {}  # authors and topics shown, kept for a stream
+
+    def _store(self, c: sqlite3.Connection, limit: int) -> tuple[list[bytes], int, int]:
+        """Posts past the place read from the store, encoded; how many; the newest seq."""
+        # The newest seq first: every post up to it is then seen by the query after it.
+        last = sb.last_seq(c)
+        me = self.feed.engine.identity.key
+        posts = sb.posts_after(c, self.topics, self.place, me, self.mine, limit)
+        if posts:
+            self.after = posts[-1].seq
+        if len(self.names) > 1024:
+            self.names.clear()
+        return [compact_json(self.feed.shape(c, p, self.names)).encode() for p in posts], \
+            len(posts), last
+
+    async def look(self) -> list[bytes]:
+        """What is new past the place (which moves past it), each post encoded."""
+        feed = self.feed
+        feed.refresh()
+        if feed.floor <= self.place:
+            got = [e for e in feed.entries if e.seq > self.place and e.topic in self.wanted
+                   and (self.mine or not e.mine)]
+            self.place = max(self.place, feed.top)
+            feed.places[id(self)] = self.place
+            self.more = feed.more
+            if got:
+                self.after = got[-1].seq
+            return [e.data for e in got]
+        # Behind the feed (the first look, or a waiter that fell behind): the store.
+        # Read right here while it is a few posts (a reader thread's two hand-overs
+        # cost more CPU than the query); when there may be more, on a reader thread.
+        engine, limit = feed.engine, LIVE_POSTS
+        out, n, last = engine.read_sync(lambda c: self._store(c, LIVE_POSTS))
+        if n >= LIVE_POSTS:
+            limit = CATCH_UP_POSTS
+            out, n, last = await engine.read(lambda c: self._store(c, CATCH_UP_POSTS))
+        self.more = n >= limit
+        self.place = self.after if self.more else max(self.place, self.after, last)
+        feed.places[id(self)] = self.place
+        return out
+
+    def answer(self, posts: list[bytes]) -> bytes:
+        """The answer object, as ``compact_json`` would write it, from encoded posts."""
+        return b'{"posts":[%b],"cursor":%d,"timed_out":false}' % (b",".join(posts),
+                                                                   self.after)
+
+    def timed_out(self) -> bytes:
+        # The place, not the newest seq now: a post in scope stored since the last
+        # look would be skipped by a wait starting there.
+        return b'{"posts":[],"cursor":%d,"timed_out":true}' % self.place
+
+    async def once(self, timeout: float) -> bytes:
+        engine, feed = self.feed.engine, self.feed
+        engine.waiting += 1
+        feed.join(self, self.place)
+        try:
+            with trio.move_on_after(timeout):
+                while True:
+                    changed = feed.changed  # taken first: a record stored meanwhile wakes it
+                    posts = await self.look()
+                    if posts:
+                        return self.answer(posts)
+                    await changed.wait()
+        finally:
+            feed.leave(self)
+            engine.waiting -= 1
+        return self.timed_out()
+
+    async def stream(self, timeout: float) -> Any:
+        """One line a wake-up with posts, as :meth:`once` answers; after ``timeout`` a
+        last one with ``timed_out`` and the cursor to go on from."""
+        engine, feed = self.feed.engine, self.feed
+        engine.waiting += 1
+        feed.join(self, self.place)
+        try:
+            deadline = trio.current_time() + timeout
+            while True:
+                changed = feed.changed
+                posts = await self.look()
+                if posts:
+                    yield self.answer(posts) + b"\n"
+                    if self.more:  # there may be more already
+                        continue
+                with trio.move_on_at(deadline):
+                    await changed.wait()
+                    continue
+                break
+            posts = await self.look()
+            if posts:
+                yield self.answer(posts) + b"\n"
+        finally:
+            feed.leave(self)
+            engine.waiting -= 1
+        yield self.timed_out() + b"\n"
