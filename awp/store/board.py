@@ -861,10 +861,12 @@ def last_seq(c: sqlite3.Connection) -> int:
     return c.execute("SELECT coalesce(max(seq), 0) FROM board_records").fetchone()[0]
 
 
-def data_version(c: sqlite3.Connection) -> int:
-    """A number that changes whenever another connection (the writer's) commits: what was
-    read on ``c`` before is current while it stays the same."""
-    return c.execute("PRAGMA data_version").fetchone()[0]
+def version_and_last(c: sqlite3.Connection) -> tuple[int, int]:
+    """A number that changes whenever another connection (the writer's) commits (what was
+    read on ``c`` before is current while it stays the same), and :func:`last_seq`: one
+    statement, which a waiter of the board runs on every wake-up."""
+    return c.execute("SELECT (SELECT data_version FROM pragma_data_version),"
+                     " (SELECT coalesce(max(seq), 0) FROM board_records)").fetchone()
 
 
 def unread(c: sqlite3.Connection, me: str, limit: int = 50) -> tuple[list[Post], int]:
