@@ -219,3 +219,56 @@ def test_an_asks_offers_and_bid_are_under_its_signature():
                 {k: v for k, v in ask.items() if k != "bid"}):
         with pytest.raises(b.BoardError):
             check_ask(bad)
+
+
+def test_key_and_topic_memories_are_bounded():
+    """A crowd of fresh keys grows what a host remembers of checked keys, verifiers and
+    topic names only to 4,096 of each; past it they are checked again, as before."""
+    from awp.wire import board as wb
+    from awp.wire import keys
+
+    for i in range(4096 + 10):
+        key = keys.encode_key(i.to_bytes(32, "big"))
+        wb.parse_topic(f"{key}/t")
+        keys.verify(key, b"m", "A" * 86)  # fails (not the key's signature), remembered all the same
+    assert len(wb._KNOWN_KEYS) <= 4096 and len(wb._KNOWN_TOPICS) <= 4096
+    assert len(keys._VERIFIERS) <= 4096
+    key = keys.encode_key((7).to_bytes(32, "big"))
+    assert wb.parse_topic(f"{key}/t") == (key, "t")  # forgotten or not, the answer is the same
+
+
+def test_a_records_name_and_signed_bytes_come_from_one_encoding_as_canonical_json():
+    """Members sorted before and after ``sig`` joined make the canonical JSON with and
+    without the signature, whatever the members (nested ``sig``, keys around it)."""
+    sig = "A" * 86
+    docs = [{"sig": sig}, {"a": 1, "sig": sig}, {"z": [1, {"sig": "x"}], "sig": sig},
+            {"k": "post", "topic": "t", "ts": "x", "parts": [{"k": "text", "text": 'é"\n'}],
+             "via": {"sig": "b", "z": None}, "seq": 5, "sif": 1, "sih": 2, "Sig": 3, "é": 4,
+             "sig": sig}]
+    for doc in docs:
+        halves = b._halves(doc)
+        assert b._joined(halves, sig) == canonical_bytes(doc)
+        assert b._joined(halves, None) == canonical_bytes(
+            {k: v for k, v in doc.items() if k != "sig"})
+    p = _post("named once")
+    again = b.parse_unverified(p.raw)
+    assert again.hash == p.hash == b.record_hash(json.loads(p.raw)) and b.verify_record(again)
+
+
+def test_line_recs_cuts_each_record_as_the_full_scan_does():
+    st, p = _post("one"), _post("two", ts=T0 + 2)
+    line = ('{"t":"board-posts","id":"x","ts":"y","topic":"t","hops":1,"recs":['
+            + st.raw + "," + p.raw + "]}")
+    got = b.line_recs(line, 10)
+    assert [r for r, _v in got] == [st.raw, p.raw]
+    assert [v for _r, v in got] == [json.loads(st.raw), json.loads(p.raw)]
+    assert b.line_recs(line, 1) is None  # over the limit: the line is dropped
+    # Spaced, recs not last, a nested recs, recs twice: the last top-level one counts.
+    assert b.line_recs(' { "recs" : [ 1 , 2 ] } ', 5) == [("1", 1), ("2", 2)]
+    assert b.line_recs('{"recs":[1],"hops":0}', 5) == [("1", 1)]
+    assert b.line_recs('{"x":{"recs":[9]},"recs":[2]}', 5) == [("2", 2)]
+    assert b.line_recs('{"recs":[1],"recs":[2]}', 5) == [("2", 2)]
+    assert b.line_recs('{"recs":[]}', 5) == []
+    for bad in ('{"x":{"recs":[9]}}', '{"recs":[1,]}', '{"recs":[1]', '{"recs":5}',
+                '{"recs":[NaN]}', "", "[]"):
+        assert b.line_recs(bad, 5) is None, bad
