@@ -561,7 +561,7 @@ class Board(Extension):
             return taken
 
         try:
-            taken = await self._store(job, len(raws) if via and not owner else 0)
+            taken = await self._store(job, len(raws) if via and not owner else 0, len(raws))
         except Exception:
             if self.queue is not None:
                 self.queue.forget()
@@ -593,18 +593,26 @@ class Board(Extension):
         return taken
 
     async def _store(self, job: Callable[[sqlite3.Connection], sb.Taken],
-                     relayed: int) -> sb.Taken:
-        """Run a store job: ``relayed`` records from a peer go in a relaxed commit.
+                     relayed: int, count: int) -> sb.Taken:
+        """Run a store job of ``count`` records: ``relayed`` ones from a peer go in a
+        relaxed commit.
 
         A record a peer relayed is held by every subscriber, so no one needs
         it on disk before it goes on: a small batch of them is stored inline
         without the fsync (:meth:`Writer.run_relaxed`), which is most of what
-        a relay spends per record.  Our own records, and large batches (a
-        catch-up; they would hold up the event loop), take the durable path.
+        a relay spends per record.  Our own records, what the owner stamps,
+        and large batches (a catch-up) take the durable path: a small one
+        inline too when the writer is quiet and its commits are fast
+        (:meth:`Writer.submit`, which saves the two thread hand-overs), a
+        large one on the writer's thread, since it would hold up the event
+        loop.
         """
+        writer = self.engine.writer
         if 0 < relayed <= RELAXED_RECORDS:
-            return await self.engine.writer.run_relaxed(job)
-        return await self.engine.writer.run(job)
+            return await writer.run_relaxed(job)
+        if count <= RELAXED_RECORDS:  # inline when the writer is quiet and commits are fast
+            return await writer.submit(job).wait()
+        return await writer.run(job)
 
     async def _forward(self, topic: str, raws: list[str], hops: int,
                        except_key: str = "", only: BoardLink | None = None) -> None:
