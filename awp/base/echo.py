@@ -1,4 +1,5 @@
-"""Echoing a value back in an error message, cut to a few dozen characters.
+"""Echoing a value back in an error message, cut to a few dozen characters,
+and one line of text cut to a width (:func:`clip`) for tables and short answers.
 
 Errors reach a model's context (MCP results, hook output) and a person's
 terminal. A bad argument may be megabytes long; repeating it whole would put
@@ -36,3 +37,17 @@ def cut_message(text: str, limit: int = MESSAGE_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} more characters not shown)"
+
+
+def clip(text: str, width: int) -> str:
+    """One line of at most ``width`` characters (``…`` marks a cut)."""
+    line = text if type(text) is str else str(text or "")
+    # Whitespace runs fold to one space.  A printable line holds no whitespace but
+    # the ASCII space (isprintable is false for every other separator and control),
+    # so one without doubled or outer spaces is already folded: the common case,
+    # checked in C, for tables of thousands of rows.
+    if not (line.isprintable() and "  " not in line and line[:1] != " " and line[-1:] != " "):
+        line = " ".join(line.split())
+    if width > 0 and len(line) > width:
+        return line[: max(1, width - 1)] + "…"
+    return line

@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from ..base.echo import echo
+from ..base.echo import clip, echo
 from ..board import market, view
 from ..board.market import Bid
 from ..board.workers import earlier_results, lease_facts

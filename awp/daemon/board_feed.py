@@ -20,6 +20,7 @@ from it.  The answers are the same bytes as before.
 from __future__ import annotations
 
 import contextlib
+import math
 import sqlite3
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from ..wire.canonical import compact_json
 LIVE_POSTS = 32  # a waiter reads up to this many posts on the event loop; more on a reader thread
 CATCH_UP_POSTS = 500  # posts in one answer of a waiter that is far behind
 FEED_POSTS = 64  # the feed reads at most this many posts at once
+MAX_STORED = 256  # records kept from hints until a waiter looks (past it: read back)
 NAMES_S = 10.0  # names shown (authors, topic labels) are looked up again after this long
 
 Shape = Callable[[sqlite3.Connection | None, sb.Post, dict[str, str]], dict]
@@ -74,22 +76,56 @@ class Feed:
         self._names_since = 0.0
         self.stored: dict[int, Record] = {}  # seq -> a post just stored, from its hint
         self._hints: contextlib.ExitStack | None = None
+        self.ends: dict[int, float] = {}  # a waiter (its id) -> when its wait ends
+        self._alarm: trio.CancelScope | None = None  # _ring's sleep, until the next end
         self.reads = 0  # how often the feed read the store (status of the bench)
 
     # -- waiters ------------------------------------------------------------------------
 
-    def join(self, waiter: object, place: int) -> None:
+    def join(self, waiter: object, place: int, until: float = math.inf) -> None:
+        """A waiter starts: at ``place``, waiting until ``until`` (trio time) at the latest."""
         if self._hints is None:
             self._hints = contextlib.ExitStack()
             self._hints.enter_context(self.engine.changes.calling(self._hint, kinds=("board",)))
         self.places[id(waiter)] = place
+        if until < math.inf:
+            self.ends[id(waiter)] = until
+            if self._alarm is None:
+                self._alarm = trio.CancelScope(deadline=until)
+                self.engine.spawn(self._ring)
+            elif until < self._alarm.deadline:
+                self._alarm.deadline = until
 
     def leave(self, waiter: object) -> None:
         self.places.pop(id(waiter), None)
+        self.ends.pop(id(waiter), None)
         if not self.places and self._hints is not None:
             self._hints.close()
             self._hints = None
             self.entries, self.version, self.more, self.stored = [], -1, False, {}
+        if not self.ends and self._alarm is not None:
+            self._alarm.deadline = -math.inf  # _ring ends
+
+    async def _ring(self) -> None:
+        """Wake every waiter when one's time is up (it sees so and ends; the others wait
+        on): one task for all, where a cancel scope per waiter and wake-up cost as much
+        as the rest of a stream's wake-up."""
+        while True:
+            alarm = self._alarm
+            assert alarm is not None
+            with alarm:
+                await trio.sleep_forever()
+            if not self.ends:
+                self._alarm = None
+                return
+            self._wake()
+            now = trio.current_time()
+            self._alarm = trio.CancelScope(
+                deadline=min((t for t in self.ends.values() if t > now), default=math.inf))
+
+    def _wake(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
 
     def _hint(self, event: dict) -> None:
         """A board record was stored (and committed): wake every waiter once.
@@ -100,9 +136,10 @@ class Feed:
         """
         rec, seq = event.get("record"), event.get("seq")
         if isinstance(rec, Record) and rec.kind == "post" and isinstance(seq, int) and seq:
+            if len(self.stored) >= MAX_STORED:  # no waiter has looked for long: read back
+                self.stored.clear()
             self.stored[seq] = rec
-        self.changed.set()
-        self.changed = trio.Event()
+        self._wake()
 
     # -- reading --------------------------------------------------------------------------
 
@@ -111,10 +148,10 @@ class Feed:
         self.engine.read_sync(self._read)
 
     def _read(self, c: sqlite3.Connection) -> None:
-        version = sb.data_version(c)
+        # The newest seq before the posts: anything stored after is read next time.
+        version, last = sb.version_and_last(c)
         if version == self.version and not self.more:
             return
-        last = sb.last_seq(c)  # before the posts: anything stored after is read next time
         if self.version == -1:
             self.floor = self.top = last  # waiters before it read the store themselves
             self.version, self.entries, self.stored = version, [], {}
@@ -244,12 +281,15 @@ class Arrivals:
 
     async def stream(self, timeout: float) -> Any:
         """One line a wake-up with posts, as :meth:`once` answers; after ``timeout`` a
-        last one with ``timed_out`` and the cursor to go on from."""
+        last one with ``timed_out`` and the cursor to go on from.
+
+        No cancel scope per wake-up: the feed wakes every waiter when one's
+        time is up, and each looks at the clock."""
         engine, feed = self.feed.engine, self.feed
         engine.waiting += 1
-        feed.join(self, self.place)
+        deadline = trio.current_time() + timeout
+        feed.join(self, self.place, deadline)
         try:
-            deadline = trio.current_time() + timeout
             while True:
                 changed = feed.changed
                 posts = await self.look()
@@ -257,13 +297,9 @@ class Arrivals:
                     yield self.answer(posts) + b"\n"
                     if self.more:  # there may be more already
                         continue
-                with trio.move_on_at(deadline):
-                    await changed.wait()
-                    continue
-                break
-            posts = await self.look()
-            if posts:
-                yield self.answer(posts) + b"\n"
+                if trio.current_time() >= deadline:
+                    break
+                await changed.wait()
         finally:
             feed.leave(self)
             engine.waiting -= 1

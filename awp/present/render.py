@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from ..base.durations import format_duration
+from ..base.echo import clip  # noqa: F401  (one line of text; the tables and the daemon share it)
 
 INDENT = "  "
 
@@ -57,20 +58,6 @@ def ago(ms: int | None, now: int | None = None) -> str:
     if secs < 1:
         return "just now"
     return f"{format_duration(secs)} ago"
-
-
-def clip(text: str, width: int) -> str:
-    """One line of at most ``width`` characters (``…`` marks a cut)."""
-    line = text if type(text) is str else str(text or "")
-    # Whitespace runs fold to one space.  A printable line holds no whitespace but
-    # the ASCII space (isprintable is false for every other separator and control),
-    # so one without doubled or outer spaces is already folded: the common case,
-    # checked in C, for tables of thousands of rows.
-    if not (line.isprintable() and "  " not in line and line[:1] != " " and line[-1:] != " "):
-        line = " ".join(line.split())
-    if width > 0 and len(line) > width:
-        return line[: max(1, width - 1)] + "…"
-    return line
 
 
 def _compact(obj: object) -> str:

@@ -11,7 +11,7 @@ import json
 
 import trio
 
-from awp.daemon.board_feed import Arrivals, Feed
+from awp.daemon.board_feed import MAX_STORED, Arrivals, Feed
 from awp.node.events import Broadcaster
 from awp.store import board as sb
 from awp.store.db import connect, migrate
@@ -29,7 +29,8 @@ OTHER = f"{OWNER.key}/dev"
 class _Engine:
     """What the feed uses of the engine: a reader on the loop, hints, our key."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, nursery: trio.Nursery) -> None:
+        self.nursery = nursery
         self.writer = connect(path)
         migrate(self.writer)
         self.reader = connect(path)
@@ -39,6 +40,9 @@ class _Engine:
         for topic in (TOPIC, OTHER):
             sb.put_topic(self.writer, b.make_topic(OWNER, topic.split("/")[1], 1, T0), T0)
             sb.subscribe(self.writer, topic, T0)
+
+    def spawn(self, make) -> None:
+        self.nursery.start_soon(make)
 
     def read_sync(self, fn):
         return fn(self.reader)
@@ -78,9 +82,11 @@ def _texts(lines: list[bytes]) -> list[str]:
 
 def _run(tmp_path, body) -> None:
     async def main() -> None:
-        eng = _Engine(str(tmp_path / "awp.db"))
-        feed = Feed(eng, _shape)  # type: ignore[arg-type]
-        await body(eng, feed)
+        async with trio.open_nursery() as nursery:
+            eng = _Engine(str(tmp_path / "awp.db"), nursery)
+            feed = Feed(eng, _shape)  # type: ignore[arg-type]
+            await body(eng, feed)
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
 
@@ -179,21 +185,48 @@ def test_a_waiter_behind_the_feed_reads_the_store_and_then_keeps_up(tmp_path):
 
 def test_a_stream_ends_with_the_cursor_to_go_on_from_and_the_feed_is_let_go(tmp_path):
     async def body(eng: _Engine, feed: Feed) -> None:
-        w = Arrivals(feed, [TOPIC], sb.last_seq(eng.reader), False)
-        lines: list[bytes] = []
+        short, long = (Arrivals(feed, [TOPIC], sb.last_seq(eng.reader), False) for _ in "ab")
+        lines: dict[str, list[bytes]] = {"short": [], "long": []}
+        ended: dict[str, float] = {}
 
-        async def follow() -> None:
-            async for line in w.stream(1.0):
-                lines.append(line)
+        async def follow(name: str, w: Arrivals, timeout: float) -> None:
+            t0 = trio.current_time()
+            async for line in w.stream(timeout):
+                lines[name].append(line)
+            ended[name] = trio.current_time() - t0
 
-        async with trio.open_nursery() as n:
-            n.start_soon(follow)
-            await trio.sleep(0.2)
-            eng.store(_post("live", T0))
-        assert [json.loads(x)["timed_out"] for x in lines] == [False, True]
-        assert _texts(lines) == ["live"]
-        assert json.loads(lines[-1])["cursor"] == sb.last_seq(eng.reader)
-        assert feed.places == {} and eng.changes._subs == {}
+        with trio.fail_after(10):  # a stream its deadline never woke would hang here
+            async with trio.open_nursery() as n:
+                n.start_soon(follow, "long", long, 1.5)
+                n.start_soon(follow, "short", short, 0.6)
+                await trio.sleep(0.2)
+                eng.store(_post("live", T0))
+        for name in ("short", "long"):  # each ends at its own time, not the other's
+            got = lines[name]
+            assert [json.loads(x)["timed_out"] for x in got] == [False, True]
+            assert _texts(got) == ["live"]
+            assert json.loads(got[-1])["cursor"] == sb.last_seq(eng.reader)
+        assert 0.6 <= ended["short"] < 1.2 and ended["long"] >= 1.5
+        assert feed.places == {} and feed.ends == {} and eng.changes._subs == {}
         assert eng.waiting == 0
+        await trio.sleep(0.05)
+        assert feed._alarm is None  # the feed's timer task ended with its last waiter
+
+    _run(tmp_path, body)
+
+
+def test_records_kept_from_hints_are_bounded_while_no_waiter_looks(tmp_path):
+    async def body(eng: _Engine, feed: Feed) -> None:
+        w = Arrivals(feed, [TOPIC], sb.last_seq(eng.reader), False)
+        feed.join(w, w.place)
+        await w.look()
+        posts = [_post(f"p{i}", T0 + i) for i in range(MAX_STORED + 10)]
+        for p in posts:  # a waiter stuck writing to its client never looks
+            eng.store(p)
+            assert len(feed.stored) <= MAX_STORED
+        got = _texts([w.answer(await w.look())])
+        while w.more:
+            got += _texts([w.answer(await w.look())])
+        assert got == [f"p{i}" for i in range(len(posts))]
 
     _run(tmp_path, body)
