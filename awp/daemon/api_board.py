@@ -111,15 +111,9 @@ def needs_field(body: dict) -> dict:
         raise _bad(str(e)) from None
 
 
-# GET /v1/board/queue?compact=1: each item's row, and how much of its text it carries
-# (a table shows a line of it; the reader folds the whitespace and cuts it shorter).
+# GET /v1/board/queue?compact=1: each item's row, and how much of its text it carries.
 QUEUE_COLUMNS = ("id", "status", "holder", "until", "attempts", "text")
-QUEUE_TEXT = 120
-
-
-def glance(text: str) -> str:
-    """The start of an item's text for a table row; ``…`` marks a cut."""
-    return text if len(text) <= QUEUE_TEXT else text[:QUEUE_TEXT - 1] + "…"
+QUEUE_TEXT = 80
 
 
 def text_of(parts: list) -> str:
@@ -871,8 +865,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 answer["columns"] = list(QUEUE_COLUMNS)
                 answer["rows"] = [
                     [i["item"]["hash"][:10], i["status"], i["holder"], i["until"],
-                     i["attempts"], glance(text_of(posts[i["item"]["hash"]].shown.parts))]
-                    for i in items]
+                     i["attempts"], clip(text_of(posts[i["item"]["hash"]].shown.parts),
+                                         QUEUE_TEXT)] for i in items]
             return answer
 
         return await engine.read(q)

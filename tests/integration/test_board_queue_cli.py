@@ -135,7 +135,7 @@ def test_a_queue_filled_from_a_file_of_lines(homes, tmp_path):
 
 def test_the_table_reads_the_compact_answer_and_json_the_full_one(homes):
     """``awp queue`` asks for ``?compact=1``: one short row an item, the same facts as the
-    full answer (``--json``), the text cut, an edit's text shown."""
+    full answer (``--json``), the text folded and cut, an edit's text shown."""
     from awp.localapi.client import LocalClient
 
     a, b = homes("a"), homes("b")
@@ -162,7 +162,7 @@ def test_the_table_reads_the_compact_answer_and_json_the_full_one(homes):
         [i["item"]["id"], i["status"], i["holder"], i["until"], i["attempts"]]
         for i in full["items"]]
     texts = {r[0]: r[5] for r in compact["rows"]}
-    assert texts[first] == long[:119] + "…"
+    assert texts[first] == ("step one " + "word " * 40)[:79] + "…"
     assert texts[second] == "job two, edited"
     assert len(json.dumps(compact)) < len(json.dumps(full)) / 2
 
