@@ -24,8 +24,7 @@ import math
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -44,8 +43,7 @@ NAMES_S = 10.0  # names shown (authors, topic labels) are looked up again after 
 Shape = Callable[[sqlite3.Connection | None, sb.Post, dict[str, str]], dict]
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """A post in the feed: where it arrived, its scope, and its object, encoded."""
 
     seq: int
