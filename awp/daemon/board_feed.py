@@ -271,6 +271,9 @@ class Arrivals:
                     posts = await self.look()
                     if posts:
                         return self.answer(posts)
+                    if self.more:  # a full read left posts past it: no record will say so
+                        await trio.lowlevel.checkpoint()
+                        continue
                     await changed.wait()
         finally:
             feed.leave(self)
@@ -293,8 +296,9 @@ class Arrivals:
                 posts = await self.look()
                 if posts:
                     yield self.answer(posts) + b"\n"
-                    if self.more:  # there may be more already
-                        continue
+                if self.more:  # a full read left posts past it: no record will say so
+                    await trio.lowlevel.checkpoint()
+                    continue
                 if trio.current_time() >= deadline:
                     break
                 await changed.wait()
