@@ -19,7 +19,12 @@ def daemon(home: str | None, name: str | None, about: str | None, harness: str |
            allow: list[str], trust: list[str], serve: list[str], root: str | None,
            presence: bool | None, share_with: str | None, trace: bool, verbose: bool,
            start_dir: str | None) -> None:
-    """Run the daemon in the foreground; exits with its status (``SystemExit``)."""
+    """Run the daemon in the foreground; exits with its status.
+
+    By ``SystemExit``, which passes the fast path's handlers: the daemon ends
+    the ordinary way (its threads joined, its files closed), not with the
+    ``os._exit`` a fast-path command ends with (:func:`awp.cli.entry.program`).
+    """
     from ..daemon.app import run
     from ..daemon.settings import Flags, Harnesses
     from ..harness.identity import HARNESSES, detect, normalize

@@ -30,8 +30,9 @@ def program() -> None:
     caches and the allocator's arenas freed) is a few ms of every run, as
     much as the request itself, and such a run leaves nothing behind it
     (no thread, no open file it wrote, no exit handler: every file it writes
-    is closed by a ``with``).  The typer commands and the daemon exit the
-    ordinary way.
+    is closed by a ``with``).  The typer commands exit the ordinary way, and
+    so does the daemon, whose body ends in ``SystemExit`` (a test holds it to
+    that: its store and log are closed by the interpreter's exit).
     """
     args = sys.argv[1:]
     code = _light(args)

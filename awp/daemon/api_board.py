@@ -333,6 +333,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             t = await topic_answer(topic)
         answer = {"topic": t, "subscribed": True, "cursor": cursor}
         if wait is not None:
+            # /v1/board/wait's own answer (encoded by the feed), as an object here
             answer["wait"] = json.loads(await Arrivals(feed, [topic], cursor, False).once(wait))
         return answer
 

@@ -41,13 +41,13 @@ from ..wire.board import (
     BoardError,
     Record,
     check_refusal,
+    line_recs,
     make_refusal,
     make_stamp,
     parse_unverified,
     verify_record,
 )
 from ..wire.numbers import is_count
-from ..wire.presence import raw_elements, raw_member
 from ..wire.timefmt import now_ms
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class Sequencer:
         self._checking: set[str] = set()
         self._wake = trio.Event()
         # submits to our topics waiting for the stamper: (link, topic, records, hops)
-        self._queued: list[tuple[BoardLink, str, list[str], int]] = []
+        self._queued: list[tuple[BoardLink, str, list[tuple[str, object]], int]] = []
         self._stamp_wake = trio.Event()
 
     # -- the owner's side ------------------------------------------------------------
@@ -175,8 +175,7 @@ class Sequencer:
         topic, hops = line.get("topic"), line.get("hops")
         if not isinstance(topic, str) or topic not in self.board.subs or not is_count(hops):
             return
-        text = raw_member(raw.decode("utf-8"), "recs")
-        recs = raw_elements(text, MAX_SUBMIT) if text is not None else None
+        recs = line_recs(raw.decode("utf-8"), MAX_SUBMIT)  # each decoded once
         if not recs or not self._budget(link, len(recs)):
             return
         await self.board.policy(topic)  # loaded for _reader
@@ -205,7 +204,8 @@ class Sequencer:
             await self._stamp_wake.wait()
             self._stamp_wake = trio.Event()
             batch, self._queued = self._queued, []
-            merged: dict[tuple[int, str], tuple[BoardLink, str, list[str], int]] = {}
+            merged: dict[tuple[int, str],
+                         tuple[BoardLink, str, list[tuple[str, object]], int]] = {}
             for link, topic, recs, hops in batch:
                 got = merged.get((id(link), topic))
                 if got is None:
@@ -221,9 +221,13 @@ class Sequencer:
                 except Exception:  # the store failed us: the authors' hosts offer them again
                     log.exception("board: stamping records of %s failed", topic)
 
-    async def _stamp(self, link: BoardLink, topic: str, recs: list[str], hops: int) -> None:
-        """On the owner: judge and stamp, then answer the link: the stamped record, or why not."""
-        taken = await self.board.take(recs, via=link.conn.peer_key, hops=hops, owner=True)
+    async def _stamp(self, link: BoardLink, topic: str, recs: list[tuple[str, object]],
+                     hops: int) -> None:
+        """On the owner: judge and stamp, then answer the link: the stamped record, or why not.
+
+        ``recs``: each record's text and its value, decoded from the line once."""
+        taken = await self.board.take([r for r, _d in recs], via=link.conn.peer_key, hops=hops,
+                                      owner=True, docs=[d for _r, d in recs])
         back = [raw for rec in taken.new for raw in taken.wire(rec)]
         if taken.held:
             back += await self.engine.read(
@@ -237,32 +241,33 @@ class Sequencer:
             link.push(self.board.line("board-refused", '"doc":' + json.dumps(
                 doc, separators=(",", ":"), ensure_ascii=False)), topic)
 
-    async def _relay(self, link: BoardLink, topic: str, recs: list[str], hops: int) -> None:
+    async def _relay(self, link: BoardLink, topic: str, recs: list[tuple[str, object]],
+                     hops: int) -> None:
         """Not the owner: answer with what we hold stamped, pass the rest on."""
         on: list[str] = []
-        named: list[tuple[str, str]] = []
-        for r in recs:
+        named: list[tuple[str, str, Record]] = []
+        for r, doc in recs:
             try:
-                rec = parse_unverified(r)
+                rec = parse_unverified(r, doc=doc)
             except BoardError:
                 continue
             if rec.topic != topic or rec.kind in ("topic", "stamp") or rec.author == rec.owner:
                 continue
-            named.append((rec.hash, r))
+            named.append((rec.hash, r, rec))
         # Only a record offered again (its answer was lost, or the owner was away) can be
         # one we hold stamped by now: a first offer goes on without a store read.
-        again = [h for h, _r in named if h in self.routes]
+        again = [h for h, _r, _rec in named if h in self.routes]
         held = await self.engine.read(
             lambda c: {h: sb.stamped_raws(c, topic, h) for h in again}) if again else {}
         now = trio.current_time()
         back: list[str] = []
-        for h, r in named:
+        for h, r, rec in named:
             if held.get(h):
                 back.extend(held[h])
                 continue
             if now - self.passed.get(h, -PASS_S) < PASS_S:
                 continue
-            if not verify_record(parse_unverified(r)):
+            if not verify_record(rec):
                 continue  # we carry only what its author signed
             self.passed[h] = now
             self.routes[h] = (link.conn.peer_key, now)

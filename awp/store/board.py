@@ -84,9 +84,14 @@ def policy(c: sqlite3.Connection, topic: str) -> Policy | None:
     alone says whether the policy parsed before still holds.
     """
     row = c.execute("SELECT hash FROM board_topics WHERE topic = ?", (topic,)).fetchone()
-    if row is None:
+    return _policy_named(c, topic, row[0]) if row is not None else None
+
+
+def _policy_named(c: sqlite3.Connection, topic: str, doc_hash: str | None) -> Policy | None:
+    """The policy of ``topic``'s document whose hash is ``doc_hash`` (the newest held)."""
+    if doc_hash is None:
         return None
-    found = _POLICIES.get(row[0])
+    found = _POLICIES.get(doc_hash)
     if found is None:
         raw = topic_doc(c, topic)
         if raw is None:
@@ -94,7 +99,7 @@ def policy(c: sqlite3.Connection, topic: str) -> Policy | None:
         found = check_policy(json.loads(raw))
         if len(_POLICIES) >= 4096:
             _POLICIES.clear()
-        _POLICIES[row[0]] = found
+        _POLICIES[doc_hash] = found
     return found
 
 
@@ -388,8 +393,11 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     named = ""  # the hash of the element at hand, once known
 
     def pol_of(topic: str) -> Policy | None:
-        if topic not in policies:
-            policies[topic] = policy(c, topic)
+        if topic not in policies:  # read with the topic's shape, in one statement
+            sh = shape.get(topic)
+            if sh is None:
+                sh = shape[topic] = _Shape.read(c, topic)
+            policies[topic] = _policy_named(c, topic, sh.doc)
         return policies[topic]
 
     def ours(topic: str) -> bool:
@@ -402,8 +410,13 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             raise BoardError("not a topic we subscribe to")
         if kind in ("topic", "stamp"):
             return
-        if has(c, topic, h):
-            raise Known("already held")
+        if topic in shape:
+            if has(c, topic, h):
+                raise Known("already held")
+        else:  # the topic's first record here: its shape and whether it is held, at once
+            sh = shape[topic] = _Shape.read(c, topic, h)
+            if sh.held:
+                raise Known("already held")
         owner = topic.split("/", 1)[0]
         pol = pol_of(topic)
         if author == owner:
@@ -462,6 +475,8 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
         if rec.kind == "topic":
             if put_topic(c, rec, now):
                 policies.pop(rec.topic, None)
+                if rec.topic in shape:
+                    shape[rec.topic].doc = rec.hash  # the newest document now
                 touched.add(rec.topic)
                 unordered.add(rec.topic)  # a new policy may keep less: the full rule
                 out.new.append(rec)
@@ -578,7 +593,8 @@ def _has_later(c: sqlite3.Connection, rec: Record) -> bool:
 
 @dataclass
 class _Shape:
-    """A topic's record count, bytes and oldest and newest times, read once a take.
+    """A topic's record count, bytes, oldest and newest times and document, read once
+    a take.
 
     What :func:`take` needs per record (is anything held later than it? may
     retention have something to drop?) from one statement a topic, kept up
@@ -591,15 +607,21 @@ class _Shape:
     size: int
     oldest: int | None
     newest: int
+    doc: str | None  # the hash of the newest topic document held
+    held: bool = False  # the record named when reading is held (as :func:`has` says)
 
     @classmethod
-    def read(cls, c: sqlite3.Connection, topic: str) -> _Shape:
+    def read(cls, c: sqlite3.Connection, topic: str, h: str = "") -> _Shape:
         row = c.execute(
             "SELECT (SELECT n FROM board_usage WHERE topic = ?1),"
             " (SELECT bytes FROM board_usage WHERE topic = ?1),"
             " (SELECT min(ts) FROM board_records WHERE topic = ?1),"
-            " (SELECT max(ts) FROM board_records WHERE topic = ?1)", (topic,)).fetchone()
-        return cls(row[0] or 0, row[1] or 0, row[2], -1 if row[3] is None else row[3])
+            " (SELECT max(ts) FROM board_records WHERE topic = ?1),"
+            " (SELECT hash FROM board_topics WHERE topic = ?1),"
+            " EXISTS (SELECT 1 FROM board_records WHERE topic = ?1 AND hash = ?2"
+            " AND waiting = 0)", (topic, h)).fetchone()
+        return cls(row[0] or 0, row[1] or 0, row[2], -1 if row[3] is None else row[3], row[4],
+                   bool(row[5]))
 
     def added(self, rec: Record) -> None:
         self.n += 1

@@ -117,8 +117,8 @@ class IdFloor:
 
     def early_ok(self) -> bool:
         """May the lines of the batch just run leave before its commit?"""
-        last = self.gen.last
-        if not last or decode_ulid(last) >> 80 > self.committed_ms:
+        last = self.gen.last_value
+        if not last or last >> 80 > self.committed_ms:
             return False
         return self.store_ok()
 

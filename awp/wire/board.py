@@ -185,7 +185,7 @@ class Record:
 
     @property
     def size(self) -> int:
-        return len(self.raw.encode("utf-8"))
+        return len(self.raw) if self.raw.isascii() else len(self.raw.encode("utf-8"))
 
     def at(self, ts: int) -> Record:
         """The same record at time ``ts`` (another author's takes its stamp's time)."""
@@ -322,7 +322,7 @@ def check_record(raw: object,
     if len(raw) > MAX_RECORD:
         raise BoardError("record over 64 KiB")
     try:
-        size = len(raw.encode("utf-8"))
+        size = len(raw) if raw.isascii() else len(raw.encode("utf-8"))
     except UnicodeEncodeError:
         raise BoardError("record is not valid UTF-8 text") from None
     if size > MAX_RECORD:

@@ -117,6 +117,12 @@ class IdGenerator:
     def last(self) -> str | None:
         return encode_ulid(self._last) if self._last else None
 
+    @property
+    def last_value(self) -> int:
+        """The last id as its 128-bit number (0: none yet), without spelling it:
+        asked before every line that may leave ahead of its commit."""
+        return self._last
+
     def next_run(self, n: int) -> list[str]:
         """``n`` ids in a row, as ``n`` calls of :meth:`next` within one
         millisecond give them: one fresh draw, then each the one before plus

@@ -232,6 +232,20 @@ def ack_line(th: str, re: str, *, id: str, ts: str) -> bytes:
             f'"re":{_json_str(re)}}}\n').encode()
 
 
+def ack_lines(acks: list[tuple[str, str]], ids: list[str], ts: str) -> bytes:
+    """:func:`ack_line` of each ``(th, re)`` with the id beside it, all with stamp
+    ``ts``, in one piece: a stored run's acks, each thread escaped once."""
+    mid = f'","ts":"{ts}","th":'
+    ths: dict[str, str] = {}
+    out = []
+    for (th, named), ident in zip(acks, ids, strict=True):
+        tj = ths.get(th)
+        if tj is None:
+            tj = ths[th] = _json_str(th)
+        out.append(f'{{"t":"ack","id":"{ident}{mid}{tj},"re":{_json_str(named)}}}\n')
+    return "".join(out).encode()
+
+
 def err(code: str, *, id: str, ts: str, re: str | None = None, detail: str = "",
         ref: str | None = None) -> dict:
     line: dict = {"t": "err", "id": id, "ts": ts, "code": code}

@@ -230,3 +230,11 @@ def test_the_program_ends_a_fast_command_without_the_interpreters_teardown(homes
     assert json.loads(r.stdout)["name"] == "quick"  # buffered output all there
     r = program("peers", "--bogus")  # not the fast path's: typer's usage error, typer's exit
     assert r.returncode == 2 and "teardown" in r.stderr, r
+    # The daemon runs on the fast path too, and ends the ordinary way (its run is
+    # replaced by one that returns at once: the exit is what is tested).
+    daemon = prog.replace("from awp.cli.entry", "import awp.daemon.app as d\n"
+                          "d.run = lambda home, flags: 3\nfrom awp.cli.entry")
+    r = subprocess.run([sys.executable, "-c", daemon, "--home", a.path, "daemon"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60, env=a.env,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 3 and r.stderr == "teardown\n", r

@@ -260,3 +260,36 @@ def test_a_turn_that_stands_still_is_gone_round_but_a_moving_queue_is_waited():
 
     trio.run(moving, clock=trio.testing.MockClock(autojump_threshold=0))
     assert got == list("abcd") and bud.large_overruns == 0  # d waited 2.25 turns' worth
+
+
+def test_a_line_that_gives_up_waiting_leaves_no_turn_behind():
+    """A connection closed while its line waits takes its place out of the
+    queue; one closed once it was handed the turn still ends that turn."""
+    import trio
+    import trio.testing
+
+    bud = Budgets(Limits(large_lines=1))
+    got: list[str] = []
+
+    async def main() -> None:
+        assert await bud.large_turn()  # held here
+        async with trio.open_nursery() as n:
+            scopes: dict[str, trio.CancelScope] = {}
+
+            async def wait(name: str) -> None:
+                with trio.CancelScope() as scopes[name]:
+                    assert await bud.large_turn()
+                    got.append(name)
+                    bud.large_done()
+
+            for name in "bcd":
+                n.start_soon(wait, name)
+                await trio.sleep(0.01)
+            scopes["b"].cancel()  # gone while waiting
+            await trio.sleep(0.01)
+            bud.large_done()  # hands the turn to c, not to b's empty place ...
+            scopes["c"].cancel()  # ... which has it already: c, then d
+        assert got == ["c", "d"] and bud.large_overruns == 0
+        assert await bud.large_turn()  # and the turn is free again
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -400,6 +400,17 @@ def test_ack_line_is_the_ack_dumped():
         assert parse_line(ack_line(th, re, **kw)[:-1])["re"] == re
 
 
+def test_a_runs_acks_are_its_lines_acks_one_by_one():
+    from awp.wire.messages import ack_line, ack_lines
+
+    acks = [("thr_abcdefgh", "01KBD0000000000000000000AB"), ("", "x"),
+            ('a"b\\c\u00e9\u2028\x01', "\U0001f600 /</script>"), ("thr_abcdefgh", "y")]
+    ids = [f"01KBD00000000000000000{n:04d}" for n in range(len(acks))]
+    ts = "2026-12-01T19:00:00.000Z"
+    assert ack_lines(acks, ids, ts) == b"".join(
+        ack_line(th, re, id=i, ts=ts) for (th, re), i in zip(acks, ids, strict=True))
+
+
 def test_an_ack_as_we_write_it_parses_as_json_would():
     """The short way for plain acks gives json's dict; anything else about an
     ack (escapes, other order, extra fields, bad types) takes the full way."""

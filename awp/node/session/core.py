@@ -50,7 +50,7 @@ from collections.abc import Callable
 
 from ...wire import errors
 from ...wire.errors import ProtocolError
-from ...wire.messages import ACKED_TYPES, ack_line, dump, parse_line, storable
+from ...wire.messages import ACKED_TYPES, ack_line, ack_lines, dump, parse_line, storable
 from ...wire.timefmt import format_ts, now_ms
 from ..gaps import AckGaps
 from . import actions as A
@@ -133,9 +133,8 @@ class Session:
         (as many calls of :meth:`ack_line` within one millisecond give)."""
         if len(lines) == 1:
             return self.ack_line(lines[0])
-        ts = format_ts(self._clock_ms())
-        return b"".join(ack_line(line.get("th") or "", line["id"], id=ident, ts=ts)
-                        for line, ident in zip(lines, self._next_run(len(lines)), strict=True))
+        return ack_lines([(line.get("th") or "", line["id"]) for line in lines],
+                         self._next_run(len(lines)), format_ts(self._clock_ms()))
 
     # -- inbound: lines ----------------------------------------------------------
 
