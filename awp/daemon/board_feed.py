@@ -24,8 +24,7 @@ import math
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -44,8 +43,7 @@ NAMES_S = 10.0  # names shown (authors, topic labels) are looked up again after 
 Shape = Callable[[sqlite3.Connection | None, sb.Post, dict[str, str]], dict]
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """A post in the feed: where it arrived, its scope, and its object, encoded."""
 
     seq: int
@@ -273,6 +271,9 @@ class Arrivals:
                     posts = await self.look()
                     if posts:
                         return self.answer(posts)
+                    if self.more:  # a full read left posts past it: no record will say so
+                        await trio.lowlevel.checkpoint()
+                        continue
                     await changed.wait()
         finally:
             feed.leave(self)
@@ -295,8 +296,9 @@ class Arrivals:
                 posts = await self.look()
                 if posts:
                     yield self.answer(posts) + b"\n"
-                    if self.more:  # there may be more already
-                        continue
+                if self.more:  # a full read left posts past it: no record will say so
+                    await trio.lowlevel.checkpoint()
+                    continue
                 if trio.current_time() >= deadline:
                     break
                 await changed.wait()

@@ -210,7 +210,9 @@ def test_two_daemons_over_tailcat_exchange_and_resume_after_kill9(make_tc_node, 
     ids = _ids(b, a.key)
     assert ids.count(queued["id"]) == 1
     assert ids == [r1["id"], rf["id"], queued["id"], marker["id"]]
-    assert a.api("GET", "/v1/status")["queued"] == 0
+    # wait_ack answers once the peer's ack arrived; our own bookkeeping of it
+    # (the outbox row's delete) commits a moment later, so the count is awaited
+    wait_for(lambda: a.api("GET", "/v1/status")["queued"] == 0, 10, "the outbox emptied")
 
 
 @needs_tailcat

@@ -11,7 +11,7 @@ import json
 
 import trio
 
-from awp.daemon.board_feed import MAX_STORED, Arrivals, Feed
+from awp.daemon.board_feed import FEED_POSTS, MAX_STORED, Arrivals, Feed
 from awp.node.events import Broadcaster
 from awp.store import board as sb
 from awp.store.db import connect, migrate
@@ -228,5 +228,33 @@ def test_records_kept_from_hints_are_bounded_while_no_waiter_looks(tmp_path):
         while w.more:
             got += _texts([w.answer(await w.look())])
         assert got == [f"p{i}" for i in range(len(posts))]
+
+    _run(tmp_path, body)
+
+
+def test_a_post_past_a_full_read_of_other_topics_comes_without_another_record(tmp_path):
+    # One batch: more posts of another topic than the feed reads at once, then ours.
+    async def body(eng: _Engine, feed: Feed) -> None:
+        for wait in ("stream", "once"):
+            w = Arrivals(feed, [TOPIC], sb.last_seq(eng.reader), False)
+            got: list[tuple[float, bytes]] = []
+
+            async def follow(w: Arrivals = w, wait: str = wait, got: list = got) -> None:
+                if wait == "once":
+                    got.append((trio.current_time(), await w.once(5)))
+                    return
+                async for line in w.stream(5):
+                    got.append((trio.current_time(), line))
+                    break
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as n:
+                    n.start_soon(follow)
+                    await trio.sleep(0.1)
+                    t0 = trio.current_time()
+                    eng.store(*[_post(f"{wait} other {i}", T0 + i, topic=OTHER)
+                                for i in range(FEED_POSTS + 5)], _post(f"{wait} ours", T0))
+            at, line = got[0]
+            assert _texts([line]) == [f"{wait} ours"] and at - t0 < 2
 
     _run(tmp_path, body)
