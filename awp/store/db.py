@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
+from typing import TypeVar
 
 from .schema import MIGRATIONS
+
+T = TypeVar("T")
 
 
 class StoreError(Exception):
@@ -33,6 +37,22 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("PRAGMA temp_store = MEMORY")
     return conn
+
+
+def in_one_snapshot(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """``fn(conn)`` with all its statements reading one snapshot of the store.
+
+    In autocommit mode each statement reads the store as it is when it
+    starts, so a read of several statements (rows, then their maximum) can
+    see a commit land between two of them. A deferred transaction holds the
+    first statement's snapshot to the end; readers never block the writer
+    in WAL mode.
+    """
+    conn.execute("BEGIN")
+    try:
+        return fn(conn)
+    finally:
+        conn.execute("COMMIT")
 
 
 def migrate(conn: sqlite3.Connection) -> int:
