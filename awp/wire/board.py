@@ -411,25 +411,10 @@ def line_recs(line: str, limit: int) -> list[tuple[str, object]] | None:
             elif line[i:i + 1] != "[":
                 return None
             else:  # the records, each cut and decoded once
-                found = []
-                i = ws(line, i + 1).end()
-                if line[i:i + 1] == "]":
-                    i += 1
-                else:
-                    while True:
-                        start = i
-                        val, i = scan(line, i)
-                        found.append((line[start:i], val))
-                        if len(found) > limit:
-                            return None
-                        i = ws(line, i).end()
-                        sep = line[i:i + 1]
-                        if sep == "]":
-                            i += 1
-                            break
-                        if sep != ",":
-                            return None
-                        i = ws(line, i + 1).end()
+                got = _array_items(line, i + 1, limit)
+                if got is None:
+                    return None
+                found, i = got
             i = ws(line, i).end()
             sep = line[i:i + 1]
             if sep == "}":
@@ -456,30 +441,39 @@ def _last_recs(line: str, limit: int) -> list[tuple[str, object]] | None:
     i = line.find(_RECS)
     if i < 0:
         return None
+    got = _array_items(line, i + len(_RECS), limit)
+    if got is None:
+        return None
+    out, i = got
+    return out if line[i:].strip(_WS) == "}" else None
+
+
+def _array_items(line: str, i: int, limit: int) -> tuple[list[tuple[str, object]], int] | None:
+    """The items of the JSON array whose ``[`` ends just before ``line[i]``, each
+    as (its text, its value), and the index past its ``]``; None when it is not
+    a well-formed array or holds more than ``limit`` items."""
     scan = DECODER.raw_decode
     ws = _WS_RUN.match
-    i = ws(line, i + len(_RECS)).end()
     out: list[tuple[str, object]] = []
     try:
-        if line[i:i + 1] != "]":
-            while True:
-                start = i
-                val, i = scan(line, i)
-                out.append((line[start:i], val))
-                if len(out) > limit:
-                    return None
-                if line[i:i + 1] != ",":
-                    i = ws(line, i).end()
-                    if line[i:i + 1] != ",":
-                        break
-                i += 1
-                if line[i:i + 1] in _WS:
-                    i = ws(line, i).end()
-            if line[i:i + 1] != "]":
+        i = ws(line, i).end()
+        if line[i:i + 1] == "]":
+            return out, i + 1
+        while True:
+            start = i
+            val, i = scan(line, i)
+            out.append((line[start:i], val))
+            if len(out) > limit:
                 return None
+            if line[i:i + 1] != ",":  # the common case needs no whitespace scan
+                i = ws(line, i).end()
+                if line[i:i + 1] == "]":
+                    return out, i + 1
+                if line[i:i + 1] != ",":
+                    return None
+            i = ws(line, i + 1).end()
     except (ValueError, RecursionError):
         return None
-    return out if line[i + 1:].strip(_WS) == "}" else None
 
 
 _WS = " \t\r\n"

@@ -148,11 +148,17 @@ def test_a_post_deleted_before_a_waiter_takes_it_is_not_served(tmp_path):
     _run(tmp_path, body)
 
 
+async def _following(eng: _Engine, feed: Feed) -> Arrivals:
+    """A waiter on TOPIC from the store's newest seq, joined to the feed, that has looked once."""
+    w = Arrivals(feed, [TOPIC], sb.last_seq(eng.reader), False)
+    feed.join(w, w.place)
+    await w.look()
+    return w
+
+
 def test_a_post_named_before_it_came_is_read_back_as_readers_see_it(tmp_path):
     async def body(eng: _Engine, feed: Feed) -> None:
-        w = Arrivals(feed, [TOPIC], sb.last_seq(eng.reader), False)
-        feed.join(w, w.place)
-        await w.look()
+        w = await _following(eng, feed)
         p = _post("first text", T0)
         reply = _post("a reply", T0 + 2, parent=p.hash)
         eng.store(b.make_edit(ALICE, p, [{"k": "text", "text": "second text"}], T0 + 1), reply)
@@ -217,9 +223,7 @@ def test_a_stream_ends_with_the_cursor_to_go_on_from_and_the_feed_is_let_go(tmp_
 
 def test_records_kept_from_hints_are_bounded_while_no_waiter_looks(tmp_path):
     async def body(eng: _Engine, feed: Feed) -> None:
-        w = Arrivals(feed, [TOPIC], sb.last_seq(eng.reader), False)
-        feed.join(w, w.place)
-        await w.look()
+        w = await _following(eng, feed)
         posts = [_post(f"p{i}", T0 + i) for i in range(MAX_STORED + 10)]
         for p in posts:  # a waiter stuck writing to its client never looks
             eng.store(p)
