@@ -174,7 +174,7 @@ class Budgets:
             sem.acquire_nowait()
         else:
             # One place in the semaphore's queue for the whole wait: a turn
-            # given to anyone moves every waiter's deadline on (see _give),
+            # given to anyone moves every waiter's deadline on (just below),
             # so waiters never leave and re-join the queue, which would let
             # two that time out at the same instant swap places.
             self.large_waits += 1

@@ -52,7 +52,8 @@ def in_one_snapshot(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection],
     try:
         return fn(conn)
     finally:
-        conn.execute("COMMIT")
+        if conn.in_transaction:  # an error may have ended it already
+            conn.execute("COMMIT")
 
 
 def migrate(conn: sqlite3.Connection) -> int:
