@@ -107,11 +107,14 @@ class BoardLink:
             self.resync.add(topic)
             self.wake.set()
             return False
-        if self.write_now(data):
-            return True
-        self.queue.append(data)
-        self.size += len(data)
-        self.wake.set()
+        return self._put(data)
+
+    def _put(self, data: bytes) -> bool:
+        """Write a whole line to the socket now if it may go (:meth:`write_now`), else queue it."""
+        if not self.write_now(data):
+            self.queue.append(data)
+            self.size += len(data)
+            self.wake.set()
         return True
 
     def push_records(self, topic: str, hops: int, raws: list[str], size: int,
@@ -129,13 +132,7 @@ class BoardLink:
             return False
         last = self.queue[-1] if self.queue else None
         if last is None and line is not None:
-            data = line()
-            if self.write_now(data):
-                return True
-            self.queue.append(data)
-            self.size += len(data)
-            self.wake.set()
-            return True
+            return self._put(line())
         if (isinstance(last, Records) and last.topic == topic and last.hops == hops
                 and last.size + size <= MAX_LINE - 1024):
             last.raws.extend(raws)

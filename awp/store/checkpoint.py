@@ -40,7 +40,7 @@ class Checkpointer:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.runs = 0
-        self.failed = ""  # the last failure, for status and logs
+        self.failed = ""  # the last failure: a warning is logged when it changes
 
     def start(self, writer_conn: sqlite3.Connection) -> None:
         """Take checkpoints over from ``writer_conn`` (its backstop stays)."""

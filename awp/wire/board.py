@@ -618,13 +618,20 @@ def make_refusal(owner: Identity, topic: str, of: str, why: str, later: bool,
     return body
 
 
-def check_refusal(obj: object) -> dict:
-    """The refusal, checked (signed by the topic's owner, in shape); :class:`BoardError` if not."""
-    if not isinstance(obj, dict) or obj.get("k") != "refusal":
-        raise BoardError("refusal must be an object with k = refusal")
+def _owner_doc(obj: object, kind: str) -> str:
+    """The owner of the topic a ``kind`` document (refusal, head) speaks for, once it is
+    in shape and names that owner as its author; :class:`BoardError` if not."""
+    if not isinstance(obj, dict) or obj.get("k") != kind:
+        raise BoardError(f"{kind} must be an object with k = {kind}")
     owner, _name = parse_topic(obj.get("topic"))
     if obj.get("author") != owner:
-        raise BoardError("a refusal is signed by the topic's owner")
+        raise BoardError(f"a {kind} is signed by the topic's owner")
+    return owner
+
+
+def check_refusal(obj: object) -> dict:
+    """The refusal, checked (signed by the topic's owner, in shape); :class:`BoardError` if not."""
+    owner = _owner_doc(obj, "refusal")
     if not _is_hash(obj.get("of")) or not isinstance(obj.get("why"), str) \
             or not isinstance(obj.get("later"), bool):
         raise BoardError("a refusal names a record, why, and whether to offer it again")
@@ -653,11 +660,7 @@ def make_head(owner: Identity, topic: str, ts_ms: int, doc_seq: int, floor: int,
 
 def check_head(obj: object) -> dict:
     """The head, checked (signed by the topic's owner, in shape); :class:`BoardError` if not."""
-    if not isinstance(obj, dict) or obj.get("k") != "head":
-        raise BoardError("head must be an object with k = head")
-    owner, _name = parse_topic(obj.get("topic"))
-    if obj.get("author") != owner:
-        raise BoardError("a head is signed by the topic's owner")
+    owner = _owner_doc(obj, "head")
     ranges = obj.get("ranges")
     if not isinstance(ranges, list) or len(ranges) > HEAD_RANGES:
         raise BoardError(f"head ranges: a list of at most {HEAD_RANGES}")
