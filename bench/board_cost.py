@@ -1,0 +1,115 @@
+"""Where a board post's CPU goes, host by host: a line of three daemons, one post at a time.
+
+``bench/board.py`` prints the CPU a post costs each host of a mesh of 32 or
+128; this bench takes that figure apart so a change to one part shows in
+half a minute.  Three daemons on loopback, linked owner - relay - leaf; the
+owner opens a topic and the other two subscribe.  ``--posts`` posts are then
+made at ``--rate`` a second, by the owner (``--from owner``: signed by the
+owner, no stamp) or by the leaf (``--from leaf``: the leaf's post goes up to
+the owner, which stamps it, and the stamped record comes back down, as most
+posts of a mesh do).  Each host's CPU while the posts flow, less its rate at
+rest, divided by the posts, is printed per role, once with a client following
+each host with a streaming ``/v1/board/wait`` and once without (``--waiters
+both``, the default; or ``on`` / ``off``): the difference is what serving a
+follower costs.
+
+The figure to watch for issue 24 is the relay's and the leaf's: a relay
+takes a record from one peer, stores it and forwards it to the next; a leaf
+only takes and stores it.  Target (issue 24): <= 0.5 ms a post on each host
+a post reaches.
+
+Run: python bench/board_cost.py [--posts 600] [--rate 50] [--from owner|leaf]
+[--waiters both|on|off]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+from nodes import Node, wait_for  # noqa: E402
+from topo import Waiter, build, cpu_all, open_topic, spent, start_all, subscribe_all  # noqa: E402
+
+ROLES = ("owner", "relay", "leaf")
+REST_S = 3.0
+
+
+def held(node: Node, topic: str) -> int:
+    with sqlite3.connect(f"file:{node.home}/awp.db?mode=ro", uri=True, timeout=30) as con:
+        return con.execute("SELECT count(*) FROM board_records WHERE topic = ? AND kind = 'post'"
+                           " AND waiting = 0", (topic,)).fetchone()[0]
+
+
+def run(posts: int, rate: float, poster: str, waiters: bool, root: str) -> list[float]:
+    """CPU ms a post on the owner, the relay and the leaf."""
+    os.makedirs(root, exist_ok=True)
+    nodes = [Node(os.path.join(root, role), role) for role in ROLES]
+    followers: list[Waiter] = []
+    try:
+        start_all(nodes)
+        build(nodes, "line")
+        topic = open_topic(nodes[0], "cost")
+        subscribe_all(nodes, {0: {1}, 1: {0, 2}, 2: {1}}, topic)
+        if waiters:
+            followers = [Waiter(x, topic) for x in nodes]
+            for w in followers:
+                w.start()
+        time.sleep(1.0)  # the followers' first requests settle
+        c0, t0 = cpu_all(nodes), time.monotonic()
+        time.sleep(REST_S)
+        rest = [c / (time.monotonic() - t0) for c in spent(c0, cpu_all(nodes))]
+        src = nodes[0] if poster == "owner" else nodes[2]
+        c1, t1 = cpu_all(nodes), time.monotonic()
+        t_next = t1
+        for k in range(posts):
+            t_next += 1 / rate
+            time.sleep(max(0.0, t_next - time.monotonic()))
+            src.api("POST", "/v1/board/post",
+                    {"topic": topic, "parts": [{"k": "text", "text": f"cost {k}"}]})
+        for x in nodes:
+            wait_for(lambda x=x: held(x, topic) >= posts, 60, f"every post on {x.name}", 0.05)
+        for w in followers:
+            if w.node is src:  # a host's follower is not sent its own posts
+                continue
+            wait_for(lambda w=w: len(w.seen) >= posts, 60, f"{w.node.name}'s follower", 0.05)
+        flow_s = time.monotonic() - t1
+        flow = spent(c1, cpu_all(nodes))
+        return [max(0.0, f - r * flow_s) * 1000 / posts for f, r in zip(flow, rest, strict=True)]
+    finally:
+        for w in followers:
+            w.stop.set()
+        for x in nodes:
+            x.kill()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--posts", type=int, default=600)
+    ap.add_argument("--rate", type=float, default=50.0)
+    ap.add_argument("--from", dest="poster", choices=("owner", "leaf"), default="owner")
+    ap.add_argument("--waiters", choices=("both", "on", "off"), default="both")
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="awp-board-cost-")
+    try:
+        modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.waiters]
+        for waiters in modes:
+            ms = run(args.posts, args.rate, args.poster, waiters, os.path.join(
+                root, "with" if waiters else "without"))
+            how = "a follower on each host" if waiters else "no followers"
+            print(f"board cost, {args.posts} posts by the {args.poster} at {args.rate:g}/s, {how}:"
+                  f" CPU a post: owner {ms[0]:.3f} ms, relay {ms[1]:.3f} ms,"
+                  f" leaf {ms[2]:.3f} ms  (target <= 0.5 ms on each host a post reaches)")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
