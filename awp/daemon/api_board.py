@@ -522,7 +522,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         return await engine.read(q)
 
-    feed = Feed(engine, post_obj)
+    feed = Feed(engine, post_obj, board)
 
     @r.route("POST", "/v1/board/wait")
     async def wait(req: Request) -> dict | Stream:
@@ -543,7 +543,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad("after must be a cursor (a seq) from an earlier answer")
         watch = Arrivals(feed, topics, after, mine)
         if stream:
-            return Stream(lambda: watch.stream(timeout))
+            return Stream(lambda out: watch.stream(timeout, out), direct=True)
         return Raw(await watch.once(timeout))
 
     @r.route("POST", "/v1/board/unread")
