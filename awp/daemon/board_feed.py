@@ -20,10 +20,10 @@ A client that follows the board with a stream is pushed its posts by the
 code that stored them (:meth:`Feed._push`): at the first hint of a commit,
 the feed takes the commit's new records, and when they are all the store
 holds past what it knew (seqs never go back, so no gap means nothing else
-came in between) and none of its posts is named by a stored record (the
-store says so in the same transaction, :func:`awp.store.board.named`), it
-shapes each post from its record, without a read, and writes each parked
-follower its line straight to the socket
+came in between), it shapes each post that no stored record names (the
+store says so in the same transaction, :func:`awp.store.board.named`, for
+the posts some follower follows) from its record, without a read, and
+writes each parked follower its line straight to the socket
 (:meth:`~awp.localapi.h11serve.HttpConnection.write_now`).  Such a
 follower's task is not woken at all; one that cannot be pushed (it is
 writing, behind, the socket is full, the commit holds something else) is
@@ -123,16 +123,27 @@ class Feed:
 
     def follow(self, waiter: Arrivals) -> None:
         """A joined stream is pushed its posts from now on (see :meth:`_push`)."""
-        if id(waiter) not in self.followers:
-            self.followers[id(waiter)] = waiter
-            if self.board is not None:
-                self.board.followed += 1
+        self.followers[id(waiter)] = waiter
+        self._scope()
+
+    def _scope(self) -> None:
+        """Tell the board which posts the followers follow: a take asks the store which
+        of those are plain.  Immutable sets, as a take may ask on the writer's thread."""
+        if self.board is None:
+            return
+        if not self.followers:
+            self.board.followed = None
+            return
+        me = self.engine.identity.key
+        anyone = frozenset(t for w in self.followers.values() for t in w.wanted)
+        own = frozenset(t for w in self.followers.values() if w.mine for t in w.wanted)
+        self.board.followed = lambda r: r.topic in own or (r.topic in anyone and r.author != me)
 
     def leave(self, waiter: object) -> None:
         self.places.pop(id(waiter), None)
         self.ends.pop(id(waiter), None)
-        if self.followers.pop(id(waiter), None) is not None and self.board is not None:
-            self.board.followed -= 1
+        if self.followers.pop(id(waiter), None) is not None:
+            self._scope()
         if not self.places and self._hints is not None:
             self._hints.close()
             self._hints = None
@@ -175,9 +186,9 @@ class Feed:
         The hint of a record :meth:`Board.take` stored carries it (``record``,
         never sent out of the process): a post nothing names yet is shaped
         from it, without reading it back and parsing it again.  It carries
-        the whole commit too (``taken``, and ``named``: its posts a stored
-        record names, when followers were there to ask for it): at its first
-        hint the followers are pushed its posts (:meth:`_push`).
+        the whole commit too (``taken``, and ``plain``: its posts followers
+        follow that no stored record names, when they were there to ask): at
+        its first hint the followers are pushed its posts (:meth:`_push`).
         """
         rec, seq = event.get("record"), event.get("seq")
         if isinstance(rec, Record) and rec.kind == "post" and isinstance(seq, int) and seq:
@@ -194,18 +205,18 @@ class Feed:
         self._wake_waiters()
         if self.followers:
             try:
-                self._push(taken, event.get("named"))
+                self._push(taken, event.get("plain"))
             except Exception:  # a bug here must not fail the take that stored the records
                 log.exception("board feed: pushing posts to followers failed")
                 self._wake()
 
-    def _push(self, taken: sb.Taken, named: set[str] | None) -> None:
+    def _push(self, taken: sb.Taken, plain: set[str] | None) -> None:
         """Write each parked follower the posts of one commit in its scope, or wake it.
 
         Pushed only when the commit's new records are all the store holds
         past ``known`` (their seqs follow it without a gap: seqs never go
-        back, so no other commit has records in between) and none of its
-        posts is named by a stored record (then each is shaped as its
+        back, so no other commit has records in between), and only plain
+        posts (no stored record names them: each is then shaped as its
         author wrote it, with no replies, as reading it back would).  A
         follower is pushed when it has looked at every record up to
         ``known`` and waits; the others are woken to look themselves.
@@ -213,12 +224,12 @@ class Feed:
         seqs = taken.seqs
         new = sorted(((seqs.get(r.hash, 0), r) for r in taken.new
                       if seqs.get(r.hash, 0) > self.known), key=lambda x: x[0])
-        posts = [(s, r) for s, r in new if r.kind == "post"]
-        if (named is None or self.known < 0 or any(r.hash in named for _s, r in posts)
+        if (plain is None or self.known < 0
                 or any(s != self.known + 1 + i for i, (s, _r) in enumerate(new))):
             for w in self.followers.values():
                 w.wake.set()
             return
+        posts = [(s, r) for s, r in new if r.kind == "post"]
         top = new[-1][0] if new else self.known
         me = self.engine.identity.key
         shaped: dict[int, bytes] = {}
@@ -227,6 +238,9 @@ class Feed:
                 w.wake.set()
                 continue
             got = [(s, r) for s, r in posts if r.topic in w.wanted and (w.mine or r.author != me)]
+            if any(r.hash not in plain for _s, r in got):
+                w.wake.set()  # its store read shapes them
+                continue
             data = []
             for s, r in got:
                 if s not in shaped:

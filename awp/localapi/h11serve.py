@@ -158,6 +158,9 @@ class HttpConnection:
     async def _write(self, data: bytes) -> None:
         if self._rest:
             data, self._rest = self._rest + data, b""
+        # What the socket takes now goes without send_all's trips through the event
+        # loop (most answers, a few KiB, go whole); the rest waits for the socket.
+        data = data[self._write_some(data):]
         if not data:
             return
         self._writing = True
@@ -230,18 +233,24 @@ class HttpConnection:
         stream's task is not woken for it, and ``send_all``'s checkpoints
         are not paid.
         """
-        if (not self._chunked or self._writing or self._rest or not data
-                or type(self.stream) is not trio.SocketStream):
+        if not self._chunked or self._writing or self._rest or not data:
             return False
         own = b"%x\r\n%b\r\n" % (len(data), data)
-        try:
-            n = os.write(self.stream.socket.fileno(), own)
-        except OSError:  # would block, or broken: send says which
-            return False
+        n = self._write_some(own)
         if n <= 0:
             return False
         self._rest = own[n:]
         return True
+
+    def _write_some(self, data: bytes) -> int:
+        """Write what the socket takes of ``data`` now: how many bytes (0 when it is
+        full or broken, which send_all then says, or when the stream is no socket)."""
+        if not data or type(self.stream) is not trio.SocketStream:
+            return 0
+        try:
+            return max(0, os.write(self.stream.socket.fileno(), data))
+        except OSError:
+            return 0
 
     async def end(self) -> None:
         await self._write(self.h11.send(h11.EndOfMessage()))

@@ -23,7 +23,7 @@ from awp.wire.canonical import compact_json
 
 
 class _Board:
-    followed = 0
+    followed = None
 
 
 class _Outlet:
@@ -42,17 +42,20 @@ class _Outlet:
 
 
 def _store(eng: _Engine, *recs: b.Record, named: bool = True) -> list[int]:
-    """One commit, hinted as Board.take hints it (``named`` asked while followers were
-    there; False: a take that began before they came, which does not say)."""
+    """One commit, hinted as Board.take hints it: which posts the followers follow are
+    plain, asked in the transaction (``named`` False: a take that began before the
+    followers came, which does not say)."""
     w = eng.writer
     w.execute("BEGIN")
     seqs = [sb.put_record(w, r, T0) for r in recs]
-    found = sb.named(w, [r for r in recs if r.kind == "post"]) if named else None
+    want = eng.board.followed  # type: ignore[attr-defined]
+    asked = [r for r in recs if r.kind == "post" and want is not None and want(r)]
+    found = {r.hash for r in asked} - sb.named(w, asked) if named else None
     w.execute("COMMIT")
     taken = sb.Taken(new=list(recs), seqs={r.hash: s for r, s in zip(recs, seqs, strict=True)})
     for r, s in zip(recs, seqs, strict=True):
         eng.changes.publish({"kind": "board", "topic": r.topic, "hash": r.hash, "rec": r.kind,
-                             "seq": s, "record": r, "taken": taken, "named": found})
+                             "seq": s, "record": r, "taken": taken, "plain": found})
     return seqs
 
 
@@ -98,7 +101,7 @@ def _run(tmp_path, body) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             eng = _Engine(str(tmp_path / "awp.db"), nursery)
-            board = _Board()
+            board = eng.board = _Board()  # type: ignore[attr-defined]
             feed = Feed(eng, _shape, board)  # type: ignore[arg-type]
             await body(eng, feed, board, nursery)
             nursery.cancel_scope.cancel()
@@ -117,7 +120,9 @@ def test_parked_followers_are_pushed_the_store_s_bytes_without_their_task_waking
         for f in (ops, both, mine):
             nursery.start_soon(f.run)
         await _parked(ops, both, mine)
-        assert board.followed == 3  # the takes now ask which posts are named
+        want = board.followed  # the takes now ask which of the posts they follow are plain
+        assert want is not None and want(_post("x", T0)) and want(_post("y", T0, who=OWNER))
+        assert want(_post("z", T0, topic=OTHER)) and not want(_post("w", T0, OTHER, OWNER))
         looks = [f.looks for f in (ops, both, mine)]
         _store(eng, _post("a", T0), _post("b", T0 + 1, topic=OTHER))
         _store(eng, _post("c", T0 + 2, who=OWNER))
@@ -221,11 +226,26 @@ def test_the_feed_lets_go_of_a_follower_that_ends(tmp_path):
         async with trio.open_nursery() as n:
             n.start_soon(f.run)
             await _parked(f)
-            assert board.followed == 1
+            assert board.followed is not None
             n.cancel_scope.cancel()  # the client hung up
-        assert board.followed == 0 and feed.followers == {} and feed.places == {}
+        assert board.followed is None and feed.followers == {} and feed.places == {}
         assert feed.known == -1 and eng.changes._subs == {}
         _store(eng, _post("after", T0))  # nobody follows: nothing pushed
         assert feed.pushed == 0
+
+    _run(tmp_path, body)
+
+
+def test_a_post_not_asked_about_is_read_by_its_follower_while_the_others_are_pushed(tmp_path):
+    async def body(eng: _Engine, feed: Feed, board: _Board, nursery: trio.Nursery) -> None:
+        ops, dev = _Follower(feed, eng, [TOPIC]), _Follower(feed, eng, [OTHER])
+        for f in (ops, dev):
+            nursery.start_soon(f.run)
+        await _parked(ops, dev)
+        board.followed = lambda r: r.topic == OTHER  # a take that did not ask about ops' post
+        _store(eng, _post("ops", T0), _post("dev", T0 + 1, topic=OTHER))
+        await trio.sleep(0.05)
+        assert [x["text"] for x in ops.posts()] == ["ops"] and ops.out.lines == []
+        assert dev.yielded == [] and [x["text"] for x in dev.posts()] == ["dev"]
 
     _run(tmp_path, body)
