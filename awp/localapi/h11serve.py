@@ -90,6 +90,11 @@ class HttpConnection:
         self._chunked: bool | None = None  # a streamed response's pieces are chunks
         self._writing = False  # a write is under way (awaiting the socket)
         self._rest = b""  # what write_now wrote only in part: it goes before anything else
+        # The first request of a connection (a CLI call, a hook: one request each) is
+        # read without a deadline's cancel scope and a wait when its bytes are there.
+        # Only the first: every later request is read the way that yields to the event
+        # loop, so a client that pipelines requests cannot keep the loop to itself.
+        self._fresh = True
 
     # -- reading ----------------------------------------------------------------------
 
@@ -98,6 +103,11 @@ class HttpConnection:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
+            if self._fresh:
+                data = self._read_now()
+                if data is not None:
+                    self.h11.receive_data(data)
+                    continue
             with trio.move_on_after(self.idle_timeout):
                 self.h11.receive_data(await self.stream.receive_some(_RECV_SIZE))
                 continue
@@ -142,8 +152,19 @@ class HttpConnection:
             else:  # ConnectionClosed mid-body; h11 normally raises instead
                 raise _Drop()
 
+    def _read_now(self) -> bytes | None:
+        """What the socket holds now (``b""`` at its end), or None: nothing yet, an
+        error (the awaited read says which), or not a socket."""
+        if type(self.stream) is not trio.SocketStream:
+            return None
+        try:
+            return os.read(self.stream.socket.fileno(), _RECV_SIZE)
+        except OSError:
+            return None
+
     def next_cycle(self) -> bool:
         """After an answer: ready for the next request on this connection, or False."""
+        self._fresh = False
         if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
             return False
         self.h11.start_next_cycle()
@@ -277,6 +298,9 @@ class HttpConnection:
         scope.cancel()
 
     async def aclose(self) -> None:
+        if type(self.stream) is trio.SocketStream:  # closing a socket never waits
+            await self.stream.aclose()
+            return
         with trio.move_on_after(1):
             await self.stream.aclose()
 
