@@ -1,4 +1,4 @@
-"""Board tables and the queries on them (migrations 6 and 8 in :mod:`awp.store.schema`).
+"""Board tables and the queries on them (migrations 6, 8 and 10 in :mod:`awp.store.schema`).
 
 Records are kept as the exact text they arrived in (relayed byte for byte)
 plus the columns hosts index by; another author's record with the owner's
@@ -34,9 +34,9 @@ from ..wire.board import (
     parse_unverified,
     verify_record,
 )
-from .schema import BOARD_MIGRATION, MIGRATIONS, STAMP_MIGRATION
+from .schema import BOARD_MIGRATION, LEAN_MIGRATION, MIGRATIONS, STAMP_MIGRATION
 
-SCHEMA = MIGRATIONS[BOARD_MIGRATION] + MIGRATIONS[STAMP_MIGRATION]
+SCHEMA = MIGRATIONS[BOARD_MIGRATION] + MIGRATIONS[STAMP_MIGRATION] + MIGRATIONS[LEAN_MIGRATION]
 
 Signer = Callable[[str, str, int, int], Record]  # (topic, of, seq, ts) -> the owner's stamp
 
@@ -299,10 +299,14 @@ def records(c: sqlite3.Connection, topic: str, since_ms: int = 0,
 
 
 def record(c: sqlite3.Connection, h_prefix: str) -> list[Record]:
-    """Records whose hash starts with ``h_prefix`` (how tools name a post), any topic."""
+    """Records whose hash starts with ``h_prefix`` (how tools name a post), any topic.
+
+    Looked up topic by topic in the (topic, hash) index: an index on the hash
+    alone would cost every stored record a page written, for a tool's lookup.
+    """
     return [_record(r) for r in c.execute(
-        f"SELECT {_COLS} FROM board_records WHERE hash >= ? AND hash < ? LIMIT 10",
-        (h_prefix.lower(), h_prefix.lower() + "g"))]
+        f"SELECT {_COLS} FROM board_records WHERE topic IN (SELECT topic FROM board_usage)"
+        " AND hash >= ? AND hash < ? LIMIT 10", (h_prefix.lower(), h_prefix.lower() + "g"))]
 
 
 def recent_before(c: sqlite3.Connection, topic: str, author: str, ts: int, h: str) -> int:
@@ -685,6 +689,17 @@ def lease_raws(c: sqlite3.Connection, topic: str, author: str) -> list[str]:
         " ORDER BY ts", (topic, author))]
 
 
+def item_history(c: sqlite3.Connection, topic: str,
+                 item: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """An item's lease records (raw) and its replies (``(author, raw)``), any order."""
+    leases = [raw for (raw,) in c.execute(
+        "SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease' AND of = ?"
+        " AND of != ''", (topic, item))]
+    replies = c.execute("SELECT author, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+                        " AND parent = ? AND parent != ''", (topic, item)).fetchall()
+    return leases, [(a, r) for a, r in replies]
+
+
 def queue_items(c: sqlite3.Connection, topic: str) -> list[tuple[str, int]]:
     """``(hash, ts)`` of the topic's top-level posts, the items of a queue, oldest first."""
     return c.execute("SELECT hash, ts FROM board_records WHERE topic = ? AND kind = 'post'"
@@ -717,14 +732,18 @@ def queue_log(c: sqlite3.Connection, topic: str) -> list[Event]:
 # A post is gone when the owner hid it, or its author deleted it with a delete the
 # owner did not hide (the rules of :mod:`awp.board.view`, as a filter).
 # ``INDEXED BY``: left alone, SQLite may look a delete up by its author and
-# walk every record that author wrote.
+# walk every record that author wrote.  ``board_records_of`` and
+# ``board_records_parent`` hold only the records that name another (migration
+# 10): a query can use them only when it says ``of != ''`` (``parent != ''``)
+# in so many words, as every one here does.
 _SHOWN = (
     "p.kind = 'post' AND NOT EXISTS (SELECT 1 FROM board_records h INDEXED BY board_records_of"
-    " WHERE h.topic = p.topic AND h.of = p.hash AND h.kind = 'hide') AND NOT EXISTS ("
-    "SELECT 1 FROM board_records d INDEXED BY board_records_of WHERE d.topic = p.topic"
-    " AND d.of = p.hash AND d.kind = 'delete' AND d.author = p.author AND NOT EXISTS ("
-    "SELECT 1 FROM board_records h2 INDEXED BY board_records_of WHERE h2.topic = d.topic"
-    " AND h2.of = d.hash AND h2.kind = 'hide'))")
+    " WHERE h.topic = p.topic AND h.of = p.hash AND h.of != '' AND h.kind = 'hide')"
+    " AND NOT EXISTS (SELECT 1 FROM board_records d INDEXED BY board_records_of"
+    " WHERE d.topic = p.topic AND d.of = p.hash AND d.of != '' AND d.kind = 'delete'"
+    " AND d.author = p.author AND NOT EXISTS (SELECT 1 FROM board_records h2 INDEXED BY"
+    " board_records_of WHERE h2.topic = d.topic AND h2.of = d.hash AND h2.of != ''"
+    " AND h2.kind = 'hide'))")
 
 
 @dataclass(frozen=True)
@@ -757,13 +776,13 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple], marked: bool = False) 
             marks = ",".join("?" * len(chunk))
             edits = [_record(x) for x in c.execute(
                 f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'edit'"
-                f" AND of IN ({marks})", (topic, *chunk))]
+                f" AND of IN ({marks}) AND of != ''", (topic, *chunk))]
             extra.extend(edits)
             if edits:
                 em = ",".join("?" * len(edits))
                 extra.extend(_record(x) for x in c.execute(
                     f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'hide'"
-                    f" AND of IN ({em})", (topic, *[e.hash for e in edits])))
+                    f" AND of IN ({em}) AND of != ''", (topic, *[e.hash for e in edits])))
     replies: dict[str, int] = {}
     for topic, hashes in _by_topic(recs, replied).items():
         for i in range(0, len(hashes), 400):
@@ -771,7 +790,7 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple], marked: bool = False) 
             replies.update(c.execute(
                 "SELECT parent, count(*) FROM board_records p INDEXED BY board_records_parent"
                 " WHERE p.topic = ? AND p.parent IN (" + ",".join("?" * len(chunk))
-                + f") AND {_SHOWN} GROUP BY parent", (topic, *chunk)))
+                + f") AND p.parent != '' AND {_SHOWN} GROUP BY parent", (topic, *chunk)))
     topic_of = {r.hash: r.topic for r in recs}
     return [Post(s, topic_of[s.hash], seqs[s.hash], replies.get(s.hash, 0))
             for s in view.visible(recs + extra)]
@@ -805,8 +824,9 @@ def visible_posts(c: sqlite3.Connection, topic: str, n: int = 20, since_ms: int 
 # Whether a post has an edit, and a reply: what :func:`_with_edits` looks up only when so.
 _MARKS = (
     ", EXISTS (SELECT 1 FROM board_records e INDEXED BY board_records_of WHERE e.topic = p.topic"
-    " AND e.of = p.hash AND e.kind = 'edit'), EXISTS (SELECT 1 FROM board_records r INDEXED BY"
-    " board_records_parent WHERE r.topic = p.topic AND r.parent = p.hash)")
+    " AND e.of = p.hash AND e.of != '' AND e.kind = 'edit'), EXISTS (SELECT 1 FROM board_records"
+    " r INDEXED BY board_records_parent WHERE r.topic = p.topic AND r.parent = p.hash"
+    " AND r.parent != '')")
 
 
 def posts_after(c: sqlite3.Connection, topics: list[str] | None, after: int, me: str,
@@ -851,9 +871,10 @@ def plain_posts(c: sqlite3.Connection, after: int, upto: int, limit: int) -> lis
     """
     return [(seq, bool(plain)) for seq, plain in c.execute(
         "SELECT p.seq, NOT EXISTS (SELECT 1 FROM board_records x INDEXED BY board_records_of"
-        " WHERE x.topic = p.topic AND x.of = p.hash) AND NOT EXISTS (SELECT 1 FROM"
-        " board_records r INDEXED BY board_records_parent WHERE r.topic = p.topic"
-        " AND r.parent = p.hash) FROM board_records p WHERE p.seq > ? AND p.seq <= ?"
+        " WHERE x.topic = p.topic AND x.of = p.hash AND x.of != '') AND NOT EXISTS (SELECT 1"
+        " FROM board_records r INDEXED BY board_records_parent WHERE r.topic = p.topic"
+        " AND r.parent = p.hash AND r.parent != '') FROM board_records p"
+        " WHERE p.seq > ? AND p.seq <= ?"
         f" AND p.kind = 'post' ORDER BY p.seq LIMIT {int(limit)}", (after, upto))]
 
 
