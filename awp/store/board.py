@@ -411,6 +411,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     unordered: set[str] = set()
     arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> our own this minute
     stamps: dict[str, Record] = {}  # record hash -> the stamp just before it, unverified
+    lately: dict[str, int] = {}  # record hash -> its author's stamps in the last minute
     local = False  # the element at hand is one of ours
     named = ""  # the hash of the element at hand, once known
 
@@ -460,9 +461,10 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
         if pol is not None and author in pol.banned:
             raise BoardError("author is banned from this topic")
         if ours(topic):
-            if pol is not None and h not in stamps and stamped_lately(
-                    c, topic, author, next_ts(c, topic, now)) >= pol.rate:
-                raise BoardError(sequencer.OVER_RATE)  # before paying for the signature
+            if pol is not None and h not in stamps:
+                lately[h] = stamped_lately(c, topic, author, next_ts(c, topic, now))
+                if lately[h] >= pol.rate:
+                    raise BoardError(sequencer.OVER_RATE)  # before paying for the signature
         elif local:  # ours: the owner's rate, judged here first so that a post fails at once
             key = (topic, author)
             if pol is not None and key not in arrivals:
@@ -525,7 +527,8 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             why = admit(rec, pol_of(rec.topic), now)
         else:
             why, st = _stamp_of(c, rec, stamps.get(rec.hash), pol_of(rec.topic), now,
-                                signer if ours(rec.topic) else None, local)
+                                signer if ours(rec.topic) else None, local,
+                                lately.get(rec.hash))
         if why:
             refuse(why)
             continue
@@ -609,7 +612,8 @@ class Shapes:
 
 
 def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy | None,
-              now: int, signer: Signer | None, local: bool) -> tuple[str, Record | None]:
+              now: int, signer: Signer | None, local: bool,
+              arrived: int | None = None) -> tuple[str, Record | None]:
     """Why another author's record is refused (or ""), and the owner's stamp it is kept with.
 
     On the owner (``signer``): a stamp of ours that comes back (we lost the
@@ -619,6 +623,8 @@ def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy
     ahead; the record's rights are not judged again (the owner did).  Ours
     without a stamp waits for one, after the same checks as the owner's (so
     that a post the owner would refuse fails at once, with its reason).
+    ``arrived``: the author's stamps in the last minute, when the check before
+    the signature counted them already (nothing was stored since).
     """
     if st is not None:
         if st.topic != rec.topic or not verify_record(st):
@@ -629,7 +635,8 @@ def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy
             _set_stamp_seq(c, rec.topic, st.doc["seq"], st.ts)
         return "", st
     if signer is not None:
-        arrived = stamped_lately(c, rec.topic, rec.author, next_ts(c, rec.topic, now))
+        if arrived is None:
+            arrived = stamped_lately(c, rec.topic, rec.author, next_ts(c, rec.topic, now))
         why = sequencer.admission(rec, pol, now, arrived)
         if why:
             return why, None
