@@ -765,13 +765,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     def item_results(c: sqlite3.Connection, topic: str, item: str) -> list[dict]:
         """Results earlier holders of ``item`` posted (a worker killed between its reply and
         its complete left one: the next need not do the work again)."""
-        holders = {json.loads(raw)["holder"] for (raw,) in c.execute(
-            "SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease' AND of = ?",
-            (topic, item))}
-        replies = [(author, json.loads(raw)) for author, raw in c.execute(
-            "SELECT author, raw FROM board_records WHERE topic = ? AND kind = 'post'"
-            " AND parent = ?", (topic, item))]
-        return earlier_results(holders, replies)
+        leases, replies = sb.item_history(c, topic, item)
+        return earlier_results({json.loads(raw)["holder"] for raw in leases},
+                               [(author, json.loads(raw)) for author, raw in replies])
 
     @r.route("POST", "/v1/board/claim")
     async def claim(req: Request) -> dict:
