@@ -118,6 +118,10 @@ class HttpConnection:
 
         Raises ``h11.RemoteProtocolError`` for a malformed request.
         """
+        if not self._fresh and self.h11.trailing_data[0]:
+            # Pipelined: read with the last one, and answers need not wait, so no
+            # read would yield: let the other tasks run first.
+            await trio.lowlevel.checkpoint()
         event = await self._next_event()
         if isinstance(event, h11.ConnectionClosed):
             return None
