@@ -32,7 +32,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import h11
 import trio
@@ -59,6 +59,22 @@ class Incoming:
         self.headers = headers
         self.body = body
         self.complete = complete
+
+
+class Outlet(Protocol):
+    """A streamed response's pieces written by others than its source (a direct
+    ``Stream`` of the local API): whole pieces, at once or not at all, while the
+    source waits (:meth:`HttpConnection.write_now`).
+
+    ``write_now(piece)`` is False, with nothing written, when the piece must be
+    yielded by the source instead; ``unsent`` is true while bytes it wrote in
+    part wait for the source's next yield (``b""`` will do) to go out.
+    """
+
+    def write_now(self, data: bytes) -> bool: ...
+
+    @property
+    def unsent(self) -> bool: ...
 
 
 class _Drop(Exception):
