@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 
@@ -279,3 +280,89 @@ def test_an_urgent_job_joins_the_batch_being_staged(tmp_path):
 
     trio.run(main)
     assert sorted(n for (n,) in conn.execute("SELECT n FROM t")) == [0, 1, 2, 3, 99]
+
+
+def _wal_syncs(monkeypatch) -> list[str]:
+    """Record which files the writer fdatasyncs itself (the WAL, when a sync is owed)."""
+    synced: list[str] = []
+
+    def fake(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(writer_mod, "_fdatasync", fake)
+    return synced
+
+
+def test_an_early_lines_relaxed_commit_owes_a_sync_that_synced_pays(tmp_path, monkeypatch):
+    """A line that left before its commit is committed without the fsync
+    (synchronous NORMAL, the policy untouched); the sync is owed until
+    ``synced`` fdatasyncs the WAL, and paid once only."""
+    conn = _store(tmp_path)
+    policy = Policy()
+    synced = _wal_syncs(monkeypatch)
+
+    async def main() -> None:
+        w = Writer(conn, policy=policy)
+        w.start()
+        assert w.hold()
+        assert await w.run_held(_sync_then(1), relaxed=True) == 1  # NORMAL: no fsync
+        assert policy.events == [] and w.sync_owed()
+        other = sqlite3.connect(str(tmp_path / "awp.db"))
+        assert other.execute("SELECT n FROM t").fetchall() == [(1,)]  # committed
+        other.close()
+        await w.synced()
+        assert not w.sync_owed()
+        assert [os.path.basename(p) for p in synced] == ["awp.db-wal"]
+        await w.synced()  # nothing owed: no second sync
+        assert len(synced) == 1
+        await w.stop()
+
+    trio.run(main)
+
+
+def test_a_durable_commit_pays_the_owed_sync(tmp_path, monkeypatch):
+    """The next durable commit's fsync covers the relaxed frames before it
+    (on a quiet daemon: the commit applying the peer's ack)."""
+    conn = _store(tmp_path)
+    synced = _wal_syncs(monkeypatch)
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        assert w.hold()
+        await w.run_held(_insert(1), relaxed=True)
+        assert w.sync_owed()
+        assert await w.run(_sync_then(2)) == 2  # FULL again, and it pays the sync
+        assert not w.sync_owed()
+        await w.stop()
+
+    trio.run(main)
+    assert synced == []
+
+
+def test_keep_synced_pays_an_owed_sync_when_no_commit_comes(tmp_path, monkeypatch):
+    """With no ack (no durable commit) after an early line, the sync is paid
+    within SYNC_WITHIN_S all the same; a stop pays what is still owed."""
+    conn = _store(tmp_path)
+    synced = _wal_syncs(monkeypatch)
+    monkeypatch.setattr(writer_mod, "SYNC_WITHIN_S", 0.01)
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.keep_synced)
+            for n in range(3):
+                assert w.hold()
+                await w.run_held(_insert(n), relaxed=True)
+                with trio.fail_after(5):
+                    while w.sync_owed():
+                        await trio.sleep(0.005)
+            nursery.cancel_scope.cancel()
+        assert len(synced) == 3
+        assert w.hold()
+        await w.run_held(_insert(9), relaxed=True)
+        await w.stop()
+        assert not w.sync_owed() and len(synced) == 4
+
+    trio.run(main)
