@@ -75,12 +75,15 @@ class AgentVerbs:
         elif committed:
             self.peers.kick(key)
 
-    async def _send_first(self, key: str, build: Callable[[str, str], dict], now: int,
-                          pushed: dict) -> tuple[str, dict, str] | None:
+    def _send_first(self, key: str, build: Callable[[str, str], dict], now: int,
+                    pushed: dict) -> tuple[str, dict, str] | None:
         """With the store held: write the line now if the connection is idle.
 
         Returns the id drawn for it with the line and its text, for the job
-        to store as they are (None if nothing was drawn).
+        to store as they are (None if nothing was drawn).  Synchronous, like
+        everything from ``hold`` to the end of ``run_held``: no checkpoint
+        comes between a line leaving and its commit, so nothing can cancel
+        the one without the other.
         """
         conn = self.peers.active(key)
         if conn is None or not conn.caught_up():
@@ -88,9 +91,10 @@ class AgentVerbs:
         ident = self.ids.next()
         line = build(ident, format_ts(now))
         first = (ident, line, compact_json(line))
-        if len(first[2].encode("utf-8")) > MAX_LINE or not self.writer.may_send_early():
+        data = first[2].encode("utf-8")
+        if len(data) > MAX_LINE or not self.writer.may_send_early():
             return first
-        if await conn.send_first(first[2]):
+        if conn.send_first(ident, data + b"\n"):
             pushed[key] = ("written", conn)
         return first
 
@@ -213,17 +217,18 @@ class AgentVerbs:
             res = await self.writer.submit_nowait(lambda c: job(c, None), on_commit,
                                                   early=early).wait()
         else:
-            with trio.CancelScope(shield=True):  # the store is held: finish what we start
-                try:
-                    first = await self._send_first(key, build, now, hooks["pushed"]) \
-                        if direct else None
-                except BaseException:
-                    self.writer.release()
-                    raise
-                # A line that already left owes its fsync (see awp.store.writer).
-                written = hooks["pushed"].get(key, ("",))[0] == "written"
-                res = await self.writer.run_held(lambda c: job(c, first), on_commit,
-                                                 early=early, relaxed=written)
+            # The store is held: what is started here is finished with no
+            # checkpoint in between (run_held awaits nothing), so no
+            # cancellation can leave a line sent and not stored.
+            try:
+                first = self._send_first(key, build, now, hooks["pushed"]) if direct else None
+            except BaseException:
+                self.writer.release()
+                raise
+            # A line that already left owes its fsync (see awp.store.writer).
+            written = hooks["pushed"].get(key, ("",))[0] == "written"
+            res = await self.writer.run_held(lambda c: job(c, first), on_commit,
+                                             early=early, relaxed=written)
         self.changes.publish({"kind": "sent", "peer": key, "th": res[1]["th"], "seq": res[0]})
         return {"id": res[1]["id"], "th": res[1]["th"], "line": res[1]}
 

@@ -281,7 +281,8 @@ class Writer:
         worker thread cost about as much CPU as it saved, on the CPU a
         receiving daemon on the same host may be waiting for.  ``relaxed``
         (a line that already left): no fsync now, it is owed (see the
-        module docstring, "Our early lines").
+        module docstring, "Our early lines").  It awaits nothing: a caller
+        holding the store relies on finishing with no checkpoint.
         """
         p = Pending(job, on_commit, early)
         try:
