@@ -34,19 +34,13 @@ killed process loses nothing (the WAL is written); a power loss may lose the
 last of them, until the next durable commit or checkpoint syncs the WAL.  It
 saves a relay the fsync and both thread hand-overs for every record.
 
-**Our early lines' commits are relaxed too** (:meth:`Writer.run_held` with
-``relaxed``).  A line of ours written to a peer before its commit (see
-:mod:`awp.store.idfloor`) is committed without the fsync, and that sync is
-owed: the next durable commit pays it (on a quiet daemon, the one that
-applies the peer's ack, about a round trip later), or :meth:`Writer.synced`
-after ``SYNC_WITHIN_S`` (:meth:`Writer.keep_synced`), whichever comes
-first; whoever must tell the agent the line is queued awaits
-:meth:`Writer.synced` first.  Measured on one host: the sender's WAL write
-and fsync, issued while the peer's daemon synced the line, made the peer's
-sync ~0.25 ms slower; now the sender's disk is idle until the ack, and a
-lone msg costs it one fsync instead of two.  A killed process loses nothing
-(the WAL is written); a power loss inside the window loses our own record
-of a line the peer may hold (the id floor keeps any later id above it).
+**Commits that owe their fsync** (``relaxed`` in :meth:`Writer.run_held`
+and :meth:`Writer.run_now`): a line of ours written to a peer before its
+commit, and a line made durable by the intake journal, are committed
+without the fsync, which is owed and paid later (:mod:`awp.store.owed`).
+Measured on one host: the sender's WAL write and fsync, issued while the
+peer's daemon synced the line, made the peer's sync ~0.25 ms slower; the
+journaled line's commit blocked the event loop for its fsync.
 
 **Urgent jobs go first.**  A job may be marked urgent (a peer's line when
 nothing else of that connection is waiting for the store) and given a weight
@@ -64,7 +58,6 @@ their order, and hooks still run in commit order.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -75,6 +68,7 @@ from typing import Any, Protocol
 import trio
 
 from .checkpoint import Checkpointer
+from .owed import OwedSync
 
 log = logging.getLogger("awp.store")
 
@@ -97,9 +91,7 @@ def lines_weight(nbytes: int, lines: int) -> int:
     """The weight of a job storing ``lines`` lines of ``nbytes`` bytes in all."""
     return nbytes + LINE_WEIGHT * lines
 
-_fdatasync = getattr(os, "fdatasync", os.fsync)
 _QUIET_S = 0.002  # no commit for this long: a new job is probably alone
-SYNC_WITHIN_S = 0.02  # an owed sync (see "Our early lines") is paid by then
 _FAST_COMMIT_S = 0.0015  # inline only while commits take less than this
 
 
@@ -169,12 +161,7 @@ class Writer:
         self.inline_batches = 0
         self.relaxed_batches = 0
         self.urgent_joins = 0  # batches an urgent job joined while they were staged
-        # Relaxed commits of early lines, and how many of them a sync covers;
-        # both change under ``_lock``.  They differ while a sync is owed.
-        self._owed_n = 0
-        self._synced_n = 0
-        self._owed = trio.Event()  # set when a sync becomes owed (keep_synced waits)
-        self._wal_fd = -1
+        self.owed = OwedSync(conn, self._lock)  # the fsync relaxed commits owe
 
     def start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -214,13 +201,24 @@ class Writer:
             return self.run_now(job, on_commit)
         return self.submit_nowait(job, on_commit, weight=weight, urgent=urgent)
 
-    def run_now(self, job: Job, on_commit: Hook | None = None) -> Pending:
+    def run_now(self, job: Job, on_commit: Hook | None = None, *,
+                relaxed: bool = False) -> Pending:
         """Run a job on this thread with the store taken by :meth:`hold`, commit
-        it, and give the store back; the returned ``Pending`` is resolved."""
+        it, and give the store back; the returned ``Pending`` is resolved.
+
+        ``relaxed`` (what is durable elsewhere already: a journaled line):
+        no fsync on the event loop; it is owed (:mod:`awp.store.owed`) and
+        paid from a worker thread at once.
+        """
         p = Pending(job, on_commit)
         try:
-            staged = self._stage([p])
-            self._finish(p, staged, staged and self._commit([p], 0))
+            if relaxed:
+                self._relax()
+            staged = self._stage([p], relaxed=relaxed)
+            ok = staged and self._commit([p], 0, relaxed=relaxed)
+            if ok and relaxed:
+                self.owed.owe(prompt=True)
+            self._finish(p, staged, ok)
         finally:
             self._lock.release()
         return p
@@ -240,9 +238,7 @@ class Writer:
             return await self.run(job)
         p = Pending(job)
         try:
-            if not self._sync_normal:  # kept while relaxed runs follow one another
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-                self._sync_normal = True
+            self._relax()
             staged = self._stage([p], relaxed=True)
             self._finish(p, staged, staged and self._commit([p], 0, relaxed=True))
         finally:
@@ -280,15 +276,14 @@ class Writer:
         commits are fast (see :meth:`hold`), and handing the commit to a
         worker thread cost about as much CPU as it saved, on the CPU a
         receiving daemon on the same host may be waiting for.  ``relaxed``
-        (a line that already left): no fsync now, it is owed (see the
-        module docstring, "Our early lines").  It awaits nothing: a caller
+        (a line that already left): no fsync now, it is owed (see
+        :mod:`awp.store.owed`).  It awaits nothing: a caller
         holding the store relies on finishing with no checkpoint.
         """
         p = Pending(job, on_commit, early)
         try:
-            if relaxed and not self._sync_normal:
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-                self._sync_normal = True
+            if relaxed:
+                self._relax()
             staged = self._stage([p], relaxed=relaxed)
             sent = 0
             if staged and self._policy is not None and self._early_allowed([p]):
@@ -297,51 +292,28 @@ class Writer:
                 self.early_batches += 1
             ok = self._commit([p], sent, relaxed=relaxed) if staged else False
             if ok and relaxed:
-                self._owed_n += 1
-                self._owed.set()
+                self.owed.owe(prompt=False)
             self._finish(p, staged, ok)
         finally:
             self._lock.release()
         return p.result()
 
+    def _relax(self) -> None:
+        if not self._sync_normal:  # kept while relaxed runs follow one another
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._sync_normal = True
+
     def sync_owed(self) -> bool:
-        """Whether a relaxed commit of an early line still waits for its fsync."""
-        return self._owed_n != self._synced_n
+        """Whether a relaxed commit still waits for its fsync."""
+        return self.owed.owed()
 
     async def synced(self) -> None:
-        """Return once every early line committed so far is durable (an fsync
-        of the WAL in a worker thread, unless a durable commit paid it)."""
-        if self.sync_owed():
-            await trio.to_thread.run_sync(self._sync_wal)
+        """Return once every relaxed commit so far is durable."""
+        await self.owed.synced()
 
     async def keep_synced(self) -> None:
-        """Pay an owed sync within ``SYNC_WITHIN_S``, for as long as the caller's
-        nursery runs: the ack that usually pays it may never come."""
-        while True:
-            await self._owed.wait()
-            self._owed = trio.Event()
-            await trio.sleep(SYNC_WITHIN_S)
-            await self.synced()
-
-    def _sync_wal(self) -> None:
-        """Worker thread: fdatasync the WAL, which holds every frame committed so far.
-
-        This is the sync a ``synchronous = FULL`` commit does at its end.
-        Should the file not open, a passive checkpoint syncs it instead.
-        """
-        with self._lock:
-            owed = self._owed_n
-            if owed == self._synced_n:
-                return
-            try:
-                if self._wal_fd < 0:
-                    path = self._conn.execute("PRAGMA database_list").fetchone()[2] + "-wal"
-                    self._wal_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                _fdatasync(self._wal_fd)
-            except OSError as e:
-                log.warning("cannot sync the WAL directly (%s): checkpointing instead", e)
-                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            self._synced_n = owed
+        """Pay owed syncs in time (see :mod:`awp.store.owed`); run it in a nursery."""
+        await self.owed.keep()
 
     def healthy(self) -> bool:
         """No commit is failing and the disk has room (per the policy, if any)."""
@@ -362,10 +334,8 @@ class Writer:
         self._thread = None
         if self._checkpointer is not None:
             await trio.to_thread.run_sync(self._checkpointer.stop)
-        await self.synced()
-        if self._wal_fd >= 0:
-            os.close(self._wal_fd)
-            self._wal_fd = -1
+        await self.owed.synced()
+        self.owed.close()
 
     # -- shared steps -------------------------------------------------------------
 
@@ -468,7 +438,7 @@ class Writer:
             self._last_commit = time.monotonic()
             if not relaxed:
                 self._commit_s = 0.8 * self._commit_s + 0.2 * (self._last_commit - started)
-                self._synced_n = self._owed_n  # its fsync covers every earlier frame
+                self.owed.paid()  # its fsync covers every earlier frame
             self.commits += 1
         except BaseException as e:  # noqa: BLE001
             try:

@@ -8,6 +8,7 @@ import threading
 
 import trio
 
+from awp.store import owed as owed_mod
 from awp.store import writer as writer_mod
 from awp.store.db import open_store
 from awp.store.writer import Writer
@@ -289,7 +290,7 @@ def _wal_syncs(monkeypatch) -> list[str]:
     def fake(fd: int) -> None:
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
 
-    monkeypatch.setattr(writer_mod, "_fdatasync", fake)
+    monkeypatch.setattr(owed_mod, "_fdatasync", fake)
     return synced
 
 
@@ -345,7 +346,7 @@ def test_keep_synced_pays_an_owed_sync_when_no_commit_comes(tmp_path, monkeypatc
     within SYNC_WITHIN_S all the same; a stop pays what is still owed."""
     conn = _store(tmp_path)
     synced = _wal_syncs(monkeypatch)
-    monkeypatch.setattr(writer_mod, "SYNC_WITHIN_S", 0.01)
+    monkeypatch.setattr(owed_mod, "SYNC_WITHIN_S", 0.01)
 
     async def main() -> None:
         w = Writer(conn, policy=Policy())
@@ -366,3 +367,29 @@ def test_keep_synced_pays_an_owed_sync_when_no_commit_comes(tmp_path, monkeypatc
         assert not w.sync_owed() and len(synced) == 4
 
     trio.run(main)
+
+
+def test_a_journaled_lines_relaxed_commit_is_synced_at_once(tmp_path, monkeypatch):
+    """run_now(relaxed) (a line the intake journal holds) commits without the
+    fsync on the event loop; keep_synced pays it at once from a worker
+    thread, not SYNC_WITHIN_S later."""
+    conn = _store(tmp_path)
+    synced = _wal_syncs(monkeypatch)
+    monkeypatch.setattr(owed_mod, "SYNC_WITHIN_S", 3600.0)
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.keep_synced)
+            assert w.hold()
+            p = w.run_now(_sync_then(1), relaxed=True)
+            assert p.result() == 1 and w.sync_owed()  # NORMAL: committed, sync owed
+            with trio.fail_after(5):
+                while w.sync_owed():
+                    await trio.sleep(0.005)
+            nursery.cancel_scope.cancel()
+        await w.stop()
+
+    trio.run(main)
+    assert [os.path.basename(p) for p in synced] == ["awp.db-wal"]
