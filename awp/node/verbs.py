@@ -204,16 +204,19 @@ class AgentVerbs:
                          direct: bool = True) -> dict:
         """Queue a msg or state of ours and get it to the peer as soon as it may go.
 
-        The fast way, when the store is quiet and the connection has written
-        everything queued before: hold the store (no other line can be queued
-        meanwhile, so this id is next in outbox order too), write the line,
-        then store it; the id reservation and disk checks of ``may_send_early``
-        make that as safe as sending after the commit.  Otherwise the line is
-        queued and handed over by the writer's hooks.
+        The fast way, when nothing is queued for the store and the connection
+        has written everything queued before: hold the store (no other line
+        can be queued meanwhile, so this id is next in outbox order too),
+        write the line, then store it with a commit that owes its fsync; the
+        id reservation and disk checks of ``may_send_early`` make that as
+        safe as sending after the commit.  Otherwise the line is queued and
+        handed over by the writer's hooks.
         """
         hooks = self._send_hooks(key)
         on_commit, early = hooks["on_commit"], hooks["early"]
-        if not self.writer.hold():
+        # A line that leaves first commits without blocking on its fsync, so
+        # the store is taken whenever nothing is queued, quiet or not.
+        if not self.writer.hold(relaxed=direct):
             res = await self.writer.submit_nowait(lambda c: job(c, None), on_commit,
                                                   early=early).wait()
         else:
@@ -225,10 +228,15 @@ class AgentVerbs:
             except BaseException:
                 self.writer.release()
                 raise
-            # A line that already left owes its fsync (see awp.store.writer).
+            # A line that already left owes its fsync (see awp.store.owed).
             written = hooks["pushed"].get(key, ("",))[0] == "written"
-            res = await self.writer.run_held(lambda c: job(c, first), on_commit,
-                                             early=early, relaxed=written)
+            if written or self.writer.quiet():
+                res = await self.writer.run_held(lambda c: job(c, first), on_commit,
+                                                 early=early, relaxed=written)
+            else:  # a durable commit on a busy store: the writer's thread, in order
+                self.writer.release()
+                res = await self.writer.submit_nowait(lambda c: job(c, first), on_commit,
+                                                      early=early).wait()
         self.changes.publish({"kind": "sent", "peer": key, "th": res[1]["th"], "seq": res[0]})
         return {"id": res[1]["id"], "th": res[1]["th"], "line": res[1]}
 

@@ -7,7 +7,9 @@ only then resolves the callers.  That keeps "stored, then acked" true while
 paying one fsync for a whole burst instead of one per line, and keeps the
 blocking fsync off the event loop.
 
-Two refinements matter for latency at low load, where a message is alone:
+Two refinements matter for latency at low load, where a message is alone
+(and a commit that owes its fsync, below, needs only the first two
+conditions of the first):
 
 * **Inline runs.**  Handing a job to the thread and its result back costs two
   cross-thread wake-ups, which on a small VM are as slow as the fsync.  When
@@ -253,14 +255,17 @@ class Writer:
             return await self.submit_nowait(job, on_commit, early=early).wait()
         return await self.run_held(job, on_commit, early=early)
 
-    def hold(self) -> bool:
+    def hold(self, *, relaxed: bool = False) -> bool:
         """Take the store for an inline run, if the writer is quiet.
 
         While held, nothing else can queue a line, so a caller may draw an id
         and act on it before its job runs.  Follow with :meth:`run_held` or
-        :meth:`run_now`, which release it.
+        :meth:`run_now`, which release it.  ``relaxed``: the commit will owe
+        its fsync (a line that leaves first), so only an empty queue and a
+        free store matter; should it not be relaxed after all, the caller
+        asks :meth:`quiet` before committing inline.
         """
-        return self._enter_inline()
+        return self._enter_inline(relaxed=relaxed)
 
     def release(self) -> None:
         """Give back a store taken with :meth:`hold` without running a job."""
@@ -339,15 +344,21 @@ class Writer:
 
     # -- shared steps -------------------------------------------------------------
 
-    def _enter_inline(self) -> bool:
-        """On the trio thread: take the connection if nothing else needs it."""
+    def _enter_inline(self, *, relaxed: bool = False) -> bool:
+        """On the trio thread: take the connection if nothing else needs it
+        (and, unless the commit will be ``relaxed``, if it is quiet and fast)."""
         if (self._thread is None or self._outstanding
-                or time.monotonic() - self._last_commit < _QUIET_S
-                or self._commit_s > _FAST_COMMIT_S
+                or not relaxed and not self.quiet()
                 or not self._lock.acquire(blocking=False)):
             return False
         self.inline_batches += 1
         return True
+
+    def quiet(self) -> bool:
+        """No commit for ``_QUIET_S`` and commits fast: an inline durable commit
+        is probably alone and blocks the event loop only briefly."""
+        return (time.monotonic() - self._last_commit >= _QUIET_S
+                and self._commit_s <= _FAST_COMMIT_S)
 
     def _stage(self, batch: list[Pending], *, let_urgent_in: bool = False,
                relaxed: bool = False) -> bool:

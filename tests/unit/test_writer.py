@@ -393,3 +393,25 @@ def test_a_journaled_lines_relaxed_commit_is_synced_at_once(tmp_path, monkeypatc
 
     trio.run(main)
     assert [os.path.basename(p) for p in synced] == ["awp.db-wal"]
+
+
+def test_a_relaxed_hold_needs_only_an_empty_queue(tmp_path, monkeypatch):
+    """A line that leaves first commits relaxed, so its hold does not wait for a
+    quiet, fast store (a durable inline commit does); queued jobs still come
+    first, which keeps commit order."""
+    conn = _store(tmp_path)
+    monkeypatch.setattr(writer_mod, "_FAST_COMMIT_S", -1.0)  # commits never fast enough
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        assert not w.quiet() and not w.hold()
+        assert w.hold(relaxed=True)
+        await w.run_held(_insert(1), relaxed=True)
+        queued = w.submit_nowait(_insert(2))
+        assert not w.hold(relaxed=True)  # a job is queued: it commits first
+        await queued.wait()
+        await w.stop()
+
+    trio.run(main)
+    assert [r[0] for r in conn.execute("SELECT n FROM t ORDER BY rowid")] == [1, 2]
