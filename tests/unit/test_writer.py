@@ -341,58 +341,45 @@ def test_a_durable_commit_pays_the_owed_sync(tmp_path, monkeypatch):
     assert synced == []
 
 
-def test_keep_synced_pays_an_owed_sync_when_no_commit_comes(tmp_path, monkeypatch):
-    """With no ack (no durable commit) after an early line, the sync is paid
-    within SYNC_WITHIN_S all the same; a stop pays what is still owed."""
+async def _until_paid(w: Writer) -> None:
+    """Wait (5 s at most) until keep_synced has paid what is owed."""
+    with trio.fail_after(5):
+        while w.sync_owed():
+            await trio.sleep(0.005)
+
+
+def test_keep_synced_pays_owed_syncs_in_time(tmp_path, monkeypatch):
+    """With no durable commit coming (no ack), keep_synced pays an early
+    line's owed sync within SYNC_WITHIN_S, and a journaled line's
+    (run_now relaxed) at once from a worker thread; a stop pays what is
+    still owed."""
     conn = _store(tmp_path)
     synced = _wal_syncs(monkeypatch)
-    monkeypatch.setattr(owed_mod, "SYNC_WITHIN_S", 0.01)
 
     async def main() -> None:
         w = Writer(conn, policy=Policy())
         w.start()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(w.keep_synced)
+            monkeypatch.setattr(owed_mod, "SYNC_WITHIN_S", 0.01)
             for n in range(3):
                 assert w.hold()
                 await w.run_held(_insert(n), relaxed=True)
-                with trio.fail_after(5):
-                    while w.sync_owed():
-                        await trio.sleep(0.005)
+                await _until_paid(w)
+            monkeypatch.setattr(owed_mod, "SYNC_WITHIN_S", 3600.0)  # at once, or never
+            assert w.hold()
+            p = w.run_now(_sync_then(4), relaxed=True)
+            assert p.result() == 1 and w.sync_owed()  # NORMAL: committed, sync owed
+            await _until_paid(w)
             nursery.cancel_scope.cancel()
-        assert len(synced) == 3
+        assert len(synced) == 4
         assert w.hold()
         await w.run_held(_insert(9), relaxed=True)
         await w.stop()
-        assert not w.sync_owed() and len(synced) == 4
+        assert not w.sync_owed() and len(synced) == 5
 
     trio.run(main)
-
-
-def test_a_journaled_lines_relaxed_commit_is_synced_at_once(tmp_path, monkeypatch):
-    """run_now(relaxed) (a line the intake journal holds) commits without the
-    fsync on the event loop; keep_synced pays it at once from a worker
-    thread, not SYNC_WITHIN_S later."""
-    conn = _store(tmp_path)
-    synced = _wal_syncs(monkeypatch)
-    monkeypatch.setattr(owed_mod, "SYNC_WITHIN_S", 3600.0)
-
-    async def main() -> None:
-        w = Writer(conn, policy=Policy())
-        w.start()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(w.keep_synced)
-            assert w.hold()
-            p = w.run_now(_sync_then(1), relaxed=True)
-            assert p.result() == 1 and w.sync_owed()  # NORMAL: committed, sync owed
-            with trio.fail_after(5):
-                while w.sync_owed():
-                    await trio.sleep(0.005)
-            nursery.cancel_scope.cancel()
-        await w.stop()
-
-    trio.run(main)
-    assert [os.path.basename(p) for p in synced] == ["awp.db-wal"]
+    assert {os.path.basename(p) for p in synced} == {"awp.db-wal"}
 
 
 def test_a_relaxed_hold_needs_only_an_empty_queue(tmp_path, monkeypatch):
