@@ -1,4 +1,4 @@
-"""Board tables and the queries on them (migrations 6 and 8 in :mod:`awp.store.schema`).
+"""Board tables and the queries on them (migrations 6, 8 and 10 in :mod:`awp.store.schema`).
 
 Records are kept as the exact text they arrived in (relayed byte for byte)
 plus the columns hosts index by; another author's record with the owner's
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 
 from ..board import retention, sequencer, view
 from ..board.perms import TOO_EARLY, admit
@@ -34,9 +34,9 @@ from ..wire.board import (
     parse_unverified,
     verify_record,
 )
-from .schema import BOARD_MIGRATION, MIGRATIONS, STAMP_MIGRATION
+from .schema import BOARD_MIGRATION, LEAN_MIGRATION, MIGRATIONS, STAMP_MIGRATION
 
-SCHEMA = MIGRATIONS[BOARD_MIGRATION] + MIGRATIONS[STAMP_MIGRATION]
+SCHEMA = MIGRATIONS[BOARD_MIGRATION] + MIGRATIONS[STAMP_MIGRATION] + MIGRATIONS[LEAN_MIGRATION]
 
 Signer = Callable[[str, str, int, int], Record]  # (topic, of, seq, ts) -> the owner's stamp
 
@@ -134,6 +134,12 @@ def put_record(c: sqlite3.Connection, rec: Record, now: int, via: str = "",
     waiting record that comes back stamped is updated in place (it keeps its
     arrival ``seq``, and counts as new: it now goes to every reader).
     """
+    return _put(c, rec, now, via, hops, sseq, stamp, waiting)[0]
+
+
+def _put(c: sqlite3.Connection, rec: Record, now: int, via: str, hops: int, sseq: int,
+         stamp: str, waiting: bool) -> tuple[int, bool]:
+    """:func:`put_record`, and whether the row is new (not ours updated in place)."""
     if rec.kind == "topic":
         raise BoardError("topic documents go to put_topic")
     cur = c.execute(
@@ -143,14 +149,14 @@ def put_record(c: sqlite3.Connection, rec: Record, now: int, via: str = "",
         (rec.topic, rec.hash, rec.kind, rec.author, rec.ts, rec.of, rec.parent, rec.size,
          rec.raw, now, via, hops, sseq, stamp, int(waiting)))
     if cur.rowcount == 1:
-        return int(cur.lastrowid or 0)
+        return int(cur.lastrowid or 0), True
     if not stamp:
-        return 0
+        return 0, False
     row = c.execute("UPDATE board_records SET ts = ?, sseq = ?, stamp = ?, waiting = 0,"
                     " received = ?, via = ?, hops = ? WHERE topic = ? AND hash = ?"
                     " AND waiting = 1 RETURNING seq",
                     (rec.ts, sseq, stamp, now, via, hops, rec.topic, rec.hash)).fetchone()
-    return int(row[0]) if row else 0
+    return (int(row[0]) if row else 0), False
 
 
 def has(c: sqlite3.Connection, topic: str, h: str) -> bool:
@@ -299,10 +305,14 @@ def records(c: sqlite3.Connection, topic: str, since_ms: int = 0,
 
 
 def record(c: sqlite3.Connection, h_prefix: str) -> list[Record]:
-    """Records whose hash starts with ``h_prefix`` (how tools name a post), any topic."""
+    """Records whose hash starts with ``h_prefix`` (how tools name a post), any topic.
+
+    Looked up topic by topic in the (topic, hash) index: an index on the hash
+    alone would cost every stored record a page written, for a tool's lookup.
+    """
     return [_record(r) for r in c.execute(
-        f"SELECT {_COLS} FROM board_records WHERE hash >= ? AND hash < ? LIMIT 10",
-        (h_prefix.lower(), h_prefix.lower() + "g"))]
+        f"SELECT {_COLS} FROM board_records WHERE topic IN (SELECT topic FROM board_usage)"
+        " AND hash >= ? AND hash < ? LIMIT 10", (h_prefix.lower(), h_prefix.lower() + "g"))]
 
 
 def recent_before(c: sqlite3.Connection, topic: str, author: str, ts: int, h: str) -> int:
@@ -350,6 +360,11 @@ class Taken:
     sseqs: dict[str, int] = field(default_factory=dict)  # hash -> its stamp's seq
     why: dict[str, str] = field(default_factory=dict)  # hash -> why refused (when named)
     held: list[str] = field(default_factory=list)  # hashes of records already held
+    # What :class:`Shapes` keeps for the next take, once this one is committed: the
+    # shapes it ends with, whether the ones it did not touch still hold, and when.
+    shapes: dict[str, _Shape] = field(default_factory=dict, repr=False)
+    carried: dict[str, _Shape] = field(default_factory=dict, repr=False)
+    mark: tuple[int, int] | None = None
 
     def wire(self, rec: Record) -> list[str]:
         """What goes on the wire for a new record: its stamp (if any), then the record."""
@@ -360,7 +375,7 @@ class Taken:
 def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: str = "",
          hops: int = 0, *, me: str = "", signer: Signer | None = None,
          subs: set[str] | frozenset[str] | None = None,
-         docs: list[object] | None = None) -> Taken:
+         docs: list[object] | None = None, shapes: Shapes | None = None) -> Taken:
     """Check, admit and store records from a peer (or from us), then apply retention.
 
     Only topics this host subscribes to are taken.  Duplicates, banned and
@@ -379,8 +394,15 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     ``subs``: the topics this host subscribes to, when the caller knows them
     (else they are read).  ``docs``: each raw record already decoded (with
     the strict decoder, from the line it came in), so it is not decoded again.
+    ``shapes``: what the last take on this connection left of each topic's
+    shape (:class:`Shapes`), used when nothing was written since; the caller
+    keeps this take's with :meth:`Shapes.keep` once it is committed.
     """
     out = Taken()
+    start = c.total_changes  # what this connection had written when the take began
+    kept = shapes.state if shapes is not None else None
+    version: int | None = None  # the store's data_version, once read
+    new_doc: set[str] = set()  # topics whose document this take replaced
     if subs is None:
         subs = set(subscriptions(c))
     policies: dict[str, Policy | None] = {}
@@ -389,14 +411,29 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     unordered: set[str] = set()
     arrivals: dict[tuple[str, str], int] = {}  # (topic, author) -> our own this minute
     stamps: dict[str, Record] = {}  # record hash -> the stamp just before it, unverified
+    lately: dict[str, int] = {}  # record hash -> its author's stamps in the last minute
     local = False  # the element at hand is one of ours
     named = ""  # the hash of the element at hand, once known
+
+    def load(topic: str, h: str = "") -> _Shape:
+        """The topic's shape (and whether ``h`` is held): kept from the last take when
+        nothing was written since, else read."""
+        nonlocal version
+        if kept is not None and kept[0][0] == start and topic in kept[1] \
+                and topic not in new_doc:
+            v, held = c.execute(_HELD_AND_VERSION, (topic, h)).fetchone()
+            if v == kept[0][1]:
+                version = v
+                return replace(kept[1][topic], held=bool(held))
+        sh = _Shape.read(c, topic, h)
+        version = sh.version
+        return sh
 
     def pol_of(topic: str) -> Policy | None:
         if topic not in policies:  # read with the topic's shape, in one statement
             sh = shape.get(topic)
             if sh is None:
-                sh = shape[topic] = _Shape.read(c, topic)
+                sh = shape[topic] = load(topic)
             policies[topic] = _policy_named(c, topic, sh.doc)
         return policies[topic]
 
@@ -414,7 +451,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             if has(c, topic, h):
                 raise Known("already held")
         else:  # the topic's first record here: its shape and whether it is held, at once
-            sh = shape[topic] = _Shape.read(c, topic, h)
+            sh = shape[topic] = load(topic, h)
             if sh.held:
                 raise Known("already held")
         owner = topic.split("/", 1)[0]
@@ -424,9 +461,10 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
         if pol is not None and author in pol.banned:
             raise BoardError("author is banned from this topic")
         if ours(topic):
-            if pol is not None and h not in stamps and stamped_lately(
-                    c, topic, author, next_ts(c, topic, now)) >= pol.rate:
-                raise BoardError(sequencer.OVER_RATE)  # before paying for the signature
+            if pol is not None and h not in stamps:
+                lately[h] = stamped_lately(c, topic, author, next_ts(c, topic, now))
+                if lately[h] >= pol.rate:
+                    raise BoardError(sequencer.OVER_RATE)  # before paying for the signature
         elif local:  # ours: the owner's rate, judged here first so that a post fails at once
             key = (topic, author)
             if pol is not None and key not in arrivals:
@@ -477,6 +515,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
                 policies.pop(rec.topic, None)
                 if rec.topic in shape:
                     shape[rec.topic].doc = rec.hash  # the newest document now
+                new_doc.add(rec.topic)
                 touched.add(rec.topic)
                 unordered.add(rec.topic)  # a new policy may keep less: the full rule
                 out.new.append(rec)
@@ -488,7 +527,8 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             why = admit(rec, pol_of(rec.topic), now)
         else:
             why, st = _stamp_of(c, rec, stamps.get(rec.hash), pol_of(rec.topic), now,
-                                signer if ours(rec.topic) else None, local)
+                                signer if ours(rec.topic) else None, local,
+                                lately.get(rec.hash))
         if why:
             refuse(why)
             continue
@@ -496,14 +536,16 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             rec = rec.at(st.ts)  # the stamp's time is the record's
         sh = shape.get(rec.topic)
         if sh is None:
-            sh = shape[rec.topic] = _Shape.read(c, rec.topic)
+            sh = shape[rec.topic] = load(rec.topic)
         if rec.author != rec.owner and st is not None and rec.ts <= sh.newest \
                 and _has_later(c, rec):  # past the newest record held, nothing comes later
             unordered.add(rec.topic)
-        seq = put_record(c, rec, now, via, hops, sseq=st.doc["seq"] if st else 0,
-                         stamp=st.raw if st else "", waiting=st is None and rec.author != rec.owner)
+        seq, inserted = _put(c, rec, now, via, hops, st.doc["seq"] if st else 0,
+                             st.raw if st else "", st is None and rec.author != rec.owner)
         if seq:
             sh.added(rec)
+            if not inserted:  # ours, stored again with its stamp: counted twice, re-read
+                new_doc.add(rec.topic)
             touched.add(rec.topic)
             out.new.append(rec)
             out.seqs[rec.hash] = seq
@@ -516,7 +558,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
                 arrivals[key] = arrivals.get(key, 0) + 1
         else:
             out.known += 1
-    dropped = False
+    dropped: set[str] = set()
     for topic in touched:
         pol = pol_of(topic)
         sh = shape.get(topic)
@@ -524,14 +566,54 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
                 sh.may_be_due(pol, now) if sh is not None else True)
                 and retention_due(c, topic, pol, now)):
             enforce_retention(c, topic, pol, now)
-            dropped = True
+            dropped.add(topic)
     if dropped:
         out.new = [r for r in out.new if r.kind == "topic" or _held_at_all(c, r.topic, r.hash)]
+    if version is not None:  # what the next take may start from (Shapes.keep)
+        stale = dropped | new_doc
+        out.shapes = {t: sh for t, sh in shape.items() if t not in stale}
+        if kept is not None and kept[0] == (start, version):
+            out.carried = {t: sh for t, sh in kept[1].items() if t not in stale and t not in shape}
+        out.mark = (c.total_changes, version)
     return out
 
 
+class Shapes:
+    """Each topic's shape as the last committed take on one connection left it.
+
+    A take on a relay or leaf usually holds one record, and reading its
+    topic's shape (count, bytes, first and last time, document) took six
+    index lookups, a fifth of the take.  The next take on the same
+    connection starts from the shapes kept here instead, when nothing has
+    been written since: the connection's ``total_changes`` (any row it
+    changed, in any table, by any caller) is where the last take left it,
+    and the store's ``data_version`` is the same (no other connection
+    committed).  Only then; otherwise the shape is read as before.  A take
+    that ran retention on a topic, replaced its document, or stored one of
+    our records again with its stamp keeps nothing of that topic.  The
+    caller keeps a take's shapes only after its commit (:meth:`keep`) and
+    forgets them all when a take fails (:meth:`forget`): a rolled back
+    transaction leaves ``total_changes`` as it was.
+    """
+
+    def __init__(self) -> None:
+        # One value, replaced whole, so that a take on another thread reads a
+        # consistent pair: ((total_changes, data_version), {topic: shape}).
+        self.state: tuple[tuple[int, int], dict[str, _Shape]] | None = None
+
+    def keep(self, taken: Taken) -> None:
+        """After ``taken``'s transaction committed: its shapes for the next take."""
+        if taken.mark is None:  # read nothing; what is kept stays valid or is not used
+            return
+        self.state = (taken.mark, {**taken.carried, **taken.shapes})
+
+    def forget(self) -> None:
+        self.state = None
+
+
 def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy | None,
-              now: int, signer: Signer | None, local: bool) -> tuple[str, Record | None]:
+              now: int, signer: Signer | None, local: bool,
+              arrived: int | None = None) -> tuple[str, Record | None]:
     """Why another author's record is refused (or ""), and the owner's stamp it is kept with.
 
     On the owner (``signer``): a stamp of ours that comes back (we lost the
@@ -541,6 +623,8 @@ def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy
     ahead; the record's rights are not judged again (the owner did).  Ours
     without a stamp waits for one, after the same checks as the owner's (so
     that a post the owner would refuse fails at once, with its reason).
+    ``arrived``: the author's stamps in the last minute, when the check before
+    the signature counted them already (nothing was stored since).
     """
     if st is not None:
         if st.topic != rec.topic or not verify_record(st):
@@ -551,7 +635,8 @@ def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy
             _set_stamp_seq(c, rec.topic, st.doc["seq"], st.ts)
         return "", st
     if signer is not None:
-        arrived = stamped_lately(c, rec.topic, rec.author, next_ts(c, rec.topic, now))
+        if arrived is None:
+            arrived = stamped_lately(c, rec.topic, rec.author, next_ts(c, rec.topic, now))
         why = sequencer.admission(rec, pol, now, arrived)
         if why:
             return why, None
@@ -609,6 +694,7 @@ class _Shape:
     newest: int
     doc: str | None  # the hash of the newest topic document held
     held: bool = False  # the record named when reading is held (as :func:`has` says)
+    version: int = 0  # the store's data_version when read (see :class:`Shapes`)
 
     @classmethod
     def read(cls, c: sqlite3.Connection, topic: str, h: str = "") -> _Shape:
@@ -619,9 +705,10 @@ class _Shape:
             " (SELECT max(ts) FROM board_records WHERE topic = ?1),"
             " (SELECT hash FROM board_topics WHERE topic = ?1),"
             " EXISTS (SELECT 1 FROM board_records WHERE topic = ?1 AND hash = ?2"
-            " AND waiting = 0)", (topic, h)).fetchone()
+            " AND waiting = 0), (SELECT data_version FROM pragma_data_version)",
+            (topic, h)).fetchone()
         return cls(row[0] or 0, row[1] or 0, row[2], -1 if row[3] is None else row[3], row[4],
-                   bool(row[5]))
+                   bool(row[5]), row[6])
 
     def added(self, rec: Record) -> None:
         self.n += 1
@@ -634,6 +721,13 @@ class _Shape:
         if self.oldest is not None and self.oldest < now - pol.keep_days * retention.DAY_MS:
             return True
         return self.n > pol.keep or self.size > pol.keep_bytes
+
+
+# What a take asks of a topic whose shape it kept (see :class:`Shapes`): whether the
+# store is as it left it, and whether the record at hand is held (as :func:`has`).
+_HELD_AND_VERSION = (
+    "SELECT (SELECT data_version FROM pragma_data_version), EXISTS (SELECT 1 FROM board_records"
+    " WHERE topic = ?1 AND hash = ?2 AND waiting = 0)")
 
 
 def retention_due(c: sqlite3.Connection, topic: str, pol: Policy, now: int) -> bool:
@@ -685,6 +779,17 @@ def lease_raws(c: sqlite3.Connection, topic: str, author: str) -> list[str]:
         " ORDER BY ts", (topic, author))]
 
 
+def item_history(c: sqlite3.Connection, topic: str,
+                 item: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """An item's lease records (raw) and its replies (``(author, raw)``), any order."""
+    leases = [raw for (raw,) in c.execute(
+        "SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease' AND of = ?"
+        " AND of != ''", (topic, item))]
+    replies = c.execute("SELECT author, raw FROM board_records WHERE topic = ? AND kind = 'post'"
+                        " AND parent = ? AND parent != ''", (topic, item)).fetchall()
+    return leases, [(a, r) for a, r in replies]
+
+
 def queue_items(c: sqlite3.Connection, topic: str) -> list[tuple[str, int]]:
     """``(hash, ts)`` of the topic's top-level posts, the items of a queue, oldest first."""
     return c.execute("SELECT hash, ts FROM board_records WHERE topic = ? AND kind = 'post'"
@@ -717,14 +822,18 @@ def queue_log(c: sqlite3.Connection, topic: str) -> list[Event]:
 # A post is gone when the owner hid it, or its author deleted it with a delete the
 # owner did not hide (the rules of :mod:`awp.board.view`, as a filter).
 # ``INDEXED BY``: left alone, SQLite may look a delete up by its author and
-# walk every record that author wrote.
+# walk every record that author wrote.  ``board_records_of`` and
+# ``board_records_parent`` hold only the records that name another (migration
+# 10): a query can use them only when it says ``of != ''`` (``parent != ''``)
+# in so many words, as every one here does.
 _SHOWN = (
     "p.kind = 'post' AND NOT EXISTS (SELECT 1 FROM board_records h INDEXED BY board_records_of"
-    " WHERE h.topic = p.topic AND h.of = p.hash AND h.kind = 'hide') AND NOT EXISTS ("
-    "SELECT 1 FROM board_records d INDEXED BY board_records_of WHERE d.topic = p.topic"
-    " AND d.of = p.hash AND d.kind = 'delete' AND d.author = p.author AND NOT EXISTS ("
-    "SELECT 1 FROM board_records h2 INDEXED BY board_records_of WHERE h2.topic = d.topic"
-    " AND h2.of = d.hash AND h2.kind = 'hide'))")
+    " WHERE h.topic = p.topic AND h.of = p.hash AND h.of != '' AND h.kind = 'hide')"
+    " AND NOT EXISTS (SELECT 1 FROM board_records d INDEXED BY board_records_of"
+    " WHERE d.topic = p.topic AND d.of = p.hash AND d.of != '' AND d.kind = 'delete'"
+    " AND d.author = p.author AND NOT EXISTS (SELECT 1 FROM board_records h2 INDEXED BY"
+    " board_records_of WHERE h2.topic = d.topic AND h2.of = d.hash AND h2.of != ''"
+    " AND h2.kind = 'hide'))")
 
 
 @dataclass(frozen=True)
@@ -757,13 +866,13 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple], marked: bool = False) 
             marks = ",".join("?" * len(chunk))
             edits = [_record(x) for x in c.execute(
                 f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'edit'"
-                f" AND of IN ({marks})", (topic, *chunk))]
+                f" AND of IN ({marks}) AND of != ''", (topic, *chunk))]
             extra.extend(edits)
             if edits:
                 em = ",".join("?" * len(edits))
                 extra.extend(_record(x) for x in c.execute(
                     f"SELECT {_COLS} FROM board_records WHERE topic = ? AND kind = 'hide'"
-                    f" AND of IN ({em})", (topic, *[e.hash for e in edits])))
+                    f" AND of IN ({em}) AND of != ''", (topic, *[e.hash for e in edits])))
     replies: dict[str, int] = {}
     for topic, hashes in _by_topic(recs, replied).items():
         for i in range(0, len(hashes), 400):
@@ -771,7 +880,7 @@ def _with_edits(c: sqlite3.Connection, rows: list[tuple], marked: bool = False) 
             replies.update(c.execute(
                 "SELECT parent, count(*) FROM board_records p INDEXED BY board_records_parent"
                 " WHERE p.topic = ? AND p.parent IN (" + ",".join("?" * len(chunk))
-                + f") AND {_SHOWN} GROUP BY parent", (topic, *chunk)))
+                + f") AND p.parent != '' AND {_SHOWN} GROUP BY parent", (topic, *chunk)))
     topic_of = {r.hash: r.topic for r in recs}
     return [Post(s, topic_of[s.hash], seqs[s.hash], replies.get(s.hash, 0))
             for s in view.visible(recs + extra)]
@@ -805,8 +914,9 @@ def visible_posts(c: sqlite3.Connection, topic: str, n: int = 20, since_ms: int 
 # Whether a post has an edit, and a reply: what :func:`_with_edits` looks up only when so.
 _MARKS = (
     ", EXISTS (SELECT 1 FROM board_records e INDEXED BY board_records_of WHERE e.topic = p.topic"
-    " AND e.of = p.hash AND e.kind = 'edit'), EXISTS (SELECT 1 FROM board_records r INDEXED BY"
-    " board_records_parent WHERE r.topic = p.topic AND r.parent = p.hash)")
+    " AND e.of = p.hash AND e.of != '' AND e.kind = 'edit'), EXISTS (SELECT 1 FROM board_records"
+    " r INDEXED BY board_records_parent WHERE r.topic = p.topic AND r.parent = p.hash"
+    " AND r.parent != '')")
 
 
 def posts_after(c: sqlite3.Connection, topics: list[str] | None, after: int, me: str,
@@ -851,10 +961,24 @@ def plain_posts(c: sqlite3.Connection, after: int, upto: int, limit: int) -> lis
     """
     return [(seq, bool(plain)) for seq, plain in c.execute(
         "SELECT p.seq, NOT EXISTS (SELECT 1 FROM board_records x INDEXED BY board_records_of"
-        " WHERE x.topic = p.topic AND x.of = p.hash) AND NOT EXISTS (SELECT 1 FROM"
-        " board_records r INDEXED BY board_records_parent WHERE r.topic = p.topic"
-        " AND r.parent = p.hash) FROM board_records p WHERE p.seq > ? AND p.seq <= ?"
+        " WHERE x.topic = p.topic AND x.of = p.hash AND x.of != '') AND NOT EXISTS (SELECT 1"
+        " FROM board_records r INDEXED BY board_records_parent WHERE r.topic = p.topic"
+        " AND r.parent = p.hash AND r.parent != '') FROM board_records p"
+        " WHERE p.seq > ? AND p.seq <= ?"
         f" AND p.kind = 'post' ORDER BY p.seq LIMIT {int(limit)}", (after, upto))]
+
+
+def named(c: sqlite3.Connection, posts: Iterable[Record]) -> set[str]:
+    """The hashes of ``posts`` some stored record names (an edit, delete or hide of it,
+    a reply to it): the others are plain (:func:`plain_posts`).  Asked in the
+    transaction that stored them, so the board's feed can shape them as they are;
+    one small statement a post (a post or two a commit is the common case)."""
+    return {r.hash for r in posts if c.execute(
+        "SELECT EXISTS (SELECT 1 FROM board_records INDEXED BY board_records_of WHERE"
+        " topic = ?1 AND of = ?2 AND of != '') OR EXISTS (SELECT 1 FROM board_records"
+        " INDEXED BY board_records_parent WHERE topic = ?1 AND parent = ?2"
+        " AND parent != '')",
+        (r.topic, r.hash)).fetchone()[0]}
 
 
 def last_seq(c: sqlite3.Connection) -> int:

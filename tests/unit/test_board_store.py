@@ -309,3 +309,15 @@ def test_records_kept_under_the_old_rule_meet_the_owner_as_sequencer():
     sb.take(host, _wire(owner, old), T0 + 200)
     assert sb.holdings(host, TOPIC).hashes() == sb.holdings(owner, TOPIC).hashes()
     assert sb.waiting(host) == []
+
+
+def test_the_owner_counts_an_authors_stamps_once_a_record():
+    """The rate check before the signature and the admission after it read one count."""
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open", rate=2)
+    db = _host(topic)
+    seen: list[str] = []
+    db.set_trace_callback(seen.append)
+    got = _own(db, [_post(f"r{i}", T0 + i).raw for i in range(3)], T0 + 10)
+    db.set_trace_callback(None)
+    assert len(got.new) == 2 and got.refused == [sequencer.OVER_RATE]
+    assert len([s for s in seen if "sseq > 0" in s]) == 3  # one a record, the third refused
