@@ -484,6 +484,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             acked = await engine.wait_ack(res["id"], wait_s, key)
             if acked:
                 ack_ms = round((time.perf_counter() - t0) * 1000, 3)
+        if not acked:  # queued, not delivered: our own record of it is durable first
+            await engine.writer.synced()
         status = "delivered" if acked else ("delivering" if connected or engine.peers.active(key)
                                             else "queued until the peer is reachable")
         name = await engine.read(lambda c: queries.peer_label(c, key))

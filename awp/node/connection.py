@@ -27,7 +27,6 @@ from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
 from ..wire.names import clean_name
-from .gaps import line_id
 from .handshake import Handshake
 from .jobs import STORE_OPS, Jobs
 from .lineout import LineOut, give_way
@@ -404,7 +403,7 @@ class Connection:
         return (r.resumed_by_peer and not r.pushed and not r.rescan_due
                 and not self._sending and not r.bye_sent and not self.closed.is_set())
 
-    async def send_first(self, text: str) -> bool:
+    def send_first(self, ident: str, data: bytes) -> bool:
         """Write a line before it is stored (the caller holds the store, see Engine).
 
         Only what the socket takes at once is written here, with no trip
@@ -418,13 +417,12 @@ class Connection:
         """
         if self.out.busy() or self.closed.is_set():
             return False
-        data = text.encode("utf-8") + b"\n"
         self.out.lock.acquire_nowait()
         rest = self.out.write_now(data)
         if len(rest) == len(data):
             self.out.lock.release()
             return False
-        self.session.gaps.sent(line_id(text))
+        self.session.gaps.sent(ident)
         if not rest:
             self.out.lock.release()
             give_way()

@@ -110,6 +110,7 @@ class Engine(InboundStore, AgentVerbs):
                 self._nursery = nursery
                 self.peers.bind(nursery)
                 nursery.start_soon(self._sweeper)
+                nursery.start_soon(self.writer.keep_synced)
                 nursery.start_soon(self._blob_expiry)
                 nursery.start_soon(self.business.run)
                 # A restart redials every peer it has business with, former

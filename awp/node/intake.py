@@ -134,8 +134,8 @@ class Intake:
             raise
         return cls(journal)
 
-    def eligible(self, line: dict, size: int, *, mirrored: bool) -> bool:
-        if mirrored or not self.journal.fits(size) or self._unstored:
+    def eligible(self, line: dict, size: int, *, mirrored: bool, rewind: bool = True) -> bool:
+        if mirrored or not self.journal.fits(size, rewind) or self._unstored:
             return False
         t = line["t"]
         if t == "state":
@@ -146,8 +146,8 @@ class Intake:
         return isinstance(parts, list) and rq.request_in(parts) is None and not any(
             isinstance(p, dict) and p.get("k") == "blob" for p in parts)
 
-    def append(self, peer: str, at: int, text: str) -> bool:
-        return self.journal.append(Record(peer, at, text))
+    def append(self, peer: str, at: int, text: str, rewind: bool = True) -> bool:
+        return self.journal.append(Record(peer, at, text), rewind)
 
     def stored(self) -> None:
         self.journal.stored()

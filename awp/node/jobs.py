@@ -143,16 +143,22 @@ class Jobs:
         answers with its ack.  The store is held from before the journal
         write until that transaction has committed, with no yield to the
         event loop in between: nothing else is stored meanwhile, and nothing
-        reads the store before the line is in it.  False, with nothing done,
-        when the line must take the ordinary way.
+        reads the store before the line is in it.  The commit is relaxed:
+        its fsync is paid by a worker thread right after, and until then
+        the journal keeps the line's record (no new round at offset 0).
+        False, with nothing done, when the line must take the ordinary way.
         """
         eng, intake = self.engine, self.engine.intake
-        if (intake is None or self._post_inflight or self._held or self.conn.out.busy()
-                or not intake.eligible(line, len(raw), mirrored=bool(eng.shares))
+        if intake is None:
+            return False
+        # Lines in SQLite by a commit whose fsync is owed keep the journal's round.
+        rewind = not eng.writer.sync_owed()
+        if (self._post_inflight or self._held or self.conn.out.busy()
+                or not intake.eligible(line, len(raw), mirrored=bool(eng.shares), rewind=rewind)
                 or not eng.writer.healthy() or not eng.writer.hold()):
             return False
         text = raw.decode("utf-8")
-        if not intake.append(self.conn.peer_key, now, text):
+        if not intake.append(self.conn.peer_key, now, text, rewind):
             eng.writer.release()
             return False
         journaled_ns = time.perf_counter_ns()
@@ -161,8 +167,10 @@ class Jobs:
             acts = self.conn.session.durable(token)
             unsent = self.conn.out.write_now(b"".join(a[1] for a in acts))
             give_way()
+            # The journal holds the line: the commit owes its fsync, paid
+            # off the event loop right after (see awp.store.writer).
             pending = eng.writer.run_now(
-                lambda c: [eng.store_inbound(c, self.conn, line, text, now)])
+                lambda c: [eng.store_inbound(c, self.conn, line, text, now)], relaxed=True)
             if pending.error is None:
                 intake.stored()
             else:

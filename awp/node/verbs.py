@@ -75,12 +75,15 @@ class AgentVerbs:
         elif committed:
             self.peers.kick(key)
 
-    async def _send_first(self, key: str, build: Callable[[str, str], dict], now: int,
-                          pushed: dict) -> tuple[str, dict, str] | None:
+    def _send_first(self, key: str, build: Callable[[str, str], dict], now: int,
+                    pushed: dict) -> tuple[str, dict, str] | None:
         """With the store held: write the line now if the connection is idle.
 
         Returns the id drawn for it with the line and its text, for the job
-        to store as they are (None if nothing was drawn).
+        to store as they are (None if nothing was drawn).  Synchronous, like
+        everything from ``hold`` to the end of ``run_held``: no checkpoint
+        comes between a line leaving and its commit, so nothing can cancel
+        the one without the other.
         """
         conn = self.peers.active(key)
         if conn is None or not conn.caught_up():
@@ -88,9 +91,10 @@ class AgentVerbs:
         ident = self.ids.next()
         line = build(ident, format_ts(now))
         first = (ident, line, compact_json(line))
-        if len(first[2].encode("utf-8")) > MAX_LINE or not self.writer.may_send_early():
+        data = first[2].encode("utf-8")
+        if len(data) > MAX_LINE or not self.writer.may_send_early():
             return first
-        if await conn.send_first(first[2]):
+        if conn.send_first(ident, data + b"\n"):
             pushed[key] = ("written", conn)
         return first
 
@@ -200,28 +204,39 @@ class AgentVerbs:
                          direct: bool = True) -> dict:
         """Queue a msg or state of ours and get it to the peer as soon as it may go.
 
-        The fast way, when the store is quiet and the connection has written
-        everything queued before: hold the store (no other line can be queued
-        meanwhile, so this id is next in outbox order too), write the line,
-        then store it; the id reservation and disk checks of ``may_send_early``
-        make that as safe as sending after the commit.  Otherwise the line is
-        queued and handed over by the writer's hooks.
+        The fast way, when nothing is queued for the store and the connection
+        has written everything queued before: hold the store (no other line
+        can be queued meanwhile, so this id is next in outbox order too),
+        write the line, then store it with a commit that owes its fsync; the
+        id reservation and disk checks of ``may_send_early`` make that as
+        safe as sending after the commit.  Otherwise the line is queued and
+        handed over by the writer's hooks.
         """
         hooks = self._send_hooks(key)
         on_commit, early = hooks["on_commit"], hooks["early"]
-        if not self.writer.hold():
+        # A line that leaves first commits without blocking on its fsync, so
+        # the store is taken whenever nothing is queued, quiet or not.
+        if not self.writer.hold(relaxed=direct):
             res = await self.writer.submit_nowait(lambda c: job(c, None), on_commit,
                                                   early=early).wait()
         else:
-            with trio.CancelScope(shield=True):  # the store is held: finish what we start
-                try:
-                    first = await self._send_first(key, build, now, hooks["pushed"]) \
-                        if direct else None
-                except BaseException:
-                    self.writer.release()
-                    raise
+            # The store is held: what is started here is finished with no
+            # checkpoint in between (run_held awaits nothing), so no
+            # cancellation can leave a line sent and not stored.
+            try:
+                first = self._send_first(key, build, now, hooks["pushed"]) if direct else None
+            except BaseException:
+                self.writer.release()
+                raise
+            # A line that already left owes its fsync (see awp.store.owed).
+            written = hooks["pushed"].get(key, ("",))[0] == "written"
+            if written or self.writer.quiet():
                 res = await self.writer.run_held(lambda c: job(c, first), on_commit,
-                                                 early=early)
+                                                 early=early, relaxed=written)
+            else:  # a durable commit on a busy store: the writer's thread, in order
+                self.writer.release()
+                res = await self.writer.submit_nowait(lambda c: job(c, first), on_commit,
+                                                      early=early).wait()
         self.changes.publish({"kind": "sent", "peer": key, "th": res[1]["th"], "seq": res[0]})
         return {"id": res[1]["id"], "th": res[1]["th"], "line": res[1]}
 

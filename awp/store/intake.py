@@ -272,18 +272,26 @@ class IntakeJournal:
         _sync(self._fd)
         self._off, self.pending = 0, 0
 
-    def fits(self, size: int) -> bool:
+    def fits(self, size: int, rewind: bool = True) -> bool:
         """Whether a line of ``size`` bytes may be appended now (the peer key
-        and the time take at most ``_ROOM`` bytes more)."""
+        and the time take at most ``_ROOM`` bytes more); ``rewind`` as for
+        :meth:`append`."""
         return not self.broken and size + _ROOM <= MAX_RECORD and (
-            self.pending == 0 or self._off + 2 * (_HEADER.size + size + _ROOM) <= SIZE)
+            self.pending == 0 and rewind
+            or self._off + 2 * (_HEADER.size + size + _ROOM) <= SIZE)
 
-    def append(self, rec: Record) -> bool:
+    def append(self, rec: Record, rewind: bool = True) -> bool:
         """Write and sync one record; False (and the line goes the ordinary way)
-        when it does not fit or the disk refused."""
+        when it does not fit or the disk refused.
+
+        With everything journaled stored, a new round starts at offset 0,
+        unless ``rewind`` is False: lines stored by commits whose fsync is
+        still owed (see :mod:`awp.store.writer`) are not durable in SQLite
+        yet, so their records must stay and the round goes on.
+        """
         one = encode(self._serial + 1, rec)
         data = one + one  # two copies: a flipped bit in one leaves the other
-        off = 0 if self.pending == 0 else self._off
+        off = 0 if self.pending == 0 and rewind else self._off
         if self.broken or len(one) - _HEADER.size > MAX_RECORD or off + len(data) > SIZE:
             return False  # (recovery reads no payload over MAX_RECORD)
         try:

@@ -7,7 +7,9 @@ only then resolves the callers.  That keeps "stored, then acked" true while
 paying one fsync for a whole burst instead of one per line, and keeps the
 blocking fsync off the event loop.
 
-Two refinements matter for latency at low load, where a message is alone:
+Two refinements matter for latency at low load, where a message is alone
+(and a commit that owes its fsync, below, needs only the first two
+conditions of the first):
 
 * **Inline runs.**  Handing a job to the thread and its result back costs two
   cross-thread wake-ups, which on a small VM are as slow as the fsync.  When
@@ -33,6 +35,14 @@ follow one another; a durable transaction sets ``FULL`` before it begins).  A
 killed process loses nothing (the WAL is written); a power loss may lose the
 last of them, until the next durable commit or checkpoint syncs the WAL.  It
 saves a relay the fsync and both thread hand-overs for every record.
+
+**Commits that owe their fsync** (``relaxed`` in :meth:`Writer.run_held`
+and :meth:`Writer.run_now`): a line of ours written to a peer before its
+commit, and a line made durable by the intake journal, are committed
+without the fsync, which is owed and paid later (:mod:`awp.store.owed`).
+Measured on one host: the sender's WAL write and fsync, issued while the
+peer's daemon synced the line, made the peer's sync ~0.25 ms slower; the
+journaled line's commit blocked the event loop for its fsync.
 
 **Urgent jobs go first.**  A job may be marked urgent (a peer's line when
 nothing else of that connection is waiting for the store) and given a weight
@@ -60,6 +70,7 @@ from typing import Any, Protocol
 import trio
 
 from .checkpoint import Checkpointer
+from .owed import OwedSync
 
 log = logging.getLogger("awp.store")
 
@@ -152,6 +163,7 @@ class Writer:
         self.inline_batches = 0
         self.relaxed_batches = 0
         self.urgent_joins = 0  # batches an urgent job joined while they were staged
+        self.owed = OwedSync(conn, self._lock)  # the fsync relaxed commits owe
 
     def start(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
@@ -191,13 +203,24 @@ class Writer:
             return self.run_now(job, on_commit)
         return self.submit_nowait(job, on_commit, weight=weight, urgent=urgent)
 
-    def run_now(self, job: Job, on_commit: Hook | None = None) -> Pending:
+    def run_now(self, job: Job, on_commit: Hook | None = None, *,
+                relaxed: bool = False) -> Pending:
         """Run a job on this thread with the store taken by :meth:`hold`, commit
-        it, and give the store back; the returned ``Pending`` is resolved."""
+        it, and give the store back; the returned ``Pending`` is resolved.
+
+        ``relaxed`` (what is durable elsewhere already: a journaled line):
+        no fsync on the event loop; it is owed (:mod:`awp.store.owed`) and
+        paid from a worker thread at once.
+        """
         p = Pending(job, on_commit)
         try:
-            staged = self._stage([p])
-            self._finish(p, staged, staged and self._commit([p], 0))
+            if relaxed:
+                self._relax()
+            staged = self._stage([p], relaxed=relaxed)
+            ok = staged and self._commit([p], 0, relaxed=relaxed)
+            if ok and relaxed:
+                self.owed.owe(prompt=True)
+            self._finish(p, staged, ok)
         finally:
             self._lock.release()
         return p
@@ -217,9 +240,7 @@ class Writer:
             return await self.run(job)
         p = Pending(job)
         try:
-            if not self._sync_normal:  # kept while relaxed runs follow one another
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-                self._sync_normal = True
+            self._relax()
             staged = self._stage([p], relaxed=True)
             self._finish(p, staged, staged and self._commit([p], 0, relaxed=True))
         finally:
@@ -234,21 +255,24 @@ class Writer:
             return await self.submit_nowait(job, on_commit, early=early).wait()
         return await self.run_held(job, on_commit, early=early)
 
-    def hold(self) -> bool:
+    def hold(self, *, relaxed: bool = False) -> bool:
         """Take the store for an inline run, if the writer is quiet.
 
         While held, nothing else can queue a line, so a caller may draw an id
         and act on it before its job runs.  Follow with :meth:`run_held` or
-        :meth:`run_now`, which release it.
+        :meth:`run_now`, which release it.  ``relaxed``: the commit will owe
+        its fsync (a line that leaves first), so only an empty queue and a
+        free store matter; should it not be relaxed after all, the caller
+        asks :meth:`quiet` before committing inline.
         """
-        return self._enter_inline()
+        return self._enter_inline(relaxed=relaxed)
 
     def release(self) -> None:
         """Give back a store taken with :meth:`hold` without running a job."""
         self._lock.release()
 
     async def run_held(self, job: Job, on_commit: Hook | None = None, *,
-                       early: Hook | None = None) -> Any:
+                       early: Hook | None = None, relaxed: bool = False) -> Any:
         """Run a job and its commit on this thread while holding the store.
 
         The early hooks run before the commit; the store is released only
@@ -256,20 +280,45 @@ class Writer:
         blocks the event loop for one fsync: the store is only held when
         commits are fast (see :meth:`hold`), and handing the commit to a
         worker thread cost about as much CPU as it saved, on the CPU a
-        receiving daemon on the same host may be waiting for.
+        receiving daemon on the same host may be waiting for.  ``relaxed``
+        (a line that already left): no fsync now, it is owed (see
+        :mod:`awp.store.owed`).  It awaits nothing: a caller
+        holding the store relies on finishing with no checkpoint.
         """
         p = Pending(job, on_commit, early)
         try:
-            staged = self._stage([p])
+            if relaxed:
+                self._relax()
+            staged = self._stage([p], relaxed=relaxed)
             sent = 0
             if staged and self._policy is not None and self._early_allowed([p]):
                 sent = _call(p.early, p.value)
                 p.early = None
                 self.early_batches += 1
-            self._finish(p, staged, self._commit([p], sent) if staged else False)
+            ok = self._commit([p], sent, relaxed=relaxed) if staged else False
+            if ok and relaxed:
+                self.owed.owe(prompt=False)
+            self._finish(p, staged, ok)
         finally:
             self._lock.release()
         return p.result()
+
+    def _relax(self) -> None:
+        if not self._sync_normal:  # kept while relaxed runs follow one another
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._sync_normal = True
+
+    def sync_owed(self) -> bool:
+        """Whether a relaxed commit still waits for its fsync."""
+        return self.owed.owed()
+
+    async def synced(self) -> None:
+        """Return once every relaxed commit so far is durable."""
+        await self.owed.synced()
+
+    async def keep_synced(self) -> None:
+        """Pay owed syncs in time (see :mod:`awp.store.owed`); run it in a nursery."""
+        await self.owed.keep()
 
     def healthy(self) -> bool:
         """No commit is failing and the disk has room (per the policy, if any)."""
@@ -290,18 +339,26 @@ class Writer:
         self._thread = None
         if self._checkpointer is not None:
             await trio.to_thread.run_sync(self._checkpointer.stop)
+        await self.owed.synced()
+        self.owed.close()
 
     # -- shared steps -------------------------------------------------------------
 
-    def _enter_inline(self) -> bool:
-        """On the trio thread: take the connection if nothing else needs it."""
+    def _enter_inline(self, *, relaxed: bool = False) -> bool:
+        """On the trio thread: take the connection if nothing else needs it
+        (and, unless the commit will be ``relaxed``, if it is quiet and fast)."""
         if (self._thread is None or self._outstanding
-                or time.monotonic() - self._last_commit < _QUIET_S
-                or self._commit_s > _FAST_COMMIT_S
+                or not relaxed and not self.quiet()
                 or not self._lock.acquire(blocking=False)):
             return False
         self.inline_batches += 1
         return True
+
+    def quiet(self) -> bool:
+        """No commit for ``_QUIET_S`` and commits fast: an inline durable commit
+        is probably alone and blocks the event loop only briefly."""
+        return (time.monotonic() - self._last_commit >= _QUIET_S
+                and self._commit_s <= _FAST_COMMIT_S)
 
     def _stage(self, batch: list[Pending], *, let_urgent_in: bool = False,
                relaxed: bool = False) -> bool:
@@ -392,6 +449,7 @@ class Writer:
             self._last_commit = time.monotonic()
             if not relaxed:
                 self._commit_s = 0.8 * self._commit_s + 0.2 * (self._last_commit - started)
+                self.owed.paid()  # its fsync covers every earlier frame
             self.commits += 1
         except BaseException as e:  # noqa: BLE001
             try:

@@ -137,6 +137,24 @@ def test_a_new_round_starts_at_the_beginning_and_hides_the_old_one(journal):
     assert journal.recover().records == [same]
 
 
+def test_a_round_goes_on_while_stored_lines_are_not_synced_yet(journal):
+    """Lines stored by a commit that owes its fsync (rewind False) keep their
+    records: the next line goes after them, in the same round, and a start
+    reads them all; once the sync is paid, a new round starts at 0."""
+    old = [Record(PEER, i, _msg(_id(i))) for i in range(2)]
+    for r in old:
+        assert journal.append(r, rewind=False)
+        journal.stored()
+    assert journal.pending == 0
+    nxt = Record(OTHER, 7, _msg(_id(7)))
+    assert journal.fits(len(nxt.text), rewind=False) and journal.append(nxt, rewind=False)
+    assert journal.recover().records == [*old, nxt]
+    journal.stored()
+    fresh = Record(OTHER, 8, _msg(_id(8)))
+    assert journal.append(fresh)  # synced: a new round
+    assert journal.recover().records == [fresh]
+
+
 def test_clear_empties_the_journal(journal):
     journal.append(Record(PEER, 1, _msg(_id(1))))
     journal.clear()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 
 import trio
 
+from awp.store import owed as owed_mod
 from awp.store import writer as writer_mod
 from awp.store.db import open_store
 from awp.store.writer import Writer
@@ -279,3 +281,124 @@ def test_an_urgent_job_joins_the_batch_being_staged(tmp_path):
 
     trio.run(main)
     assert sorted(n for (n,) in conn.execute("SELECT n FROM t")) == [0, 1, 2, 3, 99]
+
+
+def _wal_syncs(monkeypatch) -> list[str]:
+    """Record which files the writer fdatasyncs itself (the WAL, when a sync is owed)."""
+    synced: list[str] = []
+
+    def fake(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    monkeypatch.setattr(owed_mod, "_fdatasync", fake)
+    return synced
+
+
+def test_an_early_lines_relaxed_commit_owes_a_sync_that_synced_pays(tmp_path, monkeypatch):
+    """A line that left before its commit is committed without the fsync
+    (synchronous NORMAL, the policy untouched); the sync is owed until
+    ``synced`` fdatasyncs the WAL, and paid once only."""
+    conn = _store(tmp_path)
+    policy = Policy()
+    synced = _wal_syncs(monkeypatch)
+
+    async def main() -> None:
+        w = Writer(conn, policy=policy)
+        w.start()
+        assert w.hold()
+        assert await w.run_held(_sync_then(1), relaxed=True) == 1  # NORMAL: no fsync
+        assert policy.events == [] and w.sync_owed()
+        other = sqlite3.connect(str(tmp_path / "awp.db"))
+        assert other.execute("SELECT n FROM t").fetchall() == [(1,)]  # committed
+        other.close()
+        await w.synced()
+        assert not w.sync_owed()
+        assert [os.path.basename(p) for p in synced] == ["awp.db-wal"]
+        await w.synced()  # nothing owed: no second sync
+        assert len(synced) == 1
+        await w.stop()
+
+    trio.run(main)
+
+
+def test_a_durable_commit_pays_the_owed_sync(tmp_path, monkeypatch):
+    """The next durable commit's fsync covers the relaxed frames before it
+    (on a quiet daemon: the commit applying the peer's ack)."""
+    conn = _store(tmp_path)
+    synced = _wal_syncs(monkeypatch)
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        assert w.hold()
+        await w.run_held(_insert(1), relaxed=True)
+        assert w.sync_owed()
+        assert await w.run(_sync_then(2)) == 2  # FULL again, and it pays the sync
+        assert not w.sync_owed()
+        await w.stop()
+
+    trio.run(main)
+    assert synced == []
+
+
+async def _until_paid(w: Writer) -> None:
+    """Wait (5 s at most) until keep_synced has paid what is owed."""
+    with trio.fail_after(5):
+        while w.sync_owed():
+            await trio.sleep(0.005)
+
+
+def test_keep_synced_pays_owed_syncs_in_time(tmp_path, monkeypatch):
+    """With no durable commit coming (no ack), keep_synced pays an early
+    line's owed sync within SYNC_WITHIN_S, and a journaled line's
+    (run_now relaxed) at once from a worker thread; a stop pays what is
+    still owed."""
+    conn = _store(tmp_path)
+    synced = _wal_syncs(monkeypatch)
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.keep_synced)
+            monkeypatch.setattr(owed_mod, "SYNC_WITHIN_S", 0.01)
+            for n in range(3):
+                assert w.hold()
+                await w.run_held(_insert(n), relaxed=True)
+                await _until_paid(w)
+            monkeypatch.setattr(owed_mod, "SYNC_WITHIN_S", 3600.0)  # at once, or never
+            assert w.hold()
+            p = w.run_now(_sync_then(4), relaxed=True)
+            assert p.result() == 1 and w.sync_owed()  # NORMAL: committed, sync owed
+            await _until_paid(w)
+            nursery.cancel_scope.cancel()
+        assert len(synced) == 4
+        assert w.hold()
+        await w.run_held(_insert(9), relaxed=True)
+        await w.stop()
+        assert not w.sync_owed() and len(synced) == 5
+
+    trio.run(main)
+    assert {os.path.basename(p) for p in synced} == {"awp.db-wal"}
+
+
+def test_a_relaxed_hold_needs_only_an_empty_queue(tmp_path, monkeypatch):
+    """A line that leaves first commits relaxed, so its hold does not wait for a
+    quiet, fast store (a durable inline commit does); queued jobs still come
+    first, which keeps commit order."""
+    conn = _store(tmp_path)
+    monkeypatch.setattr(writer_mod, "_FAST_COMMIT_S", -1.0)  # commits never fast enough
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        assert not w.quiet() and not w.hold()
+        assert w.hold(relaxed=True)
+        await w.run_held(_insert(1), relaxed=True)
+        queued = w.submit_nowait(_insert(2))
+        assert not w.hold(relaxed=True)  # a job is queued: it commits first
+        await queued.wait()
+        await w.stop()
+
+    trio.run(main)
+    assert [r[0] for r in conn.execute("SELECT n FROM t ORDER BY rowid")] == [1, 2]
