@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..store import ops
-from ..transport.reader import receive_some
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
@@ -32,6 +31,7 @@ from .jobs import STORE_OPS, Jobs
 from .lineout import LineOut, give_way
 from .session import PAUSE, Session
 from .session import actions as A
+from .sockread import receive_some
 
 if TYPE_CHECKING:
     from .engine import Engine
