@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from typing import Any
 
 import trio
@@ -39,7 +40,7 @@ from ..wire.numbers import INT64_MAX
 from ..wire.timefmt import format_ts, now_ms
 from .api import json_body
 from .app import DaemonState
-from .board_feed import Arrivals, Feed
+from .board_feed import NAMES_S, Arrivals, Feed
 from .facade import Door
 
 MIN_PREFIX = 6
@@ -457,12 +458,23 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         return {"post": post_obj(None, p, names), "sent_to": readers, "names": shown,
                 "waiting": rec.hash in taken.waiting}  # for the owner's stamp
 
+    # (topic, readers) -> (when, the topic's label, how each reader is shown)
+    shown_names: dict[tuple[str, tuple[str, ...]], tuple[float, str, dict[str, str]]] = {}
+
     async def answer_names(topic: str, readers: list[str]) -> tuple[str, dict[str, str]]:
         """The topic's label and how each reader is shown, in one read (none for one of
         our topics that nobody reads): a post's answer names whom it went to, so the
-        CLI need not ask for the peer list."""
+        CLI need not ask for the peer list.
+
+        Kept for ``NAMES_S``, as the feed keeps the names it shows: telling
+        look-alike names apart reads and folds every peer's name, which cost a
+        poster more than storing its post, on every post."""
         if topic.startswith(me + "/") and not readers:
             return await topic_label(topic), {}
+        key, now = (topic, tuple(readers)), time.monotonic()
+        hit = shown_names.get(key)
+        if hit is not None and now - hit[0] <= NAMES_S:
+            return hit[1], dict(hit[2])
 
         def q(c: sqlite3.Connection) -> tuple[str, dict[str, str]]:
             labels = queries.Labels(c)
@@ -470,7 +482,11 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         # Read right here: a few indexed rows, where a reader thread's two hand-overs
         # cost more CPU than the query on every post (posts come a few at a time).
-        return small_read(q) if len(readers) <= 16 else await engine.read(q)
+        lab, shown = small_read(q) if len(readers) <= 16 else await engine.read(q)
+        if len(shown_names) >= 256:
+            shown_names.clear()
+        shown_names[key] = (now, lab, shown)
+        return lab, dict(shown)
 
     async def post_many(body: dict) -> dict:
         """Many posts to one topic in one transaction (filling a queue, a script)."""
@@ -522,7 +538,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
         return await engine.read(q)
 
-    feed = Feed(engine, post_obj)
+    feed = Feed(engine, post_obj, board)
 
     @r.route("POST", "/v1/board/wait")
     async def wait(req: Request) -> dict | Stream:
@@ -543,7 +559,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad("after must be a cursor (a seq) from an earlier answer")
         watch = Arrivals(feed, topics, after, mine)
         if stream:
-            return Stream(lambda: watch.stream(timeout))
+            return Stream(lambda out: watch.stream(timeout, out), direct=True)
         return Raw(await watch.once(timeout))
 
     @r.route("POST", "/v1/board/unread")

@@ -29,6 +29,7 @@ What to answer, and how errors look, stays with each server.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -87,6 +88,8 @@ class HttpConnection:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head)
         self.head_only = False  # answering a HEAD request: no body goes out
         self._chunked: bool | None = None  # a streamed response's pieces are chunks
+        self._writing = False  # a write is under way (awaiting the socket)
+        self._rest = b""  # what write_now wrote only in part: it goes before anything else
 
     # -- reading ----------------------------------------------------------------------
 
@@ -153,13 +156,22 @@ class HttpConnection:
     # -- writing ----------------------------------------------------------------------
 
     async def _write(self, data: bytes) -> None:
+        if self._rest:
+            data, self._rest = self._rest + data, b""
+        # What the socket takes now goes without send_all's trips through the event
+        # loop (most answers, a few KiB, go whole); the rest waits for the socket.
+        data = data[self._write_some(data):]
         if not data:
             return
-        if self.write_timeout is None:
-            await self.stream.send_all(data)
-            return
-        with trio.fail_after(self.write_timeout):  # TooSlowError ends the connection
-            await self.stream.send_all(data)
+        self._writing = True
+        try:
+            if self.write_timeout is None:
+                await self.stream.send_all(data)
+                return
+            with trio.fail_after(self.write_timeout):  # TooSlowError ends the connection
+                await self.stream.send_all(data)
+        finally:
+            self._writing = False
 
     def _head(self, status: int, headers: Headers) -> bytes:
         return self.h11.send(h11.Response(
@@ -194,6 +206,7 @@ class HttpConnection:
         the board sends a piece per post, on every host.
         """
         if not data:
+            await self._write(b"")  # what write_now left, if anything
             return
         own = b"%x\r\n%b\r\n" % (len(data), data)
         if self._chunked:
@@ -202,6 +215,42 @@ class HttpConnection:
         framed = self.h11.send(h11.Data(data=data))
         self._chunked = framed == own
         await self._write(framed)
+
+    @property
+    def unsent(self) -> bool:
+        """Bytes :meth:`write_now` left for the next :meth:`send` to finish."""
+        return bool(self._rest)
+
+    def write_now(self, data: bytes) -> bool:
+        """One piece of a streamed response written to the socket at once, from any task,
+        without a trip through the event loop; False, with nothing written, when it must
+        go by :meth:`send` (no piece framed yet, a write under way or unfinished, the
+        socket full or gone, not a socket).
+
+        What the socket does not take is kept for the next :meth:`send` (or
+        :meth:`end`), which writes it before anything else.  A follower of
+        the board is sent each post this way by the code that stored it: the
+        stream's task is not woken for it, and ``send_all``'s checkpoints
+        are not paid.
+        """
+        if not self._chunked or self._writing or self._rest or not data:
+            return False
+        own = b"%x\r\n%b\r\n" % (len(data), data)
+        n = self._write_some(own)
+        if n <= 0:
+            return False
+        self._rest = own[n:]
+        return True
+
+    def _write_some(self, data: bytes) -> int:
+        """Write what the socket takes of ``data`` now: how many bytes (0 when it is
+        full or broken, which send_all then says, or when the stream is no socket)."""
+        if not data or type(self.stream) is not trio.SocketStream:
+            return 0
+        try:
+            return max(0, os.write(self.stream.socket.fileno(), data))
+        except OSError:
+            return 0
 
     async def end(self) -> None:
         await self._write(self.h11.send(h11.EndOfMessage()))

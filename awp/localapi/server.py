@@ -23,7 +23,7 @@ import os
 import socket
 import stat
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote
 
 import trio
@@ -177,24 +177,47 @@ class Stream:
     handler (raising ``ApiError``) before returning the ``Stream``: once the
     stream has started, a failure can only be reported by cutting the
     response short, which clients see as a truncated stream.
+
+    ``direct``: ``source`` is called with the connection's :class:`Outlet`,
+    through which other tasks may write pieces themselves while the source
+    waits for its next one (see :meth:`HttpConnection.write_now`).
     """
 
     def __init__(
         self,
-        source: AsyncIterable[Any] | Callable[[], AsyncIterable[Any]],
+        source: AsyncIterable[Any] | Callable[..., AsyncIterable[Any]],
         *,
         status: int = 200,
         headers: dict[str, str] | None = None,
+        direct: bool = False,
     ) -> None:
         self.source = source
         self.status = status
         self.headers = headers or {}
+        self.direct = direct
 
-    def open(self) -> AsyncIterator[Any]:
+    def open(self, outlet: Outlet | None = None) -> AsyncIterator[Any]:
         source = self.source
-        if not hasattr(source, "__aiter__") and callable(source):
+        if self.direct:
+            source = source(outlet)  # type: ignore[operator]
+        elif not hasattr(source, "__aiter__") and callable(source):
             source = source()
         return source.__aiter__()  # type: ignore[union-attr]
+
+
+class Outlet(Protocol):
+    """A streamed response's pieces written by others than its source (a direct
+    :class:`Stream`): whole pieces, at once or not at all, while the source waits.
+
+    ``write_now(piece)`` is False, with nothing written, when the piece must be
+    yielded by the source instead; ``unsent`` is true while bytes it wrote in
+    part wait for the source's next yield (``b""`` will do) to go out.
+    """
+
+    def write_now(self, data: bytes) -> bool: ...
+
+    @property
+    def unsent(self) -> bool: ...
 
 
 class Raw:
@@ -405,7 +428,7 @@ class _Connection:
         try:
             # Opened before anything is sent so that an unusable source is a
             # plain 500, and so that the iterator is closed in every case below.
-            iterator = resp.open()
+            iterator = resp.open(self.conn)
         except Exception as exc:
             log.exception("local API stream for %s %s could not start", req.method, req.path)
             await self._send_internal_error(exc)

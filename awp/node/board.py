@@ -114,6 +114,10 @@ class Board(Extension):
                                     "head_gaps", "seq_holes", "seq_gaps", "submits_refused",
                                     "records_unstamped", "records_refused_by_owner"), 0)
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
+        # Local streams that take posts straight from a take's hint (awp.daemon.board_feed):
+        # while there are any, a take says which new posts they follow are plain (no
+        # stored record names them): this says which posts they follow.
+        self.followed: Callable[[Record], bool] | None = None
         self._nursery: trio.Nursery | None = None
         self._started = trio.Event()
         self._last_ts = 0  # of the last record we signed
@@ -549,13 +553,19 @@ class Board(Extension):
         ``docs``: the records already decoded (:func:`~awp.wire.board.line_recs`).
         """
         loop = threading.get_ident()
+        plain: set[str] | None = None
+        followed = self.followed  # read before the job: it may run on the writer's thread
 
         def job(c: sqlite3.Connection) -> sb.Taken:
+            nonlocal plain
             # Our subscriptions as the store holds them: read from memory when the job
             # runs inline (they change on this thread only), from the store elsewhere.
             subs = self.subs if threading.get_ident() == loop else None
             taken = sb.take(c, raws, now_ms(), via=via, hops=hops, me=self.me,
                             signer=self.seq.signer, subs=subs, docs=docs)
+            if followed is not None and taken.new:  # for the feed's followers
+                asked = [r for r in taken.new if r.kind == "post" and followed(r)]
+                plain = {r.hash for r in asked} - sb.named(c, asked)
             if self.queue is not None:
                 self.queue.stored(c, taken)
             return taken
@@ -581,10 +591,12 @@ class Board(Extension):
             if rec.hash not in taken.waiting:  # ours waits for the owner's stamp first
                 by_topic.setdefault(rec.topic, []).extend(taken.wire(rec))
             self._changed(rec.topic)
-            self.engine.changes.publish({  # "record": in-process only (the board's feed)
+            # "record", "taken", "plain": in-process only (the board's feed, which takes
+            # the whole commit at its first hint, and pushes it to the local followers)
+            self.engine.changes.publish({
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me,
-                "record": rec})
+                "record": rec, "taken": taken, "plain": plain})
         for topic, raws_out in by_topic.items():
             await self._forward(topic, raws_out, next_hops(hops) if via else 0, except_key=via)
         self.seq.stored(taken)

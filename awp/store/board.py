@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..board import retention, sequencer, view
@@ -883,6 +883,19 @@ def plain_posts(c: sqlite3.Connection, after: int, upto: int, limit: int) -> lis
         " AND r.parent = p.hash AND r.parent != '') FROM board_records p"
         " WHERE p.seq > ? AND p.seq <= ?"
         f" AND p.kind = 'post' ORDER BY p.seq LIMIT {int(limit)}", (after, upto))]
+
+
+def named(c: sqlite3.Connection, posts: Iterable[Record]) -> set[str]:
+    """The hashes of ``posts`` some stored record names (an edit, delete or hide of it,
+    a reply to it): the others are plain (:func:`plain_posts`).  Asked in the
+    transaction that stored them, so the board's feed can shape them as they are;
+    one small statement a post (a post or two a commit is the common case)."""
+    return {r.hash for r in posts if c.execute(
+        "SELECT EXISTS (SELECT 1 FROM board_records INDEXED BY board_records_of WHERE"
+        " topic = ?1 AND of = ?2 AND of != '') OR EXISTS (SELECT 1 FROM board_records"
+        " INDEXED BY board_records_parent WHERE topic = ?1 AND parent = ?2"
+        " AND parent != '')",
+        (r.topic, r.hash)).fetchone()[0]}
 
 
 def last_seq(c: sqlite3.Connection) -> int:

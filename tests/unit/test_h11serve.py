@@ -115,3 +115,49 @@ def test_a_stream_to_an_http_1_0_client_is_not_chunked():
     out, _ = _exchange(b"GET /s HTTP/1.0\r\nHost: x\r\n\r\n", stream_body=True)
     head, _, body = out.partition(b"\r\n\r\n")
     assert b"chunked" not in head.lower() and body == b"one\ntwo\nthree and more\n"
+
+
+def test_pieces_written_at_once_go_whole_and_in_order_even_when_the_socket_is_full():
+    """write_now (a board follower's push) frames its piece as send would; what a full
+    socket does not take goes before the next piece, and nothing goes before the first."""
+    import socket
+
+    req = b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n"
+    big = b"x" * (4 << 20)  # more than any socket buffer holds
+    said: list[object] = []
+
+    async def main() -> bytes:
+        a, b = socket.socketpair()
+        server = trio.SocketStream(trio.socket.from_stdlib_socket(a))
+        client = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+        conn = HttpConnection(server, idle_timeout=2, max_body=16)
+        got = bytearray()
+        reading = trio.Event()
+
+        async def read() -> None:
+            await reading.wait()
+            while data := await client.receive_some(1 << 16):
+                got.extend(data)
+
+        async with trio.open_nursery() as n:
+            n.start_soon(read)
+            await client.send_all(req)
+            assert await conn.receive() is not None
+            await conn.start(200, [("transfer-encoding", "chunked")])
+            said.append(conn.write_now(b"early\n"))  # not framed by h11 yet: no
+            await conn.send(b"one\n")
+            said.append(conn.write_now(b"two\n"))
+            said.append(conn.write_now(big))  # the socket takes part of it
+            said.append(conn.unsent)
+            said.append(conn.write_now(b"three\n"))  # never past the unsent rest
+            reading.set()
+            await conn.send(b"")  # what the follower yields to have the rest go out
+            said.append(conn.unsent)
+            await conn.send(b"four\n")
+            await conn.end()
+            await server.aclose()
+        return bytes(got)
+
+    out = trio.run(main)
+    assert said == [False, True, True, True, False, False]
+    assert _client_read(req, out) == b"one\ntwo\n" + big + b"four\n"
