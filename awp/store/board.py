@@ -575,10 +575,18 @@ def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy
 
 def stamped_lately(c: sqlite3.Connection, topic: str, author: str, at: int) -> int:
     """How many of ``author``'s records the owner stamped in the minute before stamp time
-    ``at`` (the window retention's rate rule looks at for a record stamped at ``at``)."""
+    ``at`` (the window retention's rate rule looks at for a record stamped at ``at``).
+
+    On the owner, the only host that asks, every record of another author is
+    stamped: it stamps what it admits, a stamp of its own comes back with
+    its seq, records from before stamps are stamped at start-up
+    (:func:`unstamped_at_start`), and only a host that is not the owner keeps
+    a record waiting.  So the count needs no ``sseq``, and reads the author
+    index alone: with the table's ``sseq`` it read a row for every record
+    counted, up to ``rate`` (6,000) of them for every record stamped.
+    """
     return c.execute("SELECT count(*) FROM board_records WHERE topic = ? AND author = ?"
-                     " AND ts > ? AND sseq > 0", (topic, author,
-                                                  at - retention.WINDOW_MS)).fetchone()[0]
+                     " AND ts > ?", (topic, author, at - retention.WINDOW_MS)).fetchone()[0]
 
 
 def next_ts(c: sqlite3.Connection, topic: str, now: int) -> int:
