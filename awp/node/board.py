@@ -59,12 +59,12 @@ from ..wire.board import (
     Record,
     check_head,
     check_policy,
-    line_recs,
     make_head,
     make_topic,
     parse_topic,
     sign_record,
 )
+from ..wire.boardline import recs_of
 from ..wire.numbers import is_count
 from ..wire.presence import raw_member
 from ..wire.timefmt import format_ts, now_ms, parse_ts
@@ -535,7 +535,7 @@ class Board(Extension):
             return
         if not is_count(hops):
             return
-        recs = line_recs(raw.decode("utf-8"), MAX_RECS)
+        recs = recs_of(line, raw, MAX_RECS)
         if not recs:
             return
         await self.take([r for r, _doc in recs], via=link.conn.peer_key,
@@ -550,7 +550,7 @@ class Board(Extension):
         ``owner``: the records are for a topic of ours, so this take may stamp
         some (:mod:`awp.node.board_seq`): its commit is durable before any
         stamp leaves, so a seq is never given twice, even after ``kill -9``.
-        ``docs``: the records already decoded (:func:`~awp.wire.board.line_recs`).
+        ``docs``: the records already decoded (:func:`~awp.wire.boardline.recs_of`).
         """
         loop = threading.get_ident()
         plain: set[str] | None = None

@@ -41,12 +41,12 @@ from ..wire.board import (
     BoardError,
     Record,
     check_refusal,
-    line_recs,
     make_refusal,
     make_stamp,
     parse_unverified,
     verify_record,
 )
+from ..wire.boardline import recs_of
 from ..wire.numbers import is_count
 from ..wire.timefmt import now_ms
 
@@ -175,7 +175,7 @@ class Sequencer:
         topic, hops = line.get("topic"), line.get("hops")
         if not isinstance(topic, str) or topic not in self.board.subs or not is_count(hops):
             return
-        recs = line_recs(raw.decode("utf-8"), MAX_SUBMIT)  # each decoded once
+        recs = recs_of(line, raw, MAX_SUBMIT)  # each decoded once
         if not recs or not self._budget(link, len(recs)):
             return
         await self.board.policy(topic)  # loaded for _reader

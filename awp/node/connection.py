@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..store import ops
+from ..transport.reader import receive_some
 from ..wire import errors
 from ..wire.errors import ProtocolError
 from ..wire.framing import LineReader, LineTooLarge
@@ -216,7 +217,7 @@ class Connection:
                 pending = []
                 while True:
                     await self._read_allowance()
-                    data = await self.stream.receive_some(65536)
+                    data = await receive_some(self.stream, 65536)
                     if not data:
                         break
                     try:

@@ -80,6 +80,9 @@ class Engine(InboundStore, AgentVerbs):
         self._nursery: trio.Nursery | None = None
         self.writer: Writer
         self.extensions: list[Extension] = []  # presence, board, mirror, serving
+        self._takers: list[Extension] = []  # those of them that take lines (_line_takers)
+        self._takers_of: list[Extension] | None = None
+        self._takers_n = 0
         self.waiting = 0  # local API calls blocked in wait (activity reporting)
         self.mirror: Any = None  # the conversation-sharing extension, when loaded
         self.intake: Intake | None = None  # lone inbound lines acked from a journal
@@ -523,10 +526,20 @@ class Engine(InboundStore, AgentVerbs):
             ext.on_grants(conn)
 
     async def on_other_line(self, conn: Connection, line: dict, raw: bytes) -> None:
-        for ext in self.extensions:
+        for ext in self._line_takers():
             if await ext.on_line(conn, line, raw):
                 return
         # Anything else is an unknown type: ignored, the connection stays up.
+
+    def _line_takers(self) -> list[Extension]:
+        """The extensions that take lines (override ``on_line``), in their order: every
+        board post is one such line on each host, and asking those that never
+        take one cost a coroutine each."""
+        exts = self.extensions
+        if self._takers_of is not exts or len(exts) != self._takers_n:
+            self._takers = [e for e in exts if type(e).on_line is not Extension.on_line]
+            self._takers_of, self._takers_n = exts, len(exts)
+        return self._takers
 
     def on_rtt(self, conn: Connection) -> None:
         pass

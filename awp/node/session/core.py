@@ -49,6 +49,8 @@ from collections import deque
 from collections.abc import Callable
 
 from ...wire import errors
+from ...wire.boardline import PREFIXES as BOARD_RECS
+from ...wire.boardline import parse_recs_line
 from ...wire.errors import ProtocolError
 from ...wire.messages import ACKED_TYPES, ack_line, ack_lines, dump, parse_line, storable
 from ...wire.timefmt import format_ts, now_ms
@@ -151,7 +153,10 @@ class Session:
         taken = spoke = False
         for raw in raws:
             try:
-                line = parse_line(raw, depth)
+                # A board line with records is decoded once, its records' text kept
+                # for the board (awp.wire.boardline); anything else the usual way.
+                line = (raw.startswith(BOARD_RECS) and parse_recs_line(raw, depth)
+                        or parse_line(raw, depth))
             except ProtocolError as e:
                 append((_BAD, e.code, None, (e.detail or "").encode("utf-8")))
                 self._intake_done = True
