@@ -87,14 +87,11 @@ def run(records: int, held: int, stamped: bool) -> dict[str, float]:
         path = os.path.join(d, "awp.db")
         c = _store(path, held, stamped)
         now = T0 + (held + records) * 20
-        shapes = sb.Shapes()  # as the daemon keeps them from one take to the next
         t = cpu()
         for line, ds in zip(lines, docs, strict=True):
             c.execute("BEGIN IMMEDIATE")
-            got = sb.take(c, line, now, via="peer", hops=1, subs={TOPIC}, docs=ds,
-                          shapes=shapes)
+            got = sb.take(c, line, now, via="peer", hops=1, subs={TOPIC}, docs=ds)
             c.execute("COMMIT")
-            shapes.keep(got)
             assert len(got.new) == 1, got.refused
         job = (cpu() - t) / records * 1e6
         frames = os.path.getsize(path + "-wal") / (4096 + 24) / records

@@ -129,7 +129,6 @@ class Board(Extension):
         # such topic: a post waiting for the document fails at once.
         self.none: set[str] = set()
         self.seq = Sequencer(self)  # the owner stamps others' records (awp.node.board_seq)
-        self.shapes = sb.Shapes()  # what the last take read of its topics, for the next
 
     # -- life ------------------------------------------------------------------------
 
@@ -560,12 +559,10 @@ class Board(Extension):
         def job(c: sqlite3.Connection) -> sb.Taken:
             nonlocal plain
             # Our subscriptions as the store holds them: read from memory when the job
-            # runs inline (they change on this thread only), from the store elsewhere;
-            # the last take's shapes likewise (kept on this thread, after each commit).
-            inline = threading.get_ident() == loop
+            # runs inline (they change on this thread only), from the store elsewhere.
+            subs = self.subs if threading.get_ident() == loop else None
             taken = sb.take(c, raws, now_ms(), via=via, hops=hops, me=self.me,
-                            signer=self.seq.signer, subs=self.subs if inline else None,
-                            docs=docs, shapes=self.shapes if inline else None)
+                            signer=self.seq.signer, subs=subs, docs=docs)
             if followed is not None and taken.new:  # for the feed's followers
                 asked = [r for r in taken.new if r.kind == "post" and followed(r)]
                 plain = {r.hash for r in asked} - sb.named(c, asked)
@@ -576,11 +573,9 @@ class Board(Extension):
         try:
             taken = await self._store(job, len(raws) if via and not owner else 0, len(raws))
         except Exception:
-            self.shapes.forget()  # its transaction was rolled back
             if self.queue is not None:
                 self.queue.forget()
             raise
-        self.shapes.keep(taken)
         if via:
             self.stats["records_in"] += len(taken.new)
             self.stats["records_refused"] += len(taken.refused)

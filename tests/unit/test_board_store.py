@@ -320,4 +320,22 @@ def test_the_owner_counts_an_authors_stamps_once_a_record():
     got = _own(db, [_post(f"r{i}", T0 + i).raw for i in range(3)], T0 + 10)
     db.set_trace_callback(None)
     assert len(got.new) == 2 and got.refused == [sequencer.OVER_RATE]
-    assert len([s for s in seen if "sseq > 0" in s]) == 3  # one a record, the third refused
+    counts = [s for s in seen if s.startswith("SELECT count(*) FROM board_records WHERE topic")]
+    assert len(counts) == 3  # one a record, the third refused
+
+
+def test_the_owners_count_of_an_authors_stamps_reads_the_author_index_alone():
+    """Up to ``rate`` records are counted for every record stamped: a row read for each
+    (its ``sseq``) made a flood of an open topic cost the owner a table lookup a record."""
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open", rate=6000)
+    db = _host(topic)
+    got = _own(db, [_post(f"r{i}", T0 + i).raw for i in range(5)], T0 + 10)
+    assert len(got.new) == 5
+    seen: list[str] = []
+    db.set_trace_callback(seen.append)
+    assert sb.stamped_lately(db, TOPIC, ALICE.key, sb.next_ts(db, TOPIC, T0 + 10)) == 5
+    db.set_trace_callback(None)
+    [count] = [s for s in seen if "count(*)" in s]
+    plan = [r[3] for r in db.execute("EXPLAIN QUERY PLAN " + count)]
+    assert plan == ["SEARCH board_records USING COVERING INDEX board_records_author"
+                    " (topic=? AND author=? AND ts>?)"]
