@@ -51,6 +51,7 @@ from ..board import perms
 from ..board import sync as bsync
 from ..board.retention import DAY_MS
 from ..store import board as sb
+from ..store.board_held import HeldCache
 from ..wire.board import (
     CAP,
     FUTURE_MS,
@@ -130,12 +131,16 @@ class Board(Extension):
         self.none: set[str] = set()
         self.seq = Sequencer(self)  # the owner stamps others' records (awp.node.board_seq)
         self.shapes = sb.Shapes()  # what the last take read of its topics, for the next
+        # What we hold of each topic, brought up to date by what changed: a head, a gap
+        # check and a digest cost what arrived since the last look, not the whole topic.
+        self.held = HeldCache()
 
     # -- life ------------------------------------------------------------------------
 
     async def on_start(self) -> None:
         self.subs = set(await self.engine.read(sb.subscriptions))
         await self.seq.start()
+        self.held.drop()  # the start may restamp rows in place: read every topic afresh
         async with trio.open_nursery() as n:
             self._nursery = n
             self._started.set()
@@ -177,11 +182,14 @@ class Board(Extension):
         if pol is None:
             return
         floor = now_ms() - pol.keep_days * DAY_MS
-        held = await self.engine.read(lambda c: sb.holdings(c, topic))
         ts = max(now_ms(), self._last_ts + 1)
         self._last_ts = ts
-        body = bsync.opening(held, floor, ts, 0)
-        top = await self.engine.read(lambda c: sb.top_seq(c, topic))
+
+        def job(c: sqlite3.Connection) -> tuple[dict, int]:
+            body = self.held.using(c, topic, lambda h: bsync.opening(h, floor, ts, 0))
+            return body, sb.top_seq(c, topic)
+
+        body, top = await self.engine.read(job)
         head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"], top)
         self.heads[topic] = head
         await self._forward_head(topic, head, 0)
@@ -241,8 +249,8 @@ class Board(Extension):
         def job(c: sqlite3.Connection) -> bool:
             pol = sb.policy(c, topic)
             floor = now_ms() - (pol.keep_days if pol else 30) * DAY_MS
-            return bheads.still_lacking(first, sb.holdings(c, topic),
-                                        pol.seq if pol else None, floor)
+            return self.held.using(c, topic, lambda h: bheads.still_lacking(
+                first, h, pol.seq if pol else None, floor))
 
         if await self.engine.read(job):
             self.stats["head_gaps"] += 1
@@ -255,7 +263,8 @@ class Board(Extension):
             return None
         pol = sb.policy(c, topic)
         floor = now_ms() - (pol.keep_days if pol else 30) * DAY_MS
-        return bheads.compare(head, sb.holdings(c, topic), pol.seq if pol else None, floor)
+        return self.held.using(c, topic, lambda h: bheads.compare(
+            head, h, pol.seq if pol else None, floor))
 
     async def _sweep(self) -> None:
         """Deferred asks become digests; retention catches up with the clock."""
@@ -670,7 +679,8 @@ class Board(Extension):
 
         def job(c: sqlite3.Connection) -> dict:
             floor = self._floor(c, topic, pol)
-            return bsync.opening(sb.holdings(c, topic), floor, now_ms(), FUTURE_MS)
+            return self.held.using(c, topic, lambda h: bsync.opening(h, floor, now_ms(),
+                                                                     FUTURE_MS))
 
         body = await self.engine.writer.run(job)
         return self._digest_line(topic, body)
@@ -690,7 +700,7 @@ class Board(Extension):
 
         def job(c: sqlite3.Connection) -> tuple[bsync.Step, list[str]]:
             floor = self._floor(c, topic, pol)
-            step = bsync.respond(sb.holdings(c, topic), floor, line)
+            step = self.held.using(c, topic, lambda h: bsync.respond(h, floor, line))
             return step, sb.raw_records(c, topic, step.push)
 
         step, push = await self.engine.writer.run(job)
