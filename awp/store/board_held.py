@@ -20,8 +20,9 @@ reads only what is new since the last look:
   the daemon runs; rows stored under the old rule are restamped at start,
   before the board uses the cache, and the board drops it after that).
 
-All of it is read in one snapshot (a savepoint), so a commit between two
-queries cannot be half seen.  Every :data:`FULL_EVERY` looks a topic is
+All of it is read in one snapshot (a savepoint on a reader's connection),
+so a commit between two queries cannot be half seen, and only what was
+committed is ever kept.  Every :data:`FULL_EVERY` looks a topic is
 read in full anyway: a change this reasoning missed lasts minutes, not forever.
 """
 
@@ -62,8 +63,13 @@ class HeldCache:
         """``fn`` of the topic's holdings as ``c`` sees them now.
 
         ``fn`` runs under the cache's lock: the holdings it is given change
-        with the next look, so it must not keep them.
+        with the next look, so it must not keep them.  Inside a write
+        transaction (the writer's jobs) the topic is read in full and nothing
+        is kept: what that view holds may yet be rolled back, and the arrival
+        seqs it used given again to other rows, which no later look could tell.
         """
+        if c.in_transaction:
+            return fn(_full(c, topic).held)
         with self._lock:
             return fn(self._fresh(c, topic))
 
