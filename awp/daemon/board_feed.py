@@ -58,7 +58,7 @@ MAX_STORED = 256  # records kept from hints until a waiter looks (past it: read 
 NAMES_S = 10.0  # names shown (authors, topic labels) are looked up again after this long
 
 if TYPE_CHECKING:
-    from ..localapi.server import Outlet
+    from ..localapi.h11serve import Outlet
     from ..node.board import Board
 
 Shape = Callable[[sqlite3.Connection | None, sb.Post, dict[str, str]], dict]

@@ -32,7 +32,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import h11
 import trio
@@ -59,6 +59,22 @@ class Incoming:
         self.headers = headers
         self.body = body
         self.complete = complete
+
+
+class Outlet(Protocol):
+    """A streamed response's pieces written by others than its source (a direct
+    ``Stream`` of the local API): whole pieces, at once or not at all, while the
+    source waits (:meth:`HttpConnection.write_now`).
+
+    ``write_now(piece)`` is False, with nothing written, when the piece must be
+    yielded by the source instead; ``unsent`` is true while bytes it wrote in
+    part wait for the source's next yield (``b""`` will do) to go out.
+    """
+
+    def write_now(self, data: bytes) -> bool: ...
+
+    @property
+    def unsent(self) -> bool: ...
 
 
 class _Drop(Exception):
@@ -90,6 +106,11 @@ class HttpConnection:
         self._chunked: bool | None = None  # a streamed response's pieces are chunks
         self._writing = False  # a write is under way (awaiting the socket)
         self._rest = b""  # what write_now wrote only in part: it goes before anything else
+        # The first request of a connection (a CLI call, a hook: one request each) is
+        # read without a deadline's cancel scope and a wait when its bytes are there.
+        # Only the first: every later request is read the way that yields to the event
+        # loop, so a client that pipelines requests cannot keep the loop to itself.
+        self._fresh = True
 
     # -- reading ----------------------------------------------------------------------
 
@@ -98,6 +119,11 @@ class HttpConnection:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
+            if self._fresh:
+                data = self._read_now()
+                if data is not None:
+                    self.h11.receive_data(data)
+                    continue
             with trio.move_on_after(self.idle_timeout):
                 self.h11.receive_data(await self.stream.receive_some(_RECV_SIZE))
                 continue
@@ -108,6 +134,10 @@ class HttpConnection:
 
         Raises ``h11.RemoteProtocolError`` for a malformed request.
         """
+        if not self._fresh and self.h11.trailing_data[0]:
+            # Pipelined: read with the last one, and answers need not wait, so no
+            # read would yield: let the other tasks run first.
+            await trio.lowlevel.checkpoint()
         event = await self._next_event()
         if isinstance(event, h11.ConnectionClosed):
             return None
@@ -142,8 +172,19 @@ class HttpConnection:
             else:  # ConnectionClosed mid-body; h11 normally raises instead
                 raise _Drop()
 
+    def _read_now(self) -> bytes | None:
+        """What the socket holds now (``b""`` at its end), or None: nothing yet, an
+        error (the awaited read says which), or not a socket."""
+        if type(self.stream) is not trio.SocketStream:
+            return None
+        try:
+            return os.read(self.stream.socket.fileno(), _RECV_SIZE)
+        except OSError:
+            return None
+
     def next_cycle(self) -> bool:
         """After an answer: ready for the next request on this connection, or False."""
+        self._fresh = False
         if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
             return False
         self.h11.start_next_cycle()
@@ -277,6 +318,9 @@ class HttpConnection:
         scope.cancel()
 
     async def aclose(self) -> None:
+        if type(self.stream) is trio.SocketStream:  # closing a socket never waits
+            await self.stream.aclose()
+            return
         with trio.move_on_after(1):
             await self.stream.aclose()
 

@@ -23,7 +23,7 @@ import os
 import socket
 import stat
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import trio
@@ -33,7 +33,7 @@ from ..base.limits import Limits
 from ..wire.canonical import compact_json
 from ..wire.strictjson import loads as strict_loads
 from ..wire.strictjson import without_lone_surrogates
-from .h11serve import HttpConnection, Incoming, serve_connection
+from .h11serve import HttpConnection, Incoming, Outlet, serve_connection
 
 log = logging.getLogger("awp.localapi")
 
@@ -203,21 +203,6 @@ class Stream:
         elif not hasattr(source, "__aiter__") and callable(source):
             source = source()
         return source.__aiter__()  # type: ignore[union-attr]
-
-
-class Outlet(Protocol):
-    """A streamed response's pieces written by others than its source (a direct
-    :class:`Stream`): whole pieces, at once or not at all, while the source waits.
-
-    ``write_now(piece)`` is False, with nothing written, when the piece must be
-    yielded by the source instead; ``unsent`` is true while bytes it wrote in
-    part wait for the source's next yield (``b""`` will do) to go out.
-    """
-
-    def write_now(self, data: bytes) -> bool: ...
-
-    @property
-    def unsent(self) -> bool: ...
 
 
 class Raw:

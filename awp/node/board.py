@@ -610,7 +610,7 @@ class Board(Extension):
             self.engine.changes.publish({
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me,
-                "record": rec, "taken": taken, "plain": plain})
+                "record": rec, "taken": taken, **({"plain": plain} if plain is not None else {})})
         for topic, raws_out in by_topic.items():
             await self._forward(topic, raws_out, next_hops(hops) if via else 0, except_key=via)
         self.seq.stored(taken)

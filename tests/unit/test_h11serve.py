@@ -161,3 +161,38 @@ def test_pieces_written_at_once_go_whole_and_in_order_even_when_the_socket_is_fu
     out = trio.run(main)
     assert said == [False, True, True, True, False, False]
     assert _client_read(req, out) == b"one\ntwo\n" + big + b"four\n"
+
+
+def test_requests_pipelined_in_one_read_still_let_other_tasks_run_between_them():
+    """The first request's bytes are read without a wait and answers may not wait
+    either, so a client pipelining requests in one write is answered from h11's
+    buffer: each later one waits its turn behind the other tasks."""
+    import socket
+
+    ran: list[str] = []
+
+    async def main() -> None:
+        a, b = socket.socketpair()
+        server = trio.SocketStream(trio.socket.from_stdlib_socket(a))
+        client = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+        conn = HttpConnection(server, idle_timeout=2, max_body=16)
+
+        async def other() -> None:
+            ran.append("other")
+
+        async with trio.open_nursery() as n:
+            async def answer(req: Incoming) -> bool:
+                ran.append(req.target)  # answers without a checkpoint of its own
+                if req.target == "/0":
+                    n.start_soon(other)
+                await conn.respond(200, [], b"ok")
+                return True
+
+            await client.send_all(b"".join(b"GET /%d HTTP/1.1\r\nHost: x\r\n\r\n" % i
+                                           for i in range(3)))
+            await client.send_eof()
+            n.start_soon(serve_connection, conn, answer, answer, log)
+        await client.aclose()
+
+    trio.run(main)
+    assert ran[0] == "/0" and ran.index("other") < ran.index("/2")
