@@ -806,6 +806,7 @@ class Board(Extension):
         await self.engine.writer.run(lambda c: sb.unsubscribe(c, topic))
         self.subs.discard(topic)
         self.none.discard(topic)
+        self.held.drop(topic)  # no more heads or digests of it: its copy goes
         await self.announce([], [topic])
         return True
 
