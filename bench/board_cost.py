@@ -11,7 +11,10 @@ posts of a mesh do).  Each host's CPU while the posts flow, less its rate at
 rest, divided by the posts, is printed per role, once with a client following
 each host with a streaming ``/v1/board/wait`` and once without (``--waiters
 both``, the default; or ``on`` / ``off``): the difference is what serving a
-follower costs.
+follower costs.  ``--prefill N`` puts N posts on the topic (in batches, at
+the owner) before the posts flow and waits until every host holds them: what
+a topic of real size adds (the owner's head every 2 s and each subscriber's
+gap check look at the topic; issue 24).
 
 The figure to watch for issue 24 is the relay's and the leaf's: a relay
 takes a record from one peer, stores it and forwards it to the next; a leaf
@@ -19,7 +22,7 @@ only takes and stores it.  Target (issue 24): <= 0.5 ms a post on each host
 a post reaches.
 
 Run: python bench/board_cost.py [--posts 600] [--rate 50] [--from owner|leaf]
-[--waiters both|on|off]
+[--waiters both|on|off] [--prefill 10000]
 """
 
 from __future__ import annotations
@@ -47,7 +50,17 @@ def held(node: Node, topic: str) -> int:
                            " AND waiting = 0", (topic,)).fetchone()[0]
 
 
-def run(posts: int, rate: float, poster: str, waiters: bool, root: str) -> list[float]:
+def prefill(owner: Node, nodes: list[Node], topic: str, n: int) -> None:
+    """``n`` posts at the owner, 1,000 a request, until every host holds them."""
+    for i in range(0, n, 1000):
+        owner.api("POST", "/v1/board/post", {"topic": topic, "posts": [
+            {"parts": [{"k": "text", "text": f"prefill {k}"}]} for k in range(i, min(n, i + 1000))]})
+    for x in nodes:
+        wait_for(lambda x=x: held(x, topic) >= n, 300, f"the prefill on {x.name}", 0.2)
+
+
+def run(posts: int, rate: float, poster: str, waiters: bool, root: str,
+        fill: int = 0) -> list[float]:
     """CPU ms a post on the owner, the relay and the leaf."""
     os.makedirs(root, exist_ok=True)
     nodes = [Node(os.path.join(root, role), role) for role in ROLES]
@@ -57,6 +70,9 @@ def run(posts: int, rate: float, poster: str, waiters: bool, root: str) -> list[
         build(nodes, "line")
         topic = open_topic(nodes[0], "cost")
         subscribe_all(nodes, {0: {1}, 1: {0, 2}, 2: {1}}, topic)
+        if fill:
+            prefill(nodes[0], nodes, topic, fill)
+            time.sleep(6.0)  # the prefill's last heads and gap checks are done
         if waiters:
             followers = [Waiter(x, topic) for x in nodes]
             for w in followers:
@@ -74,7 +90,7 @@ def run(posts: int, rate: float, poster: str, waiters: bool, root: str) -> list[
             src.api("POST", "/v1/board/post",
                     {"topic": topic, "parts": [{"k": "text", "text": f"cost {k}"}]})
         for x in nodes:
-            wait_for(lambda x=x: held(x, topic) >= posts, 60, f"every post on {x.name}", 0.05)
+            wait_for(lambda x=x: held(x, topic) >= fill + posts, 60, f"every post on {x.name}", 0.05)
         for w in followers:
             if w.node is src:  # a host's follower is not sent its own posts
                 continue
@@ -95,15 +111,18 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--from", dest="poster", choices=("owner", "leaf"), default="owner")
     ap.add_argument("--waiters", choices=("both", "on", "off"), default="both")
+    ap.add_argument("--prefill", type=int, default=0, help="posts on the topic before")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="awp-board-cost-")
     try:
         modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.waiters]
         for waiters in modes:
             ms = run(args.posts, args.rate, args.poster, waiters, os.path.join(
-                root, "with" if waiters else "without"))
+                root, "with" if waiters else "without"), args.prefill)
             how = "a follower on each host" if waiters else "no followers"
-            print(f"board cost, {args.posts} posts by the {args.poster} at {args.rate:g}/s, {how}:"
+            size = f" on a topic of {args.prefill:,}" if args.prefill else ""
+            print(f"board cost, {args.posts} posts by the {args.poster} at {args.rate:g}/s{size},"
+                  f" {how}:"
                   f" CPU a post: owner {ms[0]:.3f} ms, relay {ms[1]:.3f} ms,"
                   f" leaf {ms[2]:.3f} ms  (target <= 0.5 ms on each host a post reaches)")
     finally:

@@ -64,12 +64,13 @@ def still_lacking(head: dict, held: Holdings, doc_seq: int | None, floor: int) -
     """
     if doc_seq is None or doc_seq < head["doc"]:
         return True
-    part = held.upto(parse_ts(head["ts"]))
+    end = parse_ts(head["ts"]) + 1  # what we hold up to the head's time (no copy of it)
     start = max(int(head["floor"]), floor)
     for r in head["ranges"]:
-        if int(r["lo"]) < start:  # below a floor, or only partly above it
+        lo = int(r["lo"])
+        if lo < start:  # below a floor, or only partly above it
             continue
-        n, fp = part.summary(int(r["lo"]), int(r["hi"]))
+        n, fp = held.summary(lo, max(lo, min(int(r["hi"]), end)))
         if n < r["n"] or (n == r["n"] and fp != r["fp"]):
             return True
     return False

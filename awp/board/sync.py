@@ -24,7 +24,7 @@ Message bodies (the engine adds the envelope, SPEC.md "The board"):
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -43,6 +43,8 @@ class Holdings:
     def __init__(self, items: Iterable[tuple[int, str]] = ()) -> None:
         self._keys: list[tuple[int, str]] = sorted(set(items))
         self._set = {h for _ts, h in self._keys}
+        self._hs = [h for _ts, h in self._keys]  # the hashes alone, in the same order: a
+        # range's fingerprint joins a slice of them (a head digests the whole topic)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -53,9 +55,32 @@ class Holdings:
     def add(self, ts: int, h: str) -> bool:
         if h in self._set:
             return False
-        insort(self._keys, (ts, h))
+        i = bisect_right(self._keys, (ts, h))
+        self._keys.insert(i, (ts, h))
+        self._hs.insert(i, h)
         self._set.add(h)
         return True
+
+    def extend(self, items: Iterable[tuple[int, str]]) -> int:
+        """Add many (what arrived since the last look); returns how many were new."""
+        new: dict[str, tuple[int, str]] = {}
+        for ts, h in items:
+            if h not in self._set and h not in new:
+                new[h] = (ts, h)
+        keys = sorted(new.values())
+        if keys and self._keys and keys[0] < self._keys[-1] and len(keys) > 64:
+            self._keys.extend(keys)
+            self._keys.sort()
+            self._hs = [h for _ts, h in self._keys]
+            self._set.update(new)
+        elif keys and (not self._keys or keys[0] > self._keys[-1]):
+            self._keys.extend(keys)  # the usual case: what arrived is the newest
+            self._hs.extend(h for _ts, h in keys)
+            self._set.update(new)
+        else:
+            for ts, h in keys:
+                self.add(ts, h)
+        return len(keys)
 
     def discard_below(self, floor: int) -> None:
         """Forget what retention dropped."""
@@ -63,31 +88,34 @@ class Holdings:
         for _ts, h in self._keys[:i]:
             self._set.discard(h)
         del self._keys[:i]
+        del self._hs[:i]
+
+    def _bounds(self, lo: int, hi: int) -> tuple[int, int]:
+        return bisect_left(self._keys, (lo, "")), bisect_left(self._keys, (hi, ""))
 
     def _slice(self, lo: int, hi: int) -> list[tuple[int, str]]:
-        return self._keys[bisect_left(self._keys, (lo, "")):bisect_left(self._keys, (hi, ""))]
+        i, j = self._bounds(lo, hi)
+        return self._keys[i:j]
 
     def ids(self, lo: int, hi: int) -> list[str]:
-        return [h for _ts, h in self._slice(lo, hi)]
+        i, j = self._bounds(lo, hi)
+        return self._hs[i:j]
 
     def summary(self, lo: int, hi: int) -> tuple[int, str]:
-        keys = self._slice(lo, hi)
-        return len(keys), fingerprint(h for _ts, h in keys)
+        i, j = self._bounds(lo, hi)
+        return max(0, j - i), fingerprint(self._hs[i:j])
 
     def hashes(self) -> set[str]:
         return set(self._set)
 
-    def upto(self, ts: int) -> Holdings:
-        """What we hold with ``ts`` at most ``ts``: the part an older head can speak for."""
-        return Holdings(self._keys[:bisect_left(self._keys, (ts + 1, ""))])
-
 
 def fingerprint(hashes: Iterable[str]) -> str:
-    """12 bytes of SHA-256 over the hashes in ``(ts, hash)`` order, as hex."""
-    d = hashlib.sha256()
-    for h in hashes:
-        d.update(h.encode("ascii"))
-    return d.hexdigest()[:24]
+    """12 bytes of SHA-256 over the hashes in ``(ts, hash)`` order, as hex.
+
+    One update over the joined hashes is the same digest as one update a
+    hash, at a fraction of the calls (a head digests the whole topic).
+    """
+    return hashlib.sha256("".join(hashes).encode("ascii")).hexdigest()[:24]
 
 
 @dataclass

@@ -51,6 +51,7 @@ from ..board import perms
 from ..board import sync as bsync
 from ..board.retention import DAY_MS
 from ..store import board as sb
+from ..store.board_held import HeldCache
 from ..wire.board import (
     CAP,
     FUTURE_MS,
@@ -129,12 +130,16 @@ class Board(Extension):
         # such topic: a post waiting for the document fails at once.
         self.none: set[str] = set()
         self.seq = Sequencer(self)  # the owner stamps others' records (awp.node.board_seq)
+        # What we hold of each topic, brought up to date by what changed: a head, a gap
+        # check and a digest cost what arrived since the last look, not the whole topic.
+        self.held = HeldCache()
 
     # -- life ------------------------------------------------------------------------
 
     async def on_start(self) -> None:
         self.subs = set(await self.engine.read(sb.subscriptions))
         await self.seq.start()
+        self.held.drop()  # the start may restamp rows in place: read every topic afresh
         async with trio.open_nursery() as n:
             self._nursery = n
             self._started.set()
@@ -176,11 +181,14 @@ class Board(Extension):
         if pol is None:
             return
         floor = now_ms() - pol.keep_days * DAY_MS
-        held = await self.engine.read(lambda c: sb.holdings(c, topic))
         ts = max(now_ms(), self._last_ts + 1)
         self._last_ts = ts
-        body = bsync.opening(held, floor, ts, 0)
-        top = await self.engine.read(lambda c: sb.top_seq(c, topic))
+
+        def job(c: sqlite3.Connection) -> tuple[dict, int]:
+            body = self.held.using(c, topic, lambda h: bsync.opening(h, floor, ts, 0))
+            return body, sb.top_seq(c, topic)
+
+        body, top = await self.engine.read(job)
         head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"], top)
         self.heads[topic] = head
         await self._forward_head(topic, head, 0)
@@ -240,8 +248,8 @@ class Board(Extension):
         def job(c: sqlite3.Connection) -> bool:
             pol = sb.policy(c, topic)
             floor = now_ms() - (pol.keep_days if pol else 30) * DAY_MS
-            return bheads.still_lacking(first, sb.holdings(c, topic),
-                                        pol.seq if pol else None, floor)
+            return self.held.using(c, topic, lambda h: bheads.still_lacking(
+                first, h, pol.seq if pol else None, floor))
 
         if await self.engine.read(job):
             self.stats["head_gaps"] += 1
@@ -254,7 +262,8 @@ class Board(Extension):
             return None
         pol = sb.policy(c, topic)
         floor = now_ms() - (pol.keep_days if pol else 30) * DAY_MS
-        return bheads.compare(head, sb.holdings(c, topic), pol.seq if pol else None, floor)
+        return self.held.using(c, topic, lambda h: bheads.compare(
+            head, h, pol.seq if pol else None, floor))
 
     async def _sweep(self) -> None:
         """Deferred asks become digests; retention catches up with the clock."""
@@ -665,7 +674,8 @@ class Board(Extension):
 
         def job(c: sqlite3.Connection) -> dict:
             floor = self._floor(c, topic, pol)
-            return bsync.opening(sb.holdings(c, topic), floor, now_ms(), FUTURE_MS)
+            return self.held.using(c, topic, lambda h: bsync.opening(h, floor, now_ms(),
+                                                                     FUTURE_MS))
 
         body = await self.engine.writer.run(job)
         return self._digest_line(topic, body)
@@ -685,7 +695,7 @@ class Board(Extension):
 
         def job(c: sqlite3.Connection) -> tuple[bsync.Step, list[str]]:
             floor = self._floor(c, topic, pol)
-            step = bsync.respond(sb.holdings(c, topic), floor, line)
+            step = self.held.using(c, topic, lambda h: bsync.respond(h, floor, line))
             return step, sb.raw_records(c, topic, step.push)
 
         step, push = await self.engine.writer.run(job)
@@ -791,6 +801,7 @@ class Board(Extension):
         await self.engine.writer.run(lambda c: sb.unsubscribe(c, topic))
         self.subs.discard(topic)
         self.none.discard(topic)
+        self.held.drop(topic)  # no more heads or digests of it: its copy goes
         await self.announce([], [topic])
         return True
 
