@@ -97,6 +97,20 @@ async def _parked(*fs: _Follower) -> None:
             await trio.sleep(0.01)
 
 
+async def _started(feed: Feed, eng: _Engine, nursery: trio.Nursery,
+                   *scopes: list[str]) -> list[_Follower]:
+    """A follower of each scope, started and parked: what most tests begin with."""
+    fs = [_Follower(feed, eng, scope) for scope in scopes]
+    for f in fs:
+        nursery.start_soon(f.run)
+    await _parked(*fs)
+    return fs
+
+
+async def _following(feed: Feed, eng: _Engine, nursery: trio.Nursery) -> _Follower:
+    return (await _started(feed, eng, nursery, [TOPIC]))[0]
+
+
 def _run(tmp_path, body) -> None:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -145,9 +159,7 @@ def test_parked_followers_are_pushed_the_store_s_bytes_without_their_task_waking
 
 def test_a_commit_naming_its_own_post_is_read_back_not_pushed(tmp_path):
     async def body(eng: _Engine, feed: Feed, board: _Board, nursery: trio.Nursery) -> None:
-        f = _Follower(feed, eng, [TOPIC])
-        nursery.start_soon(f.run)
-        await _parked(f)
+        f = await _following(feed, eng, nursery)
         p = _post("first", T0)
         _store(eng, p, b.make_edit(ALICE, p, [{"k": "text", "text": "second"}], T0 + 1),
                _post("a reply", T0 + 2, parent=p.hash))
@@ -164,9 +176,7 @@ def test_a_commit_naming_its_own_post_is_read_back_not_pushed(tmp_path):
 
 def test_a_post_named_before_it_came_is_read_back_not_pushed(tmp_path):
     async def body(eng: _Engine, feed: Feed, board: _Board, nursery: trio.Nursery) -> None:
-        f = _Follower(feed, eng, [TOPIC])
-        nursery.start_soon(f.run)
-        await _parked(f)
+        f = await _following(feed, eng, nursery)
         p = _post("first", T0)
         _store(eng, b.make_edit(ALICE, p, [{"k": "text", "text": "second"}], T0 + 1))
         await trio.sleep(0.05)
@@ -181,9 +191,7 @@ def test_a_post_named_before_it_came_is_read_back_not_pushed(tmp_path):
 
 def test_records_stored_without_the_feed_knowing_are_read_not_skipped(tmp_path):
     async def body(eng: _Engine, feed: Feed, board: _Board, nursery: trio.Nursery) -> None:
-        f = _Follower(feed, eng, [TOPIC])
-        nursery.start_soon(f.run)
-        await _parked(f)
+        f = await _following(feed, eng, nursery)
         eng.writer.execute("BEGIN")  # a commit whose hint has not come yet
         sb.put_record(eng.writer, _post("unhinted", T0), T0)
         eng.writer.execute("COMMIT")
@@ -203,10 +211,7 @@ def test_records_stored_without_the_feed_knowing_are_read_not_skipped(tmp_path):
 
 def test_a_follower_whose_outlet_takes_nothing_sends_the_same_line_itself(tmp_path):
     async def body(eng: _Engine, feed: Feed, board: _Board, nursery: trio.Nursery) -> None:
-        f, g = _Follower(feed, eng, [TOPIC]), _Follower(feed, eng, [TOPIC])
-        for x in (f, g):
-            nursery.start_soon(x.run)
-        await _parked(f, g)
+        f, g = await _started(feed, eng, nursery, [TOPIC], [TOPIC])
         f.out.full = True  # a client that stopped reading; g's keeps up
         _store(eng, _post("one", T0), _post("two", T0 + 1))
         await trio.sleep(0.05)
@@ -238,10 +243,7 @@ def test_the_feed_lets_go_of_a_follower_that_ends(tmp_path):
 
 def test_a_post_not_asked_about_is_read_by_its_follower_while_the_others_are_pushed(tmp_path):
     async def body(eng: _Engine, feed: Feed, board: _Board, nursery: trio.Nursery) -> None:
-        ops, dev = _Follower(feed, eng, [TOPIC]), _Follower(feed, eng, [OTHER])
-        for f in (ops, dev):
-            nursery.start_soon(f.run)
-        await _parked(ops, dev)
+        ops, dev = await _started(feed, eng, nursery, [TOPIC], [OTHER])
         board.followed = lambda r: r.topic == OTHER  # a take that did not ask about ops' post
         _store(eng, _post("ops", T0), _post("dev", T0 + 1, topic=OTHER))
         await trio.sleep(0.05)

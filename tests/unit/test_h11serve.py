@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 import trio
 import trio.testing
@@ -117,20 +118,24 @@ def test_a_stream_to_an_http_1_0_client_is_not_chunked():
     assert b"chunked" not in head.lower() and body == b"one\ntwo\nthree and more\n"
 
 
+def _socket_pair() -> tuple[trio.SocketStream, trio.SocketStream, HttpConnection]:
+    """A connected pair of real sockets (a full buffer behaves as it does), the
+    server's end wrapped in an HttpConnection."""
+    a, b = socket.socketpair()
+    server = trio.SocketStream(trio.socket.from_stdlib_socket(a))
+    client = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+    return server, client, HttpConnection(server, idle_timeout=2, max_body=16)
+
+
 def test_pieces_written_at_once_go_whole_and_in_order_even_when_the_socket_is_full():
     """write_now (a board follower's push) frames its piece as send would; what a full
     socket does not take goes before the next piece, and nothing goes before the first."""
-    import socket
-
     req = b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n"
     big = b"x" * (4 << 20)  # more than any socket buffer holds
     said: list[object] = []
 
     async def main() -> bytes:
-        a, b = socket.socketpair()
-        server = trio.SocketStream(trio.socket.from_stdlib_socket(a))
-        client = trio.SocketStream(trio.socket.from_stdlib_socket(b))
-        conn = HttpConnection(server, idle_timeout=2, max_body=16)
+        server, client, conn = _socket_pair()
         got = bytearray()
         reading = trio.Event()
 
@@ -167,15 +172,10 @@ def test_requests_pipelined_in_one_read_still_let_other_tasks_run_between_them()
     """The first request's bytes are read without a wait and answers may not wait
     either, so a client pipelining requests in one write is answered from h11's
     buffer: each later one waits its turn behind the other tasks."""
-    import socket
-
     ran: list[str] = []
 
     async def main() -> None:
-        a, b = socket.socketpair()
-        server = trio.SocketStream(trio.socket.from_stdlib_socket(a))
-        client = trio.SocketStream(trio.socket.from_stdlib_socket(b))
-        conn = HttpConnection(server, idle_timeout=2, max_body=16)
+        server, client, conn = _socket_pair()
 
         async def other() -> None:
             ran.append("other")
