@@ -29,13 +29,14 @@ What to answer, and how errors look, stays with each server.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any, Protocol
 
 import h11
 import trio
+
+from ..base.sockio import read_now, write_some
 
 _RECV_SIZE = 64 * 1024
 
@@ -177,10 +178,7 @@ class HttpConnection:
         error (the awaited read says which), or not a socket."""
         if type(self.stream) is not trio.SocketStream:
             return None
-        try:
-            return os.read(self.stream.socket.fileno(), _RECV_SIZE)
-        except OSError:
-            return None
+        return read_now(self.stream.socket.fileno(), _RECV_SIZE)
 
     def next_cycle(self) -> bool:
         """After an answer: ready for the next request on this connection, or False."""
@@ -288,10 +286,7 @@ class HttpConnection:
         full or broken, which send_all then says, or when the stream is no socket)."""
         if not data or type(self.stream) is not trio.SocketStream:
             return 0
-        try:
-            return max(0, os.write(self.stream.socket.fileno(), data))
-        except OSError:
-            return 0
+        return write_some(self.stream.socket.fileno(), data)
 
     async def end(self) -> None:
         await self._write(self.h11.send(h11.EndOfMessage()))

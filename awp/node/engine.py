@@ -81,8 +81,7 @@ class Engine(InboundStore, AgentVerbs):
         self.writer: Writer
         self.extensions: list[Extension] = []  # presence, board, mirror, serving
         self._takers: list[Extension] = []  # those of them that take lines (_line_takers)
-        self._takers_of: list[Extension] | None = None
-        self._takers_n = 0
+        self._takers_n = -1  # len(extensions) when _takers was made (they are only appended)
         self.waiting = 0  # local API calls blocked in wait (activity reporting)
         self.mirror: Any = None  # the conversation-sharing extension, when loaded
         self.intake: Intake | None = None  # lone inbound lines acked from a journal
@@ -537,9 +536,9 @@ class Engine(InboundStore, AgentVerbs):
         board post is one such line on each host, and asking those that never
         take one cost a coroutine each."""
         exts = self.extensions
-        if self._takers_of is not exts or len(exts) != self._takers_n:
+        if len(exts) != self._takers_n:
             self._takers = [e for e in exts if type(e).on_line is not Extension.on_line]
-            self._takers_of, self._takers_n = exts, len(exts)
+            self._takers_n = len(exts)
         return self._takers
 
     def on_rtt(self, conn: Connection) -> None:

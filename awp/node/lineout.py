@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import trio
 
+from ..base.sockio import write_some
+
 _WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
 
 
@@ -53,11 +55,8 @@ class LineOut:
         self._trace(data)
         if type(self.stream) is not trio.SocketStream:
             return data
-        try:
-            n = os.write(self.stream.socket.fileno(), data)
-        except OSError:  # would block, or broken: send_all will say which
-            return data
-        return data[n:]
+        # Would block, or broken (nothing written): send_all will say which.
+        return data[write_some(self.stream.socket.fileno(), data):]
 
     async def send(self, data: bytes) -> None:
         """Write under the lock, within the write deadline (see :meth:`write_all`).

@@ -25,7 +25,7 @@ class Quiet(Extension):
 
 
 def _engine(exts: list) -> SimpleNamespace:
-    eng = SimpleNamespace(extensions=exts, _takers=[], _takers_of=None, _takers_n=0)
+    eng = SimpleNamespace(extensions=exts, _takers=[], _takers_n=-1)
     eng._line_takers = lambda: Engine._line_takers(eng)  # type: ignore[arg-type]
     return eng
 
