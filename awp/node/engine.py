@@ -368,7 +368,7 @@ class Engine(InboundStore, AgentVerbs):
         except AddressError:
             dialback = ""
 
-        def job(c: sqlite3.Connection) -> dict:
+        def job(c: sqlite3.Connection) -> tuple[dict, list[dict]]:
             prev = ops.record_hello(c, conn.peer_key, hello, now)
             if prev["parked"]:  # a new connection ends a bye: the link is kept again
                 ops.set_parked(c, conn.peer_key, False)
@@ -377,9 +377,12 @@ class Engine(InboundStore, AgentVerbs):
             if conn.outbound and conn.dialed:
                 ops.add_address(c, conn.peer_key, conn.dialed, "hello", now)
                 ops.address_result(c, conn.peer_key, conn.dialed, now)
-            return prev
+            return prev, [ev for ext in self.extensions
+                          for ev in ext.stored_hello(c, conn, prev, now)]
 
-        prev = await self.writer.run(job)
+        prev, events = await self.writer.run(job)
+        for ev in events:
+            self.changes.publish(ev)
         if conn.hs.peer_grants:
             await self.writer.run(
                 lambda c: self.store_grants(c, conn, conn.hs.peer_grants, now_ms()))

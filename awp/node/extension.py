@@ -11,6 +11,11 @@ Where each hook runs matters:
 * ``stored_inbound`` runs on the writer thread inside the transaction that
   stores the line, so a decision and the line it concerns commit together;
   it returns reply lines (dicts) or work to start after the commit.
+* ``stored_hello`` runs on the writer thread inside the transaction that
+  records a peer's hello, so a decision made by comparing the hello with
+  what we knew before commits with the new record: a connection dropped
+  right after its handshake cannot leave the record changed and the
+  decision unmade.
 * ``on_line`` gets the line types the session core does not know, on the
   event loop, in arrival order; True when the extension took the line.
 * The others run on the event loop and must not block.
@@ -38,6 +43,11 @@ class Extension(Protocol):
 
     async def on_established(self, conn: Connection, prev: dict) -> None:
         """A connection passed its handshake; ``prev`` is what we knew of the peer."""
+
+    def stored_hello(self, c: sqlite3.Connection, conn: Connection, prev: dict,
+                     now: int) -> list[dict]:
+        """Writer thread, in the transaction recording the hello: changes to publish."""
+        return []
 
     def stored_inbound(self, c: sqlite3.Connection, conn: Connection, line: dict, seq: int,
                        now: int) -> list[Any]:

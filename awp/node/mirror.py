@@ -142,7 +142,16 @@ class Mirror(Extension):
 
     # -- when a peer connects: has its sharing changed? -----------------------------------
 
-    async def on_established(self, conn: Connection, prev: dict) -> None:
+    def stored_hello(self, c: sqlite3.Connection, conn: Connection, prev: dict,
+                     now: int) -> list[dict]:
+        """Tell the user when a peer starts or stops sharing its conversations.
+
+        Runs in the transaction that records the hello: were the notice left
+        to a later step, a connection replaced right after its handshake
+        would store the new sharing list and never say that it changed.
+        """
+        from ..store.queries import peer_label
+
         shares = conn.hs.peer.get("shares")
         now_list = sorted(s for s in shares if isinstance(s, str)) if isinstance(
             shares, list) else []
@@ -151,21 +160,15 @@ class Mirror(Extension):
         except (ValueError, TypeError):
             before = []
         if now_list == before:
-            return
+            return []
         eng = self.engine
         key, name = conn.peer_key, conn.peer_name or conn.peer_key
-
-        def job(c: sqlite3.Connection) -> None:
-            from ..store.queries import peer_label
-
-            if now_list:
-                hosts = ", ".join(peer_label(c, h) if h != eng.identity.key else "you"
-                                  for h in now_list)
-                text = (f"{name} shares its conversations with {hosts}, so they can read your"
-                        " messages to it. `awp private <thread>` keeps a thread out.")
-            else:
-                text = f"{name} stopped sharing its conversations"
-            ops.add_notice(c, eng.ids, key, "sharing", text)
-
-        await eng.writer.run(job)
-        eng.changes.publish({"kind": "notice", "peer": key})
+        if now_list:
+            hosts = ", ".join(peer_label(c, h) if h != eng.identity.key else "you"
+                              for h in now_list)
+            text = (f"{name} shares its conversations with {hosts}, so they can read your"
+                    " messages to it. `awp private <thread>` keeps a thread out.")
+        else:
+            text = f"{name} stopped sharing its conversations"
+        ops.add_notice(c, eng.ids, key, "sharing", text, now)
+        return [{"kind": "notice", "peer": key}]
