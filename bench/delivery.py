@@ -96,6 +96,22 @@ def own_cpus() -> tuple[int, int] | None:
     return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
 
 
+def store_paths(node) -> dict[str, int]:
+    """The daemon's counts of commits by the path they took (``/v1/status``)."""
+    st = node.api("GET", "/v1/status")["store"]
+    out = {k: v for k, v in st.items() if isinstance(v, int)}
+    for k, v in (st.get("intake") or {}).items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[f"intake.{k}"] = v
+    return out
+
+
+def paths_moved(before: dict[str, int], after: dict[str, int]) -> str:
+    """What moved between two :func:`store_paths` readings, for one line of output."""
+    return ", ".join(f"{k} {after[k] - before.get(k, 0)}" for k in sorted(after)
+                     if after[k] != before.get(k, 0)) or "nothing"
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
@@ -303,7 +319,10 @@ def main() -> int:
                     pin(a.proc.pid, where[0])
                     pin(b.proc.pid, where[1])
                 one_way: list[float] = []
+                paths = store_paths(a), store_paths(b)
                 lat = latency(a, b, args.messages, 100.0, one_way=one_way)
+                print(f"  commits by path during it: sender {paths_moved(paths[0], store_paths(a))};"
+                      f" receiver {paths_moved(paths[1], store_paths(b))}")
                 kernel_one_way = kernel_one_way or one_way
                 print(f"one-way latency at 100 msg/s, queued until stored at the peer, daemons"
                       f" {how}, over {len(one_way)} msgs: p50 {pct(one_way, 50):.3f} ms"

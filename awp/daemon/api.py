@@ -160,6 +160,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                       "sent_before_commit": engine.writer.early_batches,
                       "inline": engine.writer.inline_batches,
                       "relaxed": engine.writer.relaxed_batches,
+                      "written_first": engine.written_first,
                       "intake": engine.intake.status() if engine.intake else None},
             "budgets": engine.budgets.status(),
             **counts, "peers": peer_list,

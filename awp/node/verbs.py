@@ -36,6 +36,8 @@ from .mime import guess_mime, sniff_file
 class AgentVerbs:
     """The engine's verbs for the local agent (mixed into the engine)."""
 
+    written_first = 0  # our lines written before their commit (status: store.written_first)
+
     def queued_elsewhere(self, key: str) -> None:
         """A line for ``key`` was queued outside commit order: rescan or redial."""
         conn = self.peers.active(key)
@@ -230,6 +232,7 @@ class AgentVerbs:
                 raise
             # A line that already left owes its fsync (see awp.store.owed).
             written = hooks["pushed"].get(key, ("",))[0] == "written"
+            self.written_first += written
             if written or self.writer.quiet():
                 res = await self.writer.run_held(lambda c: job(c, first), on_commit,
                                                  early=early, relaxed=written)
