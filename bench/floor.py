@@ -7,7 +7,10 @@ CLOCK_MONOTONIC and writes an ack.  Same pacing as bench/delivery.py (100
 msg/s), so the figures show what any Python peer that commits before it acks
 pays on this machine: a lower bound to read awp's one-way latency against.
 
-Run: python bench/floor.py [--messages N] [--sync FULL|OFF]
+``--loop trio`` has the receiver wait in trio's event loop instead of a
+blocking read: what the event loop alone adds to the floor.
+
+Run: python bench/floor.py [--messages N] [--sync FULL|OFF] [--loop blocking|trio]
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import tempfile
 import time
 
 
-def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str) -> None:
+def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str, loop: str) -> None:
     home = tempfile.mkdtemp(prefix="awpfloor", dir="/tmp")
     db = sqlite3.connect(os.path.join(home, "floor.db"), isolation_level=None)
     db.execute("PRAGMA journal_mode = WAL")
@@ -36,25 +39,59 @@ def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str) -> None:
     ports.put(lst.getsockname()[1])
     sock, _ = lst.accept()
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    reader = sock.makefile("rb")
-    out = []
-    for _ in range(n):
-        raw = reader.readline()
+    out: list[int] = []
+
+    def take(raw: bytes) -> None:
         msg = json.loads(raw)
         db.execute("BEGIN IMMEDIATE")
         db.execute("INSERT INTO log (peer, id, th, line) VALUES (?, ?, ?, ?)",
                    ("peer", msg["id"], msg["th"], raw))
         db.execute("COMMIT")
         out.append(time.perf_counter_ns())
-        sock.sendall(b'{"t":"ack"}\n')
+
+    if loop == "trio":
+        _receive_on_trio(sock, n, take)
+    else:
+        reader = sock.makefile("rb")
+        for _ in range(n):
+            take(reader.readline())
+            sock.sendall(b'{"t":"ack"}\n')
     stamps.put(out)
 
 
-def measure(messages: int = 500, sync: str = "FULL") -> tuple[list[float], list[float]]:
+def _receive_on_trio(sock: socket.socket, n: int, take) -> None:
+    """The same receiver waiting in trio's event loop, as a daemon does.
+
+    One pass of the loop a read (``wait_readable`` and ``os.read``, as
+    awp's node/sockread.py) and the ack written at once: what an event
+    loop costs a line's latency and nothing more.
+    """
+    import trio
+
+    sock.setblocking(False)
+
+    async def main() -> None:
+        buf, got = b"", 0
+        while got < n:
+            await trio.lowlevel.wait_readable(sock)
+            data = os.read(sock.fileno(), 65536)
+            if not data:
+                return
+            *lines, buf = (buf + data).split(b"\n")
+            for raw in lines:
+                take(raw)
+                got += 1
+                os.write(sock.fileno(), b'{"t":"ack"}\n')
+
+    trio.run(main)
+
+
+def measure(messages: int = 500, sync: str = "FULL",
+            loop: str = "blocking") -> tuple[list[float], list[float]]:
     """(one-way ms, msg-to-ack ms) of ``messages`` hops at 100 msg/s, warm-up dropped."""
     ports: mp.Queue = mp.Queue()
     stamps: mp.Queue = mp.Queue()
-    proc = mp.Process(target=_receiver, args=(ports, stamps, messages, sync))
+    proc = mp.Process(target=_receiver, args=(ports, stamps, messages, sync, loop))
     proc.start()
     sock = socket.create_connection(("127.0.0.1", ports.get()))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -81,9 +118,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=500)
     ap.add_argument("--sync", choices=("FULL", "OFF"), default="FULL")
+    ap.add_argument("--loop", choices=("blocking", "trio"), default="blocking",
+                    help="the receiver reads a blocking socket or waits in trio's event loop")
     args = ap.parse_args()
-    one_way, round_trips = measure(args.messages, args.sync)
-    print(f"floor (synchronous={args.sync}) over {len(one_way)} msgs at 100 msg/s: "
+    one_way, round_trips = measure(args.messages, args.sync, args.loop)
+    print(f"floor (synchronous={args.sync}, receiver {args.loop}) over {len(one_way)} msgs at 100 msg/s: "
           f"one-way to committed p50 {statistics.median(one_way):.3f} ms, "
           f"msg-to-ack p50 {statistics.median(round_trips):.3f} ms")
     return 0
