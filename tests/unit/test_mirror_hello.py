@@ -2,7 +2,7 @@
 
 The notice used to be a second step after the hello was stored, so a
 connection replaced in between left the new sharing list stored and the
-notice never made: the next hello then compared equal and said nothing.
+notice was never made: the next hello then compared equal and said nothing.
 """
 
 from __future__ import annotations
