@@ -321,8 +321,8 @@ def main() -> int:
                 one_way: list[float] = []
                 paths = store_paths(a), store_paths(b)
                 lat = latency(a, b, args.messages, 100.0, one_way=one_way)
-                print(f"  commits by path during it: sender {paths_moved(paths[0], store_paths(a))};"
-                      f" receiver {paths_moved(paths[1], store_paths(b))}")
+                moved = (paths_moved(paths[0], store_paths(a)),
+                         paths_moved(paths[1], store_paths(b)))
                 kernel_one_way = kernel_one_way or one_way
                 print(f"one-way latency at 100 msg/s, queued until stored at the peer, daemons"
                       f" {how}, over {len(one_way)} msgs: p50 {pct(one_way, 50):.3f} ms"
@@ -330,6 +330,7 @@ def main() -> int:
                 print(f"queue-to-ack latency at 100 msg/s, daemons {how}, over {len(lat)} msgs:"
                       f" p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms"
                       f"  max {max(lat):.3f} ms")
+                print(f"  commits by path during those runs: sender {moved[0]}; receiver {moved[1]}")
             raw = raw_msg_to_ack(b, min(args.messages, 500), 100.0)
             print(f"a bare client's msg until b's ack at 100 msg/s over {len(raw)} msgs: "
                   f"p50 {pct(raw, 50):.3f} ms  p99 {pct(raw, 99):.3f} ms")
