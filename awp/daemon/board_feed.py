@@ -387,19 +387,18 @@ class Arrivals:
         """Posts of a commit written to the stream by the feed (none: only the place
         moves); False, with nothing written or moved, when they must wait for a look."""
         if posts:
-            line = b'{"posts":[%b],"cursor":%d,"timed_out":false}\n' % (b",".join(posts),
-                                                                         last)
-            if self.out is None or not self.out.write_now(line):
+            if self.out is None or not self.out.write_now(self.answer(posts, last) + b"\n"):
                 return False
             self.after = last
             self.feed.pushed += 1
         self.place = self.feed.places[id(self)] = top
         return True
 
-    def answer(self, posts: list[bytes]) -> bytes:
-        """The answer object, as ``compact_json`` would write it, from encoded posts."""
-        return b'{"posts":[%b],"cursor":%d,"timed_out":false}' % (b",".join(posts),
-                                                                   self.after)
+    def answer(self, posts: list[bytes], cursor: int | None = None) -> bytes:
+        """The answer object, as ``compact_json`` would write it, from encoded posts
+        (the cursor: ``after``, unless given)."""
+        return b'{"posts":[%b],"cursor":%d,"timed_out":false}' % (
+            b",".join(posts), self.after if cursor is None else cursor)
 
     def timed_out(self) -> bytes:
         # The place, not the newest seq now: a post in scope stored since the last

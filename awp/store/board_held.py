@@ -52,7 +52,7 @@ class _Copy:
 
 
 class HeldCache:
-    """One topic's holdings a topic, shared by the threads that read the store."""
+    """The holdings of each topic, shared by the threads that read the store."""
 
     def __init__(self) -> None:
         self._copies: dict[str, _Copy] = {}

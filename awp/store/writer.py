@@ -213,16 +213,7 @@ class Writer:
         paid from a worker thread at once.
         """
         p = Pending(job, on_commit)
-        try:
-            if relaxed:
-                self._relax()
-            staged = self._stage([p], relaxed=relaxed)
-            ok = staged and self._commit([p], 0, relaxed=relaxed)
-            if ok and relaxed:
-                self.owed.owe(prompt=True)
-            self._finish(p, staged, ok)
-        finally:
-            self._lock.release()
+        self._inline(p, relaxed=relaxed, prompt=True)
         return p
 
     async def run(self, job: Job) -> Any:
@@ -239,12 +230,7 @@ class Writer:
         if self._thread is None or self._outstanding or not self._lock.acquire(blocking=False):
             return await self.run(job)
         p = Pending(job)
-        try:
-            self._relax()
-            staged = self._stage([p], relaxed=True)
-            self._finish(p, staged, staged and self._commit([p], 0, relaxed=True))
-        finally:
-            self._lock.release()
+        self._inline(p, relaxed=True, prompt=None)
         self.relaxed_batches += 1
         return p.result()
 
@@ -286,22 +272,33 @@ class Writer:
         holding the store relies on finishing with no checkpoint.
         """
         p = Pending(job, on_commit, early)
+        self._inline(p, relaxed=relaxed, prompt=False)
+        return p.result()
+
+    def _inline(self, p: Pending, *, relaxed: bool, prompt: bool | None) -> None:
+        """Stage and commit one job on this thread, the store held, then give it back.
+
+        The job's early hooks (if any, and if the policy allows) run between
+        its statements and its commit.  ``relaxed``: committed without the
+        fsync, which is then owed (:mod:`awp.store.owed`) and paid at once
+        (``prompt``) or within ``SYNC_WITHIN_S``; with ``prompt`` None it is
+        owed to no one (a relayed record: its neighbours hold it).
+        """
         try:
             if relaxed:
                 self._relax()
             staged = self._stage([p], relaxed=relaxed)
             sent = 0
-            if staged and self._policy is not None and self._early_allowed([p]):
+            if staged and p.early is not None and self._early_allowed([p]):
                 sent = _call(p.early, p.value)
                 p.early = None
                 self.early_batches += 1
-            ok = self._commit([p], sent, relaxed=relaxed) if staged else False
-            if ok and relaxed:
-                self.owed.owe(prompt=False)
+            ok = staged and self._commit([p], sent, relaxed=relaxed)
+            if ok and relaxed and prompt is not None:
+                self.owed.owe(prompt=prompt)
             self._finish(p, staged, ok)
         finally:
             self._lock.release()
-        return p.result()
 
     def _relax(self) -> None:
         if not self._sync_normal:  # kept while relaxed runs follow one another

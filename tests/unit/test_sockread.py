@@ -18,17 +18,28 @@ def _pair() -> tuple[trio.SocketStream, socket.socket]:
     return trio.SocketStream(trio.socket.from_stdlib_socket(a)), b
 
 
+async def _reading(n: trio.Nursery, stream: trio.SocketStream,
+                   size: int) -> list[bytes | BaseException]:
+    """Start one read in ``n`` and wait until it blocks; the list gets what it returns,
+    or the ``trio.ClosedResourceError`` it raises."""
+    out: list[bytes | BaseException] = []
+
+    async def read() -> None:
+        try:
+            out.append(await receive_some(stream, size))
+        except trio.ClosedResourceError as e:
+            out.append(e)
+
+    n.start_soon(read)
+    await trio.testing.wait_all_tasks_blocked()
+    return out
+
+
 async def _reads_what_is_there_once_it_comes_and_then_the_end() -> None:
     ours, theirs = _pair()
     with theirs:
         async with trio.open_nursery() as n:
-            got: list[bytes] = []
-
-            async def read() -> None:
-                got.append(await receive_some(ours, 65536))
-
-            n.start_soon(read)
-            await trio.testing.wait_all_tasks_blocked()
+            got = await _reading(n, ours, 65536)
             assert got == []  # nothing there yet: it waits
             theirs.sendall(b'{"t":"ping"}\n')
         assert got == [b'{"t":"ping"}\n']
@@ -44,18 +55,9 @@ async def _a_stream_closed_while_waiting_raises_closed() -> None:
     ours, theirs = _pair()
     with theirs:
         async with trio.open_nursery() as n:
-            failed: list[BaseException] = []
-
-            async def read() -> None:
-                try:
-                    await receive_some(ours, 100)
-                except trio.ClosedResourceError as e:
-                    failed.append(e)
-
-            n.start_soon(read)
-            await trio.testing.wait_all_tasks_blocked()
+            failed = await _reading(n, ours, 100)
             await ours.aclose()
-        assert len(failed) == 1
+        assert len(failed) == 1 and isinstance(failed[0], trio.ClosedResourceError)
         with pytest.raises(trio.ClosedResourceError):
             await receive_some(ours, 100)
 
