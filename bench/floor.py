@@ -8,9 +8,12 @@ msg/s), so the figures show what any Python peer that commits before it acks
 pays on this machine: a lower bound to read awp's one-way latency against.
 
 ``--loop trio`` has the receiver wait in trio's event loop instead of a
-blocking read: what the event loop alone adds to the floor.
+blocking read: what the event loop alone adds to the floor.  ``--loop
+thread`` runs trio too, but reads and commits on a thread blocked in
+``recv`` and has the loop write the ack, as awp's reader threads do
+(awp/node/threadread.py): what is left of the event loop's cost.
 
-Run: python bench/floor.py [--messages N] [--sync FULL|OFF] [--loop blocking|trio]
+Run: python bench/floor.py [--messages N] [--sync FULL|OFF] [--loop blocking|trio|thread]
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import time
 
 def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str, loop: str) -> None:
     home = tempfile.mkdtemp(prefix="awpfloor", dir="/tmp")
-    db = sqlite3.connect(os.path.join(home, "floor.db"), isolation_level=None)
+    db = sqlite3.connect(os.path.join(home, "floor.db"), isolation_level=None,
+                         check_same_thread=False)
     db.execute("PRAGMA journal_mode = WAL")
     db.execute(f"PRAGMA synchronous = {sync}")
     db.execute("CREATE TABLE log (seq INTEGER PRIMARY KEY AUTOINCREMENT, peer TEXT,"
@@ -51,6 +55,8 @@ def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str, loop: str) -
 
     if loop == "trio":
         _receive_on_trio(sock, n, take)
+    elif loop == "thread":
+        _receive_on_thread(sock, n, take)
     else:
         reader = sock.makefile("rb")
         for _ in range(n):
@@ -82,6 +88,38 @@ def _receive_on_trio(sock: socket.socket, n: int, take) -> None:
                 take(raw)
                 got += 1
                 os.write(sock.fileno(), b'{"t":"ack"}\n')
+
+    trio.run(main)
+
+
+def _receive_on_thread(sock: socket.socket, n: int, take) -> None:
+    """Reads and commits on a thread blocked in ``recv``; trio writes each ack."""
+    import threading
+
+    import trio
+
+    async def main() -> None:
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+
+        def ack() -> None:
+            os.write(sock.fileno(), b'{"t":"ack"}\n')
+
+        def reader() -> None:
+            buf, got = b"", 0
+            while got < n:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                *lines, buf = (buf + data).split(b"\n")
+                for raw in lines:
+                    take(raw)
+                    got += 1
+                    token.run_sync_soon(ack)
+            token.run_sync_soon(done.set)
+
+        threading.Thread(target=reader, daemon=True).start()
+        await done.wait()
 
     trio.run(main)
 
@@ -118,8 +156,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=500)
     ap.add_argument("--sync", choices=("FULL", "OFF"), default="FULL")
-    ap.add_argument("--loop", choices=("blocking", "trio"), default="blocking",
-                    help="the receiver reads a blocking socket or waits in trio's event loop")
+    ap.add_argument("--loop", choices=("blocking", "trio", "thread"), default="blocking",
+                    help="the receiver reads a blocking socket, waits in trio's event loop,"
+                         " or reads on a thread beside trio")
     args = ap.parse_args()
     one_way, round_trips = measure(args.messages, args.sync, args.loop)
     print(f"floor (synchronous={args.sync}, receiver {args.loop}) over {len(one_way)} msgs at 100 msg/s: "
