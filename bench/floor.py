@@ -10,8 +10,8 @@ pays on this machine: a lower bound to read awp's one-way latency against.
 ``--loop trio`` has the receiver wait in trio's event loop instead of a
 blocking read: what the event loop alone adds to the floor.  ``--loop
 thread`` runs trio too, but reads and commits on a thread blocked in
-``recv`` and has the loop write the ack, as awp's reader threads do
-(awp/node/threadread.py): what is left of the event loop's cost.
+``recv`` and has the loop write the ack, as the reader threads of the
+``readthread`` branch do: what is left of the event loop's cost.
 
 Run: python bench/floor.py [--messages N] [--sync FULL|OFF] [--loop blocking|trio|thread]
 """
