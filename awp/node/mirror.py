@@ -17,6 +17,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from ..store import ops
+from ..store.queries import peer_label
 from ..wire.canonical import compact_json
 from ..wire.framing import MAX_LINE
 from ..wire.names import clean_name
@@ -150,8 +151,6 @@ class Mirror(Extension):
         to a later step, a connection replaced right after its handshake
         would store the new sharing list and never say that it changed.
         """
-        from ..store.queries import peer_label
-
         shares = conn.hs.peer.get("shares")
         now_list = sorted(s for s in shares if isinstance(s, str)) if isinstance(
             shares, list) else []

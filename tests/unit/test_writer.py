@@ -402,3 +402,24 @@ def test_a_relaxed_hold_needs_only_an_empty_queue(tmp_path, monkeypatch):
 
     trio.run(main)
     assert [r[0] for r in conn.execute("SELECT n FROM t ORDER BY rowid")] == [1, 2]
+
+
+def test_a_relaxed_run_owes_no_sync_and_a_relaxed_run_now_does(tmp_path):
+    """run_relaxed commits what its neighbours already hold (a relayed board
+    record): no fsync is owed for it.  run_now with ``relaxed`` (a journaled
+    line) owes one, paid at once."""
+    conn = _store(tmp_path)
+
+    async def main() -> None:
+        w = Writer(conn, policy=Policy())
+        w.start()
+        assert await w.run_relaxed(_insert(1)) == 1
+        assert w.relaxed_batches == 1 and not w.sync_owed()
+        assert w.hold(relaxed=True)
+        assert w.run_now(_insert(2), relaxed=True).result() == 2
+        assert w.sync_owed()
+        await w.synced()
+        assert not w.sync_owed()
+        await w.stop()
+
+    trio.run(main)
