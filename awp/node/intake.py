@@ -177,7 +177,8 @@ class Intake:
 
     def status(self) -> dict:
         j = self.journal
-        return {"journaled": j.appended, "pending": j.pending, "off": j.broken}
+        return {"journaled": j.appended, "pending": j.pending, "off": j.broken,
+                "direct": j.direct}
 
     def close(self) -> None:
         self.journal.close()

@@ -39,11 +39,25 @@ The file is filled with zeros when created, so appends overwrite blocks the
 file already owns and the sync has no file size or block map to update.  A
 file found shorter than that is extended from its end, never rewritten:
 what it holds is read first.
+
+Appends bypass the page cache where the file system allows it
+(``O_DIRECT``): the blocks a record touches are written straight to the
+device from an in-memory image of the round, then ``fdatasync`` flushes the
+device's cache.  Through the page cache the same sync first has to find and
+write back the dirty page; measured on this project's machine (a virtual
+disk), the direct write and flush took 450-500 us where the buffered write
+and sync took 490-580 us, and the sync is most of a quiet line's time to its
+ack.  The rest of a record's last block is written as zeros: past the end
+of the round the file holds only older rounds, all stored, which recovery
+never reads.  A file system that refuses direct I/O (tmpfs, for one) gets
+the buffered write, with the same layout and the same sync.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import mmap
 import os
 import re
 import struct
@@ -59,6 +73,7 @@ _HEADER = struct.Struct("<4sIQI")
 SIZE = 1 << 20  # the file; a round of journaled lines must fit in it
 MAX_RECORD = 64 * 1024  # larger lines take the ordinary path
 _ROOM = 256  # a record's payload beyond the line: peer key, time, separators
+_BLOCK = 4096  # direct writes are whole blocks at block offsets, from aligned memory
 _sync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -224,9 +239,15 @@ def _next_after(data: bytes, start: int, last: int) -> tuple[Record, int, int, i
 class IntakeJournal:
     """The journal file of one home; used from one thread (the event loop)."""
 
-    def __init__(self, fd: int, path: str) -> None:
+    def __init__(self, fd: int, path: str, direct: int = -1) -> None:
         self._fd = fd
         self.path = path
+        # An O_DIRECT descriptor of the same file for appends, or -1, and
+        # the image of the round they are written from (see the module
+        # docstring): a round starts at offset 0 and only this process
+        # writes it, so the image holds every byte before the next append.
+        self._direct = direct
+        self._image = mmap.mmap(-1, SIZE) if direct >= 0 else None
         self._off = 0
         self._serial = time.time_ns()  # above any serial a past round can have left
         self.pending = 0  # journaled lines not yet committed to SQLite
@@ -234,8 +255,12 @@ class IntakeJournal:
         self.appended = 0
 
     @classmethod
-    def open(cls, path: str) -> IntakeJournal:
-        """Open (creating and zero-filling) the journal; refuses a symlink."""
+    def open(cls, path: str, *, direct: bool = True) -> IntakeJournal:
+        """Open (creating and zero-filling) the journal; refuses a symlink.
+
+        ``direct`` asks for appends that bypass the page cache; they are
+        buffered anyway where the file system refuses ``O_DIRECT``.
+        """
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.fchmod(fd, 0o600)
@@ -244,10 +269,16 @@ class IntakeJournal:
                 os.pwrite(fd, bytes(SIZE - size), size)
                 os.fsync(fd)
                 _sync_dir(os.path.dirname(os.path.abspath(path)))  # the new name too
+            dfd = _open_direct(path, fd) if direct else -1
         except BaseException:
             os.close(fd)
             raise
-        return cls(fd, path)
+        return cls(fd, path, dfd)
+
+    @property
+    def direct(self) -> bool:
+        """Whether appends bypass the page cache (see the module docstring)."""
+        return self._direct >= 0
 
     def recover(self) -> Scan:
         """Lines journaled by an earlier run (all acked; maybe not in SQLite)."""
@@ -268,8 +299,7 @@ class IntakeJournal:
 
     def clear(self) -> None:
         """After the recovered lines are committed: zero the journal's start."""
-        os.pwrite(self._fd, bytes(_HEADER.size), 0)
-        _sync(self._fd)
+        self._put(bytes(_HEADER.size), 0)
         self._off, self.pending = 0, 0
 
     def fits(self, size: int, rewind: bool = True) -> bool:
@@ -295,10 +325,7 @@ class IntakeJournal:
         if self.broken or len(one) - _HEADER.size > MAX_RECORD or off + len(data) > SIZE:
             return False  # (recovery reads no payload over MAX_RECORD)
         try:
-            n = os.pwrite(self._fd, data, off)
-            if n != len(data):
-                raise OSError(f"short write to the intake journal ({n} of {len(data)} bytes)")
-            _sync(self._fd)
+            self._put(data, off)
         except OSError as e:
             # What reached the disk may be a record: keep the round open so the
             # next start still reads (and harmlessly re-stores) it.
@@ -317,5 +344,67 @@ class IntakeJournal:
         if self.pending > 0:
             self.pending -= 1
 
+    def _put(self, data: bytes, off: int) -> None:
+        """Write ``data`` at ``off`` and sync it, straight to the device where
+        the file system allows; raises OSError when the disk refuses."""
+        if self._direct >= 0:
+            try:
+                self._put_direct(data, off)
+                return
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                # Refused as a request (alignment, or no direct I/O after
+                # all), before any byte was written: buffered from now on.
+                log.info("the intake journal's direct writes were refused (%s);"
+                         " appends go through the page cache", e)
+                self._drop_direct()
+        _write_all(self._fd, data, off)
+        _sync(self._fd)
+
+    def _put_direct(self, data: bytes, off: int) -> None:
+        image = self._image
+        assert image is not None
+        end = off + len(data)
+        start, stop = off - off % _BLOCK, -(-end // _BLOCK) * _BLOCK
+        image[off:end] = data
+        image[end:stop] = bytes(stop - end)  # past the round: older rounds only
+        with memoryview(image) as whole, whole[start:stop] as blocks:
+            _write_all(self._direct, blocks, start)
+        _sync(self._direct)
+
+    def _drop_direct(self) -> None:
+        if self._direct >= 0:
+            os.close(self._direct)
+            self._direct = -1
+        if self._image is not None:
+            self._image.close()
+            self._image = None
+
     def close(self) -> None:
+        self._drop_direct()
         os.close(self._fd)
+
+
+def _write_all(fd: int, data, off: int) -> None:
+    n = os.pwrite(fd, data, off)
+    if n != len(data):
+        raise OSError(f"short write to the intake journal ({n} of {len(data)} bytes)")
+
+
+def _open_direct(path: str, fd: int) -> int:
+    """A second, O_DIRECT descriptor of the file open as ``fd``, or -1 where
+    the platform or file system has none (the check that it is the same file
+    keeps a name swapped in between from taking the appends)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return -1
+    try:
+        dfd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | flag)
+    except OSError:
+        return -1
+    a, b = os.fstat(fd), os.fstat(dfd)
+    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+        os.close(dfd)
+        return -1
+    return dfd
