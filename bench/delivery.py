@@ -24,12 +24,17 @@ Prints
   acks by up to a second, so up to ~100 polls), nothing else of the bench's;
 - each daemon's RSS at rest and at its peak.
 
-Then bench/floor.py's one durable hop with no awp code, beside them, and
+bench/floor.py's one durable hop with no awp code is measured between the
+blocks of the kernel-placed latency run (``--blocks``, 5: 200 of ours, then
+100 of floor.py's, five times), so that both figures of the ratio see the
+machine as it was over the same minute; run after ours instead, floor.py's
+p50 moved 0.73-1.05 ms from run to run while ours did likewise, and the ratio
+drifted with whichever happened to be measured in a quieter moment.  Then
 issue 21's figures as ratios of measured to target: one-way p50 <= floor's
 one-way p50, p99 <= 5 ms, receiver CPU <= 60 us and sender CPU <= 40 us a
 1 KiB message over the drain, drain >= 10,000 msg/s, idle RSS <= 40 MB.
-Run: python bench/delivery.py [--messages N] [--backlog N] [--only latency|drain]
-[--rounds N] [--profile DIR]
+Run: python bench/delivery.py [--messages N] [--blocks K] [--backlog N]
+[--only latency|drain] [--rounds N] [--profile DIR]
 
 ``--only drain`` skips the latency parts (and the floor), ``--rounds`` drains
 the backlog that many times (CPU figures of each round, to see the spread on
@@ -288,6 +293,8 @@ def drain(a: Node, b: Node, backlog: int, size: int, cpus: tuple[int, int] | Non
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=1000, help="latency samples (100 msg/s)")
+    ap.add_argument("--blocks", type=int, default=5,
+                    help="the kernel-placed latency run in this many blocks, floor.py between")
     ap.add_argument("--backlog", type=int, default=20_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--only", choices=("latency", "drain"), default="",
@@ -314,13 +321,27 @@ def main() -> int:
             if cpus:
                 placements.append((f"each on its own CPU ({cpus[0]}, {cpus[1]})", cpus))
             kernel_one_way: list[float] = []
+            floor_one_way: list[float] = []
+            blocks = max(1, args.blocks)
             for how, where in placements:
                 if where:
                     pin(a.proc.pid, where[0])
                     pin(b.proc.pid, where[1])
                 one_way: list[float] = []
+                lat: list[float] = []
                 paths = store_paths(a), store_paths(b)
-                lat = latency(a, b, args.messages, 100.0, one_way=one_way)
+                if where:
+                    lat = latency(a, b, args.messages, 100.0, one_way=one_way)
+                else:  # floor.py between our blocks: both see the machine as it is then
+                    for k in range(blocks):
+                        ours: list[float] = []
+                        lat += latency(a, b, args.messages // blocks, 100.0, one_way=ours)
+                        theirs = floor.measure(max(100, min(args.messages, 500) // blocks))[0]
+                        print(f"  block {k + 1} of {blocks}: one-way p50 {pct(ours, 50):.3f} ms,"
+                              f" floor.py's {pct(theirs, 50):.3f} ms"
+                              f" ({pct(ours, 50) / pct(theirs, 50):.2f}x)")
+                        one_way += ours
+                        floor_one_way += theirs
                 moved = (paths_moved(paths[0], store_paths(a)),
                          paths_moved(paths[1], store_paths(b)))
                 kernel_one_way = kernel_one_way or one_way
@@ -334,9 +355,9 @@ def main() -> int:
             raw = raw_msg_to_ack(b, min(args.messages, 500), 100.0)
             print(f"a bare client's msg until b's ack at 100 msg/s over {len(raw)} msgs: "
                   f"p50 {pct(raw, 50):.3f} ms  p99 {pct(raw, 99):.3f} ms")
-            floor_one_way = floor.measure(min(args.messages, 500))[0]
-            print(f"floor.py beside them (no awp code) over {len(floor_one_way)} msgs: one-way"
-                  f" p50 {pct(floor_one_way, 50):.3f} ms  p99 {pct(floor_one_way, 99):.3f} ms")
+            print(f"floor.py between the kernel-placed run's {blocks} blocks (no awp code) over"
+                  f" {len(floor_one_way)} msgs: one-way p50 {pct(floor_one_way, 50):.3f} ms"
+                  f"  p99 {pct(floor_one_way, 99):.3f} ms")
             trio_floor = floor.measure(min(args.messages, 500), loop="trio")[0]
             print(f"floor.py --loop trio (its receiver waiting in trio's event loop, as a daemon"
                   f" does): one-way p50 {pct(trio_floor, 50):.3f} ms"
