@@ -25,11 +25,12 @@ Prints
 - each daemon's RSS at rest and at its peak.
 
 bench/floor.py's one durable hop with no awp code is measured between the
-blocks of the kernel-placed latency run (``--blocks``, 5: 200 of ours, then
-100 of floor.py's, five times), so that both figures of the ratio see the
-machine as it was over the same minute; run after ours instead, floor.py's
-p50 moved 0.73-1.05 ms from run to run while ours did likewise, and the ratio
-drifted with whichever happened to be measured in a quieter moment.  Then
+blocks of each latency run (``--blocks``, 5: 200 of ours, then 100 of
+floor.py's, five times), its two processes placed as our daemons are, so
+that both figures of a ratio see the machine as it was over the same
+minute; run after ours instead, floor.py's p50 moved 0.73-1.05 ms from run
+to run while ours did likewise, and the ratio drifted with whichever
+happened to be measured in a quieter moment.  Then
 issue 21's figures as ratios of measured to target: one-way p50 <= floor's
 one-way p50, p99 <= 5 ms, receiver CPU <= 60 us and sender CPU <= 40 us a
 1 KiB message over the drain, drain >= 10,000 msg/s, idle RSS <= 40 MB.
@@ -320,34 +321,38 @@ def main() -> int:
             placements = [("placed by the kernel", None)]
             if cpus:
                 placements.append((f"each on its own CPU ({cpus[0]}, {cpus[1]})", cpus))
-            kernel_one_way: list[float] = []
-            floor_one_way: list[float] = []
             blocks = max(1, args.blocks)
+            placed: dict[str, tuple[list[float], list[float]]] = {}  # ours, floor.py's
             for how, where in placements:
                 if where:
                     pin(a.proc.pid, where[0])
                     pin(b.proc.pid, where[1])
                 one_way: list[float] = []
                 lat: list[float] = []
+                floor_one_way: list[float] = []
                 paths = store_paths(a), store_paths(b)
-                if where:
-                    lat = latency(a, b, args.messages, 100.0, one_way=one_way)
-                else:  # floor.py between our blocks: both see the machine as it is then
-                    for k in range(blocks):
-                        ours: list[float] = []
-                        lat += latency(a, b, args.messages // blocks, 100.0, one_way=ours)
-                        theirs = floor.measure(max(100, min(args.messages, 500) // blocks))[0]
-                        print(f"  block {k + 1} of {blocks}: one-way p50 {pct(ours, 50):.3f} ms,"
-                              f" floor.py's {pct(theirs, 50):.3f} ms"
-                              f" ({pct(ours, 50) / pct(theirs, 50):.2f}x)")
-                        one_way += ours
-                        floor_one_way += theirs
+                # floor.py between our blocks, its two processes placed as our
+                # daemons are: both sides of the ratio see the machine as it is then.
+                for k in range(blocks):
+                    ours: list[float] = []
+                    lat += latency(a, b, args.messages // blocks, 100.0, one_way=ours)
+                    theirs = floor.measure(max(100, min(args.messages, 500) // blocks),
+                                           cpus=where)[0]
+                    print(f"  block {k + 1} of {blocks}: one-way p50 {pct(ours, 50):.3f} ms,"
+                          f" floor.py's {pct(theirs, 50):.3f} ms"
+                          f" ({pct(ours, 50) / pct(theirs, 50):.2f}x)")
+                    one_way += ours
+                    floor_one_way += theirs
                 moved = (paths_moved(paths[0], store_paths(a)),
                          paths_moved(paths[1], store_paths(b)))
-                kernel_one_way = kernel_one_way or one_way
+                placed["pinned" if where else "kernel"] = (one_way, floor_one_way)
                 print(f"one-way latency at 100 msg/s, queued until stored at the peer, daemons"
                       f" {how}, over {len(one_way)} msgs: p50 {pct(one_way, 50):.3f} ms"
                       f"  p99 {pct(one_way, 99):.3f} ms  max {max(one_way):.3f} ms")
+                print(f"  floor.py between those blocks, placed the same way, over"
+                      f" {len(floor_one_way)} msgs: one-way p50 {pct(floor_one_way, 50):.3f} ms"
+                      f"  p99 {pct(floor_one_way, 99):.3f} ms"
+                      f" (ours {pct(one_way, 50) / pct(floor_one_way, 50):.2f}x)")
                 print(f"queue-to-ack latency at 100 msg/s, daemons {how}, over {len(lat)} msgs:"
                       f" p50 {pct(lat, 50):.3f} ms  p99 {pct(lat, 99):.3f} ms"
                       f"  max {max(lat):.3f} ms")
@@ -355,9 +360,7 @@ def main() -> int:
             raw = raw_msg_to_ack(b, min(args.messages, 500), 100.0)
             print(f"a bare client's msg until b's ack at 100 msg/s over {len(raw)} msgs: "
                   f"p50 {pct(raw, 50):.3f} ms  p99 {pct(raw, 99):.3f} ms")
-            print(f"floor.py between the kernel-placed run's {blocks} blocks (no awp code) over"
-                  f" {len(floor_one_way)} msgs: one-way p50 {pct(floor_one_way, 50):.3f} ms"
-                  f"  p99 {pct(floor_one_way, 99):.3f} ms")
+            kernel_one_way, floor_one_way = placed["kernel"]
             trio_floor = floor.measure(min(args.messages, 500), loop="trio")[0]
             print(f"floor.py --loop trio (its receiver waiting in trio's event loop, as a daemon"
                   f" does): one-way p50 {pct(trio_floor, 50):.3f} ms"
@@ -366,6 +369,11 @@ def main() -> int:
             rows += [("one-way p50 / floor's one-way p50", pct(kernel_one_way, 50),
                       pct(floor_one_way, 50), "<="),
                      ("one-way p99 (ms) / 5 ms", pct(kernel_one_way, 99), 5.0, "<=")]
+            if "pinned" in placed:
+                ours_p, floor_p = placed["pinned"]
+                rows.append(("one-way p50 / floor's, each side on a CPU of its own",
+                             pct(ours_p, 50), pct(floor_p, 50), "<="))
+
 
         if args.only != "latency":
             if args.profile:

@@ -13,7 +13,11 @@ thread`` runs trio too, but reads and commits on a thread blocked in
 ``recv`` and has the loop write the ack, as the reader threads of the
 ``readthread`` branch do: what is left of the event loop's cost.
 
+``--cpus A,B`` holds the sender to CPU A and the receiver to CPU B, as
+delivery.py's second run holds its two daemons.
+
 Run: python bench/floor.py [--messages N] [--sync FULL|OFF] [--loop blocking|trio|thread]
+[--cpus A,B]
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ import tempfile
 import time
 
 
-def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str, loop: str) -> None:
+def _receiver(ports: mp.Queue, stamps: mp.Queue, n: int, sync: str, loop: str,
+              cpu: int | None = None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     home = tempfile.mkdtemp(prefix="awpfloor", dir="/tmp")
     db = sqlite3.connect(os.path.join(home, "floor.db"), isolation_level=None,
                          check_same_thread=False)
@@ -124,13 +131,31 @@ def _receive_on_thread(sock: socket.socket, n: int, take) -> None:
     trio.run(main)
 
 
-def measure(messages: int = 500, sync: str = "FULL",
-            loop: str = "blocking") -> tuple[list[float], list[float]]:
-    """(one-way ms, msg-to-ack ms) of ``messages`` hops at 100 msg/s, warm-up dropped."""
+def measure(messages: int = 500, sync: str = "FULL", loop: str = "blocking",
+            cpus: tuple[int, int] | None = None) -> tuple[list[float], list[float]]:
+    """(one-way ms, msg-to-ack ms) of ``messages`` hops at 100 msg/s, warm-up dropped.
+
+    ``cpus`` holds the sender (this process, for the call) to the first CPU
+    and the receiver to the second, as delivery.py holds its daemons: two
+    hosts' worth of CPU on one machine.
+    """
     ports: mp.Queue = mp.Queue()
     stamps: mp.Queue = mp.Queue()
-    proc = mp.Process(target=_receiver, args=(ports, stamps, messages, sync, loop))
+    proc = mp.Process(target=_receiver, args=(ports, stamps, messages, sync, loop,
+                                              cpus[1] if cpus else None))
     proc.start()
+    mine = os.sched_getaffinity(0) if cpus else None
+    if cpus:
+        os.sched_setaffinity(0, {cpus[0]})
+    try:
+        return _send(ports, stamps, proc, messages)
+    finally:
+        if mine is not None:
+            os.sched_setaffinity(0, mine)
+
+
+def _send(ports: mp.Queue, stamps: mp.Queue, proc: mp.Process,
+          messages: int) -> tuple[list[float], list[float]]:
     sock = socket.create_connection(("127.0.0.1", ports.get()))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     acks = sock.makefile("rb")
@@ -159,9 +184,15 @@ def main() -> int:
     ap.add_argument("--loop", choices=("blocking", "trio", "thread"), default="blocking",
                     help="the receiver reads a blocking socket, waits in trio's event loop,"
                          " or reads on a thread beside trio")
+    ap.add_argument("--cpus", default="", metavar="A,B",
+                    help="hold the sender to CPU A and the receiver to CPU B")
     args = ap.parse_args()
-    one_way, round_trips = measure(args.messages, args.sync, args.loop)
-    print(f"floor (synchronous={args.sync}, receiver {args.loop}) over {len(one_way)} msgs at 100 msg/s: "
+    cpus = tuple(int(x) for x in args.cpus.split(",")) if args.cpus else None
+    if cpus is not None and len(cpus) != 2:
+        ap.error("--cpus takes two CPU numbers, as 0,1")
+    one_way, round_trips = measure(args.messages, args.sync, args.loop, cpus)  # type: ignore[arg-type]
+    print(f"floor (synchronous={args.sync}, receiver {args.loop}{', cpus ' + args.cpus if cpus else ''})"
+          f" over {len(one_way)} msgs at 100 msg/s: "
           f"one-way to committed p50 {statistics.median(one_way):.3f} ms, "
           f"msg-to-ack p50 {statistics.median(round_trips):.3f} ms")
     return 0
