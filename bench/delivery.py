@@ -295,7 +295,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=1000, help="latency samples (100 msg/s)")
     ap.add_argument("--blocks", type=int, default=5,
-                    help="the kernel-placed latency run in this many blocks, floor.py between")
+                    help="each latency run in this many blocks, floor.py between them")
     ap.add_argument("--backlog", type=int, default=20_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--only", choices=("latency", "drain"), default="",

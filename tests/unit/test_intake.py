@@ -81,6 +81,26 @@ def test_records_across_block_boundaries_read_back_and_older_rounds_stay_hidden(
         again.close()
 
 
+def test_a_name_swapped_between_the_two_opens_gets_no_direct_writes(tmp_path):
+    """The direct descriptor is opened by name after the first one: a file or a
+    symlink put in the journal's place meanwhile must not take the appends."""
+    first = tmp_path / "first"
+    first.write_bytes(bytes(ij.SIZE))
+    other = tmp_path / "other"
+    other.write_bytes(bytes(ij.SIZE))
+    fd = os.open(str(first), os.O_RDWR)
+    try:
+        assert ij._open_direct(str(other), fd) == -1  # another file under the name
+        (tmp_path / "link").symlink_to(first)
+        assert ij._open_direct(str(tmp_path / "link"), fd) == -1  # never through a symlink
+        if _direct_io_works(first):
+            same = ij._open_direct(str(first), fd)
+            assert same >= 0
+            os.close(same)
+    finally:
+        os.close(fd)
+
+
 def test_a_refused_direct_write_goes_through_the_page_cache_from_then_on(tmp_path, monkeypatch):
     j = IntakeJournal.open(str(tmp_path / FILENAME))
     if not j.direct:
