@@ -49,8 +49,9 @@ disk), the direct write and flush took 450-500 us where the buffered write
 and sync took 490-580 us, and the sync is most of a quiet line's time to its
 ack.  The rest of a record's last block is written as zeros: past the end
 of the round the file holds only older rounds, all stored, which recovery
-never reads.  A file system that refuses direct I/O (tmpfs, for one) gets
-the buffered write, with the same layout and the same sync.
+never reads.  A file system that refuses direct I/O (tmpfs before Linux
+6.6, for one) gets the buffered write, with the same layout and the same
+sync.
 """
 
 from __future__ import annotations
