@@ -30,6 +30,7 @@ from ..wire.grants import make_grant
 from ..wire.ids import new_thread_id
 from ..wire.messages import default_subject
 from ..wire.timefmt import format_ts, now_ms
+from .lineout import give_way
 from .mime import guess_mime, sniff_file
 
 
@@ -236,6 +237,11 @@ class AgentVerbs:
             if written or self.writer.quiet():
                 res = await self.writer.run_held(lambda c: job(c, first), on_commit,
                                                  early=early, relaxed=written)
+                if written:
+                    # A peer on this host may have been woken by the line and
+                    # be waiting for this CPU while we stored it: let it run
+                    # before the rest of our bookkeeping (see give_way).
+                    give_way()
             else:  # a durable commit on a busy store: the writer's thread, in order
                 self.writer.release()
                 res = await self.writer.submit_nowait(lambda c: job(c, first), on_commit,
