@@ -356,7 +356,8 @@ class IntakeJournal:
                 if e.errno != errno.EINVAL:
                     raise
                 # Refused as a request (alignment, or no direct I/O after
-                # all), before any byte was written: buffered from now on.
+                # all): buffered from now on.  Writing the same bytes again
+                # is harmless if the refusal came after they were written.
                 log.info("the intake journal's direct writes were refused (%s);"
                          " appends go through the page cache", e)
                 self._drop_direct()
@@ -364,6 +365,7 @@ class IntakeJournal:
         _sync(self._fd)
 
     def _put_direct(self, data: bytes, off: int) -> None:
+        """The whole blocks ``data`` touches, from the round's image, then the sync."""
         image = self._image
         assert image is not None
         end = off + len(data)
