@@ -374,7 +374,6 @@ def main() -> int:
                 rows.append(("one-way p50 / floor's, each side on a CPU of its own",
                              pct(ours_p, 50), pct(floor_p, 50), "<="))
 
-
         if args.only != "latency":
             if args.profile:
                 os.makedirs(args.profile, exist_ok=True)
