@@ -187,10 +187,14 @@ def main() -> int:
     ap.add_argument("--cpus", default="", metavar="A,B",
                     help="hold the sender to CPU A and the receiver to CPU B")
     args = ap.parse_args()
-    cpus = tuple(int(x) for x in args.cpus.split(",")) if args.cpus else None
-    if cpus is not None and len(cpus) != 2:
-        ap.error("--cpus takes two CPU numbers, as 0,1")
-    one_way, round_trips = measure(args.messages, args.sync, args.loop, cpus)  # type: ignore[arg-type]
+    cpus: tuple[int, int] | None = None
+    if args.cpus:
+        try:
+            a, b = (int(x) for x in args.cpus.split(","))
+        except ValueError:
+            ap.error("--cpus takes two CPU numbers, as 0,1")
+        cpus = (a, b)
+    one_way, round_trips = measure(args.messages, args.sync, args.loop, cpus)
     print(f"floor (synchronous={args.sync}, receiver {args.loop}{', cpus ' + args.cpus if cpus else ''})"
           f" over {len(one_way)} msgs at 100 msg/s: "
           f"one-way to committed p50 {statistics.median(one_way):.3f} ms, "

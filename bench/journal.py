@@ -24,6 +24,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from delivery import pct  # noqa: E402  (bench/, first on sys.path when run as a script)
+
 from awp.store.intake import IntakeJournal, Record  # noqa: E402
 
 PEER = "ed25519:" + "A" * 43
@@ -57,11 +59,6 @@ def measure(where: str, direct: bool, n: int, keep_round: bool) -> tuple[list[fl
     finally:
         j.close()
         os.unlink(path)
-
-
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
 def main() -> int:

@@ -767,4 +767,4 @@ def test_a_lone_line_is_acked_from_the_journal_and_readable_at_once(make_node):
             break
         time.sleep(0.005)
     assert intake["journaled"] > before, intake
-    assert intake["off"] == "" and intake["pending"] == 0
+    assert intake["off"] == "" and intake["pending"] == 0 and isinstance(intake["direct"], bool)
