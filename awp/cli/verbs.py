@@ -527,6 +527,13 @@ def status(home: str | None, as_json: bool) -> None:
     out(table(["NAME", "KEY", "STATE", "QUEUED", "UNREAD"], rows))
 
 
+def _link_cell(sealed: object) -> str:
+    """``sealed`` or ``plain`` for a live link (wire/seal.py), ``-`` for none."""
+    if sealed is None:
+        return "-"
+    return "sealed" if sealed else "plain"
+
+
 def peers(home: str | None, as_json: bool) -> None:
     """``awp peers``: see its typer command for the options."""
     rows = daemon(home_of(home)).get("/v1/peers")
@@ -540,8 +547,8 @@ def peers(home: str | None, as_json: bool) -> None:
         out("no peers yet: awp connect ADDRESS")
         return
     out(table(
-        ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED", "STORED"],
+        ["NAME", "KEY", "STATE", "LINK", "QUEUED", "OPEN", "UNREAD", "GRANTED", "STORED"],
         [[clip(_peer_name(p), 40), p.get("short") or short(p.get("key", "")),
-          p.get("state", ""), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
+          p.get("state", ""), _link_cell(p.get("sealed")), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
           ",".join(p.get("granted") or []) or "-", peer_budget_cell(p.get("budget"))]
          for p in rows]))

@@ -24,6 +24,7 @@ from ..wire.b64 import b64url
 from ..wire.canonical import compact_json
 from ..wire.framing import MAX_LINE
 from ..wire.ids import IdGenerator
+from ..wire.seal import Opener, Sealer, SealError
 from ..wire.timefmt import format_ts, now_ms
 from .schema import decode, shown
 
@@ -65,6 +66,9 @@ class PeerConn:
         self.auto_pong = False
         self.write_broken = ""
         self.board_subs_sent = 0  # a later board-sub is answered with a digest by its receiver
+        self.sealer: Sealer | None = None  # sealing what we send (SPEC.md "Sealed links")
+        self.opener: Opener | None = None  # unsealing what the peer sends
+        self.seal_broken = ""  # why the peer's sealed bytes failed, once they did
 
     # -- opening ----------------------------------------------------------------
 
@@ -132,14 +136,39 @@ class PeerConn:
         self.send_raw(raw + b"\n", deadline)
         return full, raw
 
-    def send_raw(self, data: bytes, deadline: float, *, tolerate_close: bool = False) -> bool:
+    def seal_sending(self, key: bytes) -> None:
+        """Seal every byte sent from now on (after our auth line)."""
+        self.sealer = Sealer(key)
+
+    def seal_receiving(self, key: bytes) -> None:
+        """Unseal every byte after the peer's auth line, including what is buffered."""
+        self.opener = Opener(key)
+        held, self._buf = bytes(self._buf), bytearray()
+        self._unseal(held)
+
+    def _unseal(self, data: bytes) -> None:
+        assert self.opener is not None
+        if self.seal_broken:
+            return
+        try:
+            self._buf += self.opener.feed(data)
+        except SealError as e:
+            self.seal_broken = str(e)
+            self._problem(f"the peer's sealed bytes: {e}")
+            self.note(f"sealed bytes from the peer failed: {e}")
+
+    def send_raw(self, data: bytes, deadline: float, *, tolerate_close: bool = False,
+                 unsealed: bool = False) -> bool:
         """Write ``data``, reading meanwhile.  Returns False if the peer closed
         or reset before all of it went out (only with ``tolerate_close``;
-        otherwise that is a :class:`Fail`)."""
+        otherwise that is a :class:`Fail`).  On a sealed link ``data`` is
+        sealed first, unless ``unsealed`` (bytes already made for the wire)."""
         if self.tracer is not None:
             lines = data.rstrip(b"\n").split(b"\n") if len(data) < 65536 else [data.rstrip(b"\n")]
             for ln in lines:
                 self._trace(">", ln)
+        if self.sealer is not None and not unsealed:
+            data = self.sealer.seal(data)
         view = memoryview(data)
         while view:
             left = remaining(deadline)
@@ -168,6 +197,12 @@ class PeerConn:
         return True
 
     def half_close(self) -> None:
+        if self.sealer is not None and not self.sealer.finished:
+            try:  # a sealed half-close is the FINAL record, then the socket's own
+                self.send_raw(self.sealer.final(), time.monotonic() + 5, tolerate_close=True,
+                              unsealed=True)
+            except Fail:
+                pass
         try:
             self.sock.shutdown(socket.SHUT_WR)
         except OSError:
@@ -189,8 +224,13 @@ class PeerConn:
                 self.closed_in = self.scenario
                 self.note("connection reset by the peer" if self.reset else
                           "the peer closed the connection (EOF)")
+                if self.opener is not None and not self.opener.finished and not self.reset:
+                    self.note("the peer's sealed stream ended without its final record")
             return
-        self._buf += data
+        if self.opener is not None:
+            self._unseal(data)
+        else:
+            self._buf += data
 
     def _take_line(self) -> bytes | None:
         """The next complete line in the buffer, handling over-long lines."""

@@ -308,6 +308,41 @@ def s_introduce_replay(ctx: Ctx) -> str:
         time.sleep(0.2)
 
 
+def _sealed_session(ctx: Ctx) -> Session:
+    s = handshake(ctx, ctx.fresh(), strict=False, seal=True)
+    if not s.sealed:
+        raise Skip("the peer does not offer the seal extension")
+    if s.conn.seal_broken:
+        raise Fail(f"the peer's sealed bytes after its auth: {s.conn.seal_broken}")
+    return s
+
+
+def s_seal(ctx: Ctx) -> str:
+    s = _sealed_session(ctx)
+    sent, _ = s.conn.send({"t": "msg", "th": random_thread(), "subject": "conformance: seal",
+                           "parts": [{"k": "text", "text": "sealed end to end"}]}, ctx.deadline)
+    _expect_ack(ctx, s.conn, sent, "sealed msg")
+    _ping(ctx, s.conn)
+    if s.conn.seal_broken:
+        raise Fail(f"the peer's sealed bytes: {s.conn.seal_broken}")
+    return "resume, ack and pong arrived sealed"
+
+
+def s_seal_tamper(ctx: Ctx) -> str:
+    s = _sealed_session(ctx)
+    assert s.conn.sealer is not None
+    line = {"t": "msg", "th": random_thread(), "subject": "conformance: seal-tamper",
+            "parts": [{"k": "text", "text": "one byte of this record is flipped"}]}
+    full = s.conn.envelope(line)
+    record = bytearray(s.conn.sealer.seal(compact_json(full).encode() + b"\n"))
+    record[-5] ^= 0x40  # inside the ciphertext: the record no longer authenticates
+    s.conn.send_raw(bytes(record), ctx.deadline, tolerate_close=True, unsealed=True)
+    seen = s.conn.expect_close(ctx.deadline, "the peer to close after a record that fails")
+    if any(x.get("t") == "ack" and x.get("re") == full["id"] for x in seen):
+        raise Fail("the peer acked a msg whose sealed record does not authenticate")
+    return "closed without an ack"
+
+
 def shown_seen(last: object) -> str:
     return "no entry" if last is None else repr(last)
 
@@ -352,6 +387,10 @@ SCENARIOS: list[Scenario] = [
     Scenario("introduce-replay", "an introduce line sent twice draws no err or ack, and the"
              " next resume lists its thread (cap introduce)", s_introduce_replay,
              own_connection=True),
+    Scenario("seal", "both hellos offer seal: resume, ack and pong come sealed (cap seal)",
+             s_seal, own_connection=True),
+    Scenario("seal-tamper", "a sealed record with one flipped byte: the peer closes, no ack"
+             " (cap seal)", s_seal_tamper, own_connection=True),
     *BOARD_SCENARIOS,
     Scenario("bye", "bye gets a bye back, then the peer closes", s_bye),
 ]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..wire.ids import IdGenerator
 from ..wire.keys import Identity, auth_transcript, verify
+from ..wire.seal import SEAL_CAP, Ephemeral, SealError, parse_seal_key, transcript_hash
 from ..wire.timefmt import format_ts, now_ms
 from .conn import Fail, PeerConn, Tracer, describe, random_nonce
 
@@ -30,6 +31,7 @@ class Session:
     auth: dict | None = None
     resume: dict | None = None
     faults: list[str] = field(default_factory=list)
+    sealed: bool = False  # both hellos offered the seal extension (SPEC.md section 11)
 
     @property
     def caps(self) -> list[str]:
@@ -121,7 +123,7 @@ def _is(t: str) -> Callable[[dict], bool]:
 # -- the handshake ----------------------------------------------------------------------
 
 def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool,
-              identity: Identity | None = None) -> Session:
+              identity: Identity | None = None, seal: bool = False) -> Session:
     """Run hello/auth/resume with the peer.
 
     ``strict`` is the ``handshake`` scenario: wait for the peer's hello before
@@ -129,9 +131,16 @@ def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool,
     hello goes out at once.  Either way a peer auth that does not verify is
     recorded in ``faults`` rather than raised: it is the ``handshake``
     scenario's business, and the connection is still usable for the others.
+
+    ``seal`` offers the seal extension; the link is sealed when the peer
+    offers it too (``Session.sealed``).
     """
     me = identity or ctx.identity
     mine = ctx.hello_line(identity=me)
+    ephemeral = Ephemeral() if seal else None
+    if ephemeral is not None:
+        mine["caps"] = [*mine["caps"], SEAL_CAP]
+        mine["seal"] = ephemeral.text
     if not strict:
         _, my_raw = conn.send(mine, ctx.deadline)
     what = "the peer's hello (sent without waiting for ours)" if strict else "the peer's hello"
@@ -153,9 +162,13 @@ def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool,
         raise Fail(f"the peer's hello has v {v!r}; this runner speaks v {PROTOCOL_VERSION}")
     if strict:
         _, my_raw = conn.send(mine, ctx.deadline)
+    keys = _seal_keys(ephemeral, first, my_raw, hello_raw) if ephemeral is not None else None
 
     auth = conn.expect(_is("auth"), ctx.deadline, "the peer's auth",
                        reject=lambda x: x.get("t") not in ("auth",))
+    if keys is not None:
+        session.sealed = True
+        conn.seal_receiving(keys[1])
     session.auth = auth
     sig = auth.get("sig")
     good = isinstance(sig, str) and verify(session.key, auth_transcript(hello_raw, my_raw), sig)
@@ -166,6 +179,8 @@ def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool,
                               " <its hello> 0x00 <our hello>")
     conn.send({"t": "auth", "sig": me.sign(auth_transcript(my_raw, hello_raw))},
               ctx.deadline)
+    if keys is not None:
+        conn.seal_sending(keys[0])
     if not strict:
         conn.send({"t": "resume", "seen": {}}, ctx.deadline)
     what = "the peer's resume (sent without waiting for ours)" if strict else "the peer's resume"
@@ -174,6 +189,23 @@ def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool,
         conn.send({"t": "resume", "seen": {}}, ctx.deadline)
     conn.auto_pong = True
     return session
+
+
+def _seal_keys(ephemeral: Ephemeral, hello: dict, my_raw: bytes,
+               hello_raw: bytes) -> tuple[bytes, bytes] | None:
+    """(tx, rx) when the peer's hello offers sealing too; we are the dialer."""
+    caps = hello.get("caps")
+    if not (isinstance(caps, list) and SEAL_CAP in caps and "seal" in hello):
+        return None
+    peer_public = parse_seal_key(hello.get("seal"))
+    if peer_public is None:
+        raise Fail(f"the peer's hello lists {SEAL_CAP} but its seal key is not a 32-byte"
+                   " X25519 key in base64url")
+    try:
+        return ephemeral.keys(peer_public, dialer=True,
+                              transcript=transcript_hash(my_raw, hello_raw))
+    except SealError as e:
+        raise Fail(f"the peer's seal key: {e}") from None
 
 
 def _ping(ctx: Ctx, conn: PeerConn, *, reject: Callable[[dict], bool] | None = None) -> dict:

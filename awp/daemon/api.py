@@ -135,6 +135,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                 "key": p["key"], "name": p["name"], "aliases": p["aliases"],
                 "state": peer_state(engine, p["key"], p["parked"]),
                 "rtt_ms": round(conn.rtt_ms, 2) if conn and conn.rtt_ms is not None else None,
+                "sealed": bool(conn.sealed) if conn else None,
                 "queued": p["queued"], "unread": p["unread"],
             })
         tailcat_error = next((v for k, v in state.listen_errors.items()
@@ -224,6 +225,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             conn = engine.peers.active(p["key"])
             p["state"] = peer_state(engine, p["key"], p["parked"])
             p["rtt_ms"] = round(conn.rtt_ms, 2) if conn and conn.rtt_ms is not None else None
+            p["sealed"] = bool(conn and conn.sealed) if conn else None
             slot = engine.peers.slots.get(p["key"])
             if slot and slot.last_error and not conn:
                 p["last_error"] = slot.last_error

@@ -94,7 +94,7 @@ def node_config(s: Settings) -> NodeConfig:
         name=s.name, about=s.about, advertise=s.advertise, accept=s.accept,
         allow=set(s.allow), trust=set(s.trust), ping_interval=s.ping_interval,
         outbox_ttl=s.outbox_ttl, blob_limit=s.blob_limit, trace=s.trace,
-        allow_plaintext=s.allow_plaintext, serve=set(s.serve), root=s.root,
+        allow_plaintext=s.allow_plaintext, seal=s.seal, serve=set(s.serve), root=s.root,
         limits=s.limits,
     )
 

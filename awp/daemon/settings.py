@@ -16,6 +16,7 @@ from ..base.durations import parse_duration
 from ..base.home import HomeError, default_name, path
 from ..base.limits import Limits, limits_from_config
 from ..wire.names import clean_name
+from ..wire.seal import SEAL_POLICIES
 from .configfile import SERVABLE, load_config_file
 
 REMEMBERED = ("name", "about", "harness", "model", "share_with", "listen")
@@ -87,6 +88,7 @@ class Settings:
     trace: bool
     verbose: bool
     allow_plaintext: bool
+    seal: str = "prefer"
     limits: Limits = field(default_factory=Limits)
     listen_source: str = "default"
     remember: dict[str, str] = field(default_factory=dict)
@@ -179,6 +181,10 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
     accept = str(accept or "any")
     if accept not in ("any", "allowlist"):
         raise HomeError(f"admission policy must be 'any' or 'allowlist', not {accept!r}")
+    seal, _ = pick("seal", None, "AWP_SEAL", pol.get("seal"))
+    seal = str(seal or "prefer")
+    if seal not in SEAL_POLICIES:
+        raise HomeError(f"seal policy must be one of {', '.join(SEAL_POLICIES)}, not {seal!r}")
 
     def keylist(cfg_list, env_name: str, flag_list: list[str]) -> list[str]:
         out = [str(x) for x in cfg_list] if isinstance(cfg_list, list) else []
@@ -241,6 +247,7 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         advertise=None if advertise is None else str(advertise), accept=accept,
         allow=allow, trust=trust, serve=serve, root=root, presence=presence,
         share_with=share_with, blob_limit=blob_limit, ping_interval=ping, outbox_ttl=ttl,
-        trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, limits=limits, listen_source=listen_source,
+        trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, seal=seal, limits=limits,
+        listen_source=listen_source,
         remember=remember, harnesses=flags.harnesses, on_demand=flags.start_dir is not None,
     )

@@ -20,6 +20,9 @@ class NodeConfig:
     # "" or "none" means send none.
     advertise: str | None = None
     accept: str = "any"  # or "allowlist"
+    # Sealed links (wire/seal.py): "off", "prefer" (when the peer offers it too),
+    # "require-remote" (refuse a plain link unless it is local), "require".
+    seal: str = "prefer"
     allow: set[str] = field(default_factory=set)
     trust: set[str] = field(default_factory=set)
     ping_interval: float = 30.0

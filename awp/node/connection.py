@@ -29,6 +29,7 @@ from ..wire.names import clean_name
 from .handshake import Handshake
 from .jobs import STORE_OPS, Jobs
 from .lineout import LineOut, give_way
+from .sealed import SealedStream, is_local_stream
 from .session import PAUSE, Session
 from .session import actions as A
 from .sockread import receive_some
@@ -65,7 +66,8 @@ class Connection:
         cfg = engine.config
         self.hs = Handshake(engine.identity, engine.local_hello(outbound), engine.ids,
                             present=engine.grants_to_present,
-                            max_depth=cfg.limits.json_depth)
+                            max_depth=cfg.limits.json_depth, outbound=outbound,
+                            seal=seal_for(cfg.seal, stream))
         self.session = Session(engine.ids, now=trio.current_time(),
                                gap_timeout=cfg.limits.gap_timeout,
                                ping_interval=cfg.ping_interval,
@@ -84,6 +86,7 @@ class Connection:
         self.close_reason = ""
         self.failure = ""  # why the handshake failed, for `connect` to report
         self.rtt_ms: float | None = None
+        self.sealed = False  # every byte after both auth lines is sealed (wire/seal.py)
         self._cancel = trio.CancelScope()
         self.out = LineOut(stream, write_timeout=cfg.limits.write_timeout,
                            on_stall=self._stalled,
@@ -180,9 +183,20 @@ class Connection:
                     return
                 if reply:
                     await self.out.send(reply)
+                    if self.hs.seal_keys is not None and not self.sealed:
+                        # Our auth was the last plain line we send.
+                        self.sealed = True
+                        self.out.stream = SealedStream(self.stream, self.hs.seal_keys[0])
         if deadline.cancelled_caught:
             self.failure = "handshake timed out"
             raise ConnectionClosed("handshake timed out")
+        if self.sealed:
+            # Whatever came behind the peer's auth line is sealed bytes, not lines.
+            sealed = self.out.stream
+            assert isinstance(sealed, SealedStream) and self.hs.seal_keys is not None
+            sealed.open_receiving(self.hs.seal_keys[1], reader.take_rest(pending))
+            pending = []
+            self.stream = sealed
         self.engine.budgets.handshake_done(self)
 
         self.peer_key = self.hs.peer_key
@@ -563,6 +577,14 @@ def _leaf(e: BaseException) -> BaseException:
                 return leaf
         return _leaf(e.exceptions[0])
     return e
+
+
+def seal_for(policy: str, stream: object) -> str:
+    """The handshake's seal rule for one stream: ``require-remote`` becomes
+    ``require`` unless the stream is a Unix socket or a loopback peer."""
+    if policy == "require-remote":
+        return "prefer" if is_local_stream(stream) else "require"
+    return policy
 
 
 def jittered(backoff: float, rnd: float) -> float:

@@ -19,6 +19,7 @@ from ..wire.framing import MAX_LINE
 from ..wire.ids import IdGenerator
 from ..wire.keys import Identity, KeyError_, auth_transcript, decode_key, normalize_key, verify
 from ..wire.messages import MAX_DEPTH, dump, hello, parse_line
+from ..wire.seal import SEAL_CAP, Ephemeral, SealError, parse_seal_key, transcript_hash
 from ..wire.timefmt import format_ts, now_ms
 
 SUPPORTED_VERSIONS = frozenset({0})
@@ -52,15 +53,29 @@ class Handshake:
     present: Callable[[str], list[dict]] | None = None
     # Deepest JSON nesting accepted in a line (``Limits.json_depth``), here and after.
     max_depth: int = MAX_DEPTH
+    # We dialed (our hello comes first in the seal transcript).
+    outbound: bool = False
+    # "off": never offer the seal extension; "prefer": seal when the peer offers
+    # it too; "require": refuse a peer that does not (wire/seal.py).
+    seal: str = "prefer"
+    # (tx, rx) once both hellos offered sealing: every byte after our auth is
+    # sealed with tx, every byte after the peer's with rx.
+    seal_keys: tuple[bytes, bytes] | None = None
+    _ephemeral: Ephemeral | None = None
 
     def start(self) -> bytes:
         """Our hello line (with newline), sent at once on connect."""
         nonce = b64url(os.urandom(32))
+        caps = list(self.local.caps)
+        if self.seal != "off":
+            self._ephemeral = Ephemeral()
+            if SEAL_CAP not in caps:
+                caps.append(SEAL_CAP)
         line = hello(
             id=self.ids.next(), ts=format_ts(now_ms()), key=self.identity.key,
-            name=self.local.name, nonce=nonce, caps=list(self.local.caps),
+            name=self.local.name, nonce=nonce, caps=caps,
             about=self.local.about, addr=self.local.addr, shares=self.local.shares,
-            v=self.local.version,
+            v=self.local.version, seal=self._ephemeral.text if self._ephemeral else None,
         )
         data = dump(line)
         self.my_hello = data[:-1]
@@ -118,6 +133,7 @@ class Handshake:
         self.peer = obj
         self.peer_key = key
         self.peer_hello = raw
+        self._agree_seal(obj, raw)
         self.stage = "auth"
         sig = self.identity.sign(auth_transcript(self.my_hello, self.peer_hello))
         auth: dict = {"t": "auth", "id": self.ids.next(), "ts": format_ts(now_ms()), "sig": sig}
@@ -130,6 +146,31 @@ class Handshake:
             # Never let what we were given to present cost us the connection.
             del auth["grants"]
         return dump(auth)
+
+    def _agree_seal(self, obj: dict, raw: bytes) -> None:
+        """Decide whether this link is sealed, from both hellos.
+
+        Sealed exactly when both offered it: the peer lists the cap and
+        carries a usable key.  A peer that lists the cap with a key we
+        cannot use is refused rather than silently left plain.
+        """
+        caps = obj.get("caps")
+        offered = isinstance(caps, list) and SEAL_CAP in caps and "seal" in obj
+        if self._ephemeral is None or not offered:
+            if self.seal == "require":
+                raise ProtocolError(errors.AUTH, "this host requires sealed links and the peer"
+                                    " does not offer the seal extension", re=obj.get("id"))
+            return
+        peer_public = parse_seal_key(obj.get("seal"))
+        if peer_public is None:
+            raise ProtocolError(errors.AUTH, "hello seal key is not a 32-byte X25519 key",
+                                re=obj.get("id"))
+        first, second = ((self.my_hello, raw) if self.outbound else (raw, self.my_hello))
+        try:
+            self.seal_keys = self._ephemeral.keys(peer_public, dialer=self.outbound,
+                                                  transcript=transcript_hash(first, second))
+        except SealError as e:
+            raise ProtocolError(errors.AUTH, str(e), re=obj.get("id")) from None
 
     def _on_auth(self, obj: dict) -> None:
         sig = obj.get("sig")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import trio
 
 from ..base.sockio import write_some
+from .sealed import Sealed, SealedStream
 
 _WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
 
@@ -47,16 +48,20 @@ class LineOut:
 
     def write_now(self, data: bytes) -> bytes:
         """Write to a socket without yielding to the event loop; returns what
-        did not go (all of it when the stream is not a plain socket).
+        did not go (all of it when the stream is not a plain socket; on a
+        sealed link the sealed rest, see :meth:`SealedStream.write_now`).
 
         The caller holds the lock, so nothing can come between these bytes
         and the rest of them.
         """
         self._trace(data)
-        if type(self.stream) is not trio.SocketStream:
+        stream = self.stream
+        if type(stream) is SealedStream:
+            return stream.write_now(data)
+        if type(stream) is not trio.SocketStream:
             return data
         # Would block, or broken (nothing written): send_all will say which.
-        return data[write_some(self.stream.socket.fileno(), data):]
+        return data[write_some(stream.socket.fileno(), data):]
 
     async def send(self, data: bytes) -> None:
         """Write under the lock, within the write deadline (see :meth:`write_all`).
@@ -95,6 +100,8 @@ class LineOut:
         """
         for start in range(0, len(data), _WRITE_SLICE):
             part = data if len(data) <= _WRITE_SLICE else data[start:start + _WRITE_SLICE]
+            if type(data) is Sealed and part is not data:
+                part = Sealed(part)  # a slice of sealed bytes is still sealed
             with trio.move_on_after(self.timeout) as scope:
                 await self.stream.send_all(part)
             if scope.cancelled_caught:

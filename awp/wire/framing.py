@@ -62,6 +62,14 @@ class LineReader:
             return lines
         return more
 
+    def take_rest(self, lines: list[bytes]) -> bytes:
+        """The exact bytes after the last line handed out, given the lines
+        handed out but not used: what a sealed link decrypts once ``auth``
+        has been read, since everything after it is no longer lines."""
+        rest = b"".join(ln + b"\n" for ln in lines) + bytes(self._buf)
+        self._buf.clear()
+        return rest
+
     @property
     def pending(self) -> int:
         """Bytes of an unterminated line held so far (dropped at EOF)."""

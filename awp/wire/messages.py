@@ -206,6 +206,7 @@ def hello(
     addr: str | None = None,
     shares: list[str] | None = None,
     v: int = 0,
+    seal: str | None = None,
 ) -> dict:
     line: dict = {
         "t": "hello", "id": id, "ts": ts, "v": v, "key": key, "name": name,
@@ -215,6 +216,8 @@ def hello(
         line["addr"] = addr
     if shares:
         line["shares"] = shares
+    if seal:
+        line["seal"] = seal
     return line
 
 

@@ -48,9 +48,10 @@ def test_quickstart_round_trip(homes):
     assert re.fullmatch(r"connected to worker \(ed25519:[A-Za-z0-9_-]{10}\.\.\.\)\n", r.stdout)
     assert a.ok("connect", addr).stdout == "already connected to worker\n"
     peers = a.ok("peers").stdout.splitlines()
-    assert peers[0].split() == ["NAME", "KEY", "STATE", "QUEUED", "OPEN", "UNREAD", "GRANTED",
-                                "STORED"]
+    assert peers[0].split() == ["NAME", "KEY", "STATE", "LINK", "QUEUED", "OPEN", "UNREAD",
+                                "GRANTED", "STORED"]
     assert peers[1].startswith("worker") and "connected (out)" in peers[1]
+    assert " sealed " in peers[1]  # both ends are ours: the link is sealed end to end
     assert a.ok("alias", "worker", "w").stdout.startswith("w now names worker")
 
     # 3. A opens a thread with a task.

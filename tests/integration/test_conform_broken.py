@@ -30,7 +30,8 @@ from awp.wire.keys import Identity, auth_transcript
 from awp.wire.timefmt import format_ts, now_ms
 
 ALL = [s.name for s in SCENARIOS]
-CORE = [n for n in ALL if not n.startswith("board-")]  # the minipeer does not list cap board
+# The minipeer lists neither cap board nor cap seal.
+CORE = [n for n in ALL if not n.startswith(("board-", "seal"))]
 MINIPEER = os.path.join(ROOT, "interop", "minipeer.py")
 
 

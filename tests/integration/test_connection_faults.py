@@ -24,6 +24,9 @@ from awp.wire.keys import Identity
 DELIVERY = 10.0  # what the protocol should do "promptly", on a busy machine
 WRITE_TIMEOUT = 2.0
 BIG = 900_000  # characters of text per message: close to the 1 MiB line limit
+# A middlebox can lose one whole line only on a plain link: on a sealed one the
+# loss ends the connection (tests/integration/test_sealed.py).
+PLAIN = {"AWP_SEAL": "off"}
 
 
 def _configure(make_node, name: str, **limits: object):
@@ -178,7 +181,7 @@ def test_bye_to_a_peer_that_never_reads_returns_promptly(make_node):
 
 def test_a_line_lost_by_a_middlebox_is_sent_again(make_node):
     a = _configure(make_node, "a", gap_timeout="1s")
-    b = make_node("b").start()
+    b = make_node("b", env=PLAIN).start()
     lost = threading.Event()
 
     def drop(line: bytes) -> bool:
@@ -238,7 +241,7 @@ def test_three_lost_lines_are_sent_again_together_and_a_lost_resend_waits(make_n
     for that killed the connection); a resend lost again is given up on this
     connection and stays queued, while the connection and the others carry on."""
     a = _configure(make_node, "a", gap_timeout="1s")
-    b = make_node("b").start()
+    b = make_node("b", env=PLAIN).start()
     copies: dict[bytes, int] = {}
     lose_again = [b"LOSE-%d" % i for i in range(3)][-resends_lost:]
 

@@ -191,11 +191,12 @@ def test_catalogue_is_the_fifteen_of_section_12_and_ours():
     assert [s.name for s in SCENARIOS] == [
         "handshake", "version", "auth-bad-sig", "bad-frame", "too-large", "ping", "msg-ack",
         "state-ack", "dedup", "unknown-type", "unknown-field", "err-nonclosing", "chunk",
-        "grant", "introduce-replay", "board-unknown-topic", "board-malformed",
-        "board-unsubscribed", "board-sync", "board-relay", "board-stamp", "bye"]
+        "grant", "introduce-replay", "seal", "seal-tamper", "board-unknown-topic",
+        "board-malformed", "board-unsubscribed", "board-sync", "board-relay", "board-stamp",
+        "bye"]
     assert {s.name for s in SCENARIOS if s.own_connection} == {
-        "version", "auth-bad-sig", "bad-frame", "too-large", "introduce-replay",
-        "board-unsubscribed", "board-relay", "board-stamp"}
+        "version", "auth-bad-sig", "bad-frame", "too-large", "introduce-replay", "seal",
+        "seal-tamper", "board-unsubscribed", "board-relay", "board-stamp"}
     assert SCENARIOS[-1].name == "bye"  # last on a shared connection
 
 

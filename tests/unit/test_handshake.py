@@ -134,8 +134,9 @@ def test_hello_line_shape():
     assert obj["v"] == 0 and type(obj["v"]) is int
     assert obj["key"] == a.identity.key
     assert obj["name"] == "alice"
-    assert obj["caps"] == ["blob", "grant"]
+    assert obj["caps"] == ["blob", "grant", "seal"]  # offered unless the policy is off
     assert isinstance(obj["caps"], list)
+    assert len(obj["seal"]) == 43
     assert len(obj["nonce"]) == 43
     assert "=" not in obj["nonce"]
     assert obj["about"] == "builds things"
@@ -145,8 +146,10 @@ def test_hello_line_shape():
 
 
 def test_hello_with_empty_caps_still_lists_caps_and_v():
-    obj = json.loads(make(caps=[]).start())
-    assert obj["caps"] == []
+    hs = make(caps=[])
+    hs.seal = "off"
+    obj = json.loads(hs.start())
+    assert obj["caps"] == [] and "seal" not in obj
     assert obj["v"] == 0
     assert len(obj["nonce"]) == 43
 
