@@ -13,7 +13,6 @@ from awp.wire.invite import format_invite, parse_invite
 from awp.wire.keys import Identity
 from awp.wire.multiaddr import format_multi, parse_multi
 
-
 pieces = st.sampled_from(["tcp:", "unix:", "tailcat:", "tc", "//", "/", "[", "]", ":", "::1",
                           "127.0.0.1", "host", "-", ".", "0", "65535", "65536", "\x00", " ",
                           "ffff:", "a" * 40, "é", "\n"])

@@ -40,8 +40,8 @@ def test_multi_address_round_trips_in_order_and_keeps_unknown_kinds():
     assert m.unknown() == ["wss://box.example/awp"]
     # The JSON is exactly the documented compact form.
     body = base64.urlsafe_b64decode(text[4:] + "=" * (-len(text[4:]) % 4))
-    assert body == ('{"k":"%s","e":["tcp:127.0.0.1:7000","wss://box.example/awp",'
-                    '"unix:/tmp/a.sock"]}' % KEY).encode()
+    assert body == ('{"k":"' + KEY + '","e":["tcp:127.0.0.1:7000","wss://box.example/awp",'
+                    '"unix:/tmp/a.sock"]}').encode()
 
 
 def test_multi_address_canonicalises_and_dedupes_endpoints():
