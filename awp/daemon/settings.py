@@ -177,8 +177,9 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
     advertise, _ = pick("advertise", flags.advertise, "AWP_ADVERTISE", cfg.get("advertise"))
     accept, _ = pick("accept", flags.accept, "AWP_ACCEPT", pol.get("accept"))
     accept = str(accept or "any")
-    if accept not in ("any", "allowlist"):
-        raise HomeError(f"admission policy must be 'any' or 'allowlist', not {accept!r}")
+    if accept not in ("any", "allowlist", "invite-only"):
+        raise HomeError("admission policy must be 'any', 'allowlist' or 'invite-only',"
+                        f" not {accept!r}")
 
     def keylist(cfg_list, env_name: str, flag_list: list[str]) -> list[str]:
         out = [str(x) for x in cfg_list] if isinstance(cfg_list, list) else []

@@ -19,7 +19,7 @@ class NodeConfig:
     # Address sent in hello for dial-back: None means "pick from our listeners",
     # "" or "none" means send none.
     advertise: str | None = None
-    accept: str = "any"  # or "allowlist"
+    accept: str = "any"  # or "allowlist", or "invite-only" (awp/node/invites.py)
     allow: set[str] = field(default_factory=set)
     trust: set[str] = field(default_factory=set)
     ping_interval: float = 30.0
