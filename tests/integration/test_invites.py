@@ -258,3 +258,12 @@ def test_an_endpoint_answering_as_another_key_is_a_key_mismatch_and_gets_nothing
     assert r.returncode != 0
     assert (f"key mismatch: {impostor.address} answered as {impostor.key}, expected {a.key}"
             in r.stderr), r.stderr
+
+
+def test_live_invites_are_bounded_by_the_config(make_node):
+    a = make_node("alice").with_limits(invites=1).start()
+    first = parse_invite(invite(a))
+    r = awp(a, "invite")
+    assert r.returncode != 0 and "limits.invites is 1" in r.stderr, r.stderr
+    ok(a, "invite", "--revoke", first.id)
+    invite(a)  # a revoked one no longer counts
