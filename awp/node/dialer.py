@@ -40,11 +40,13 @@ MAX_RACE = 8  # endpoints one dial tries (the best ranked of a peer's addresses)
 
 
 class DialError(Exception):
-    """Could not reach or handshake with a peer; ``refused`` when the peer's key said no."""
+    """Could not reach or handshake with a peer; ``refused`` when the peer's key said
+    no, ``waking`` when the failure looks like a peer still waking (a sleeping sandbox)."""
 
-    def __init__(self, text: str, refused: bool = False) -> None:
+    def __init__(self, text: str, refused: bool = False, *, waking: bool = False) -> None:
         super().__init__(text)
         self.refused = refused
+        self.waking = waking
 
 
 def key_check(addr: str, key: str) -> Callable[[str], str]:
@@ -58,9 +60,10 @@ def key_check(addr: str, key: str) -> Callable[[str], str]:
 class DialFailed(Exception):
     """No endpoint reached the key; ``errors`` says what each one did."""
 
-    def __init__(self, errors: dict[str, str], refused: str = "") -> None:
+    def __init__(self, errors: dict[str, str], refused: str = "", waking: bool = False) -> None:
         self.errors = errors
         self.refused = refused
+        self.waking = waking  # some endpoint failed as a waking peer does
         text = refused or "; ".join(f"{a}: {e}" for a, e in errors.items()) or "no endpoint"
         super().__init__(text)
 
@@ -84,6 +87,7 @@ class _Attempt:
     lost: bool = False  # cancelled or closed because another endpoint led
     error: str = ""
     refused: bool = False
+    waking: bool = False
     conn: Connection | None = None
     ms: float = 0.0
 
@@ -140,6 +144,7 @@ async def dial_key(engine: Engine, key: str, addrs: list[str], *, timeout: float
                    auth_extra: Callable[[bytes, bytes], dict] | None = None) -> Won:
     """Reach ``key`` through the first of ``addrs`` that answers as it; raise :class:`DialFailed`."""
     todo, errors = dialable(addrs)
+    waking = False
     batch = todo[:MAX_RACE]  # the best ranked: a peer's hellos cannot make us dial more
     if len(batch) > 1:
         log.info("dialing %s at %d endpoints, %s first", key[:18], len(batch), batch[0])
@@ -150,6 +155,7 @@ async def dial_key(engine: Engine, key: str, addrs: list[str], *, timeout: float
         for a in rnd.attempts:
             if a.error and not a.lost:
                 errors[a.addr] = a.error
+                waking = waking or a.waking
         if lead is not None and lead.conn is not None:
             await _remember(engine, key, lead)
             return Won(lead.conn, lead.addr, lead.ms, errors)
@@ -157,7 +163,7 @@ async def dial_key(engine: Engine, key: str, addrs: list[str], *, timeout: float
             raise DialFailed(errors, refused=lead.error)
         # Endpoints that only lost to a leader that then failed go again.
         batch = [a.addr for a in rnd.attempts if a.lost]
-    raise DialFailed(errors)
+    raise DialFailed(errors, waking=waking)
 
 
 async def _run_round(engine: Engine, rnd: _Round, batch: list[str], timeout: float | None,
@@ -194,6 +200,7 @@ async def _attempt(engine: Engine, rnd: _Round, att: _Attempt, timeout: float | 
     except DialError as e:
         att.error = str(e)
         att.refused = e.refused
+        att.waking = e.waking
     finally:
         att.done = True
         rnd.poke()
