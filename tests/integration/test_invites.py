@@ -27,7 +27,7 @@ from rawpeer import RawListener, RawPeer
 from awp.wire.b64 import b64url
 from awp.wire.invite import Invite, format_invite, invite_mac, parse_invite, verifier_of
 from awp.wire.keys import auth_transcript
-from awp.wire.multiaddr import format_multi
+from awp.wire.multiaddr import format_multi, parse_multi
 
 
 def awp(node, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -267,3 +267,20 @@ def test_live_invites_are_bounded_by_the_config(make_node):
     assert r.returncode != 0 and "limits.invites is 1" in r.stderr, r.stderr
     ok(a, "invite", "--revoke", first.id)
     invite(a)  # a revoked one no longer counts
+
+
+def test_several_listeners_give_an_awp_address_and_hello_addrs_reach_the_peer(make_node):
+    a = make_node("alice")
+    sock = os.path.join(os.path.dirname(a.home), "alice.second.sock")
+    a.start("--listen", f"unix:{sock}")
+    b = make_node("bob").start()
+    st = a.api("GET", "/v1/status")
+    multi = st["multi_address"]
+    assert multi.startswith("awp:"), st
+    m = parse_multi(multi)
+    assert m.key == a.key and set(m.endpoints) == {a.address, f"unix:{sock}"}
+    assert multi in ok(a, "status")
+    # bob dials one endpoint; alice's hello tells it the other, stored as hers.
+    b.connect(a)
+    peer = next(p for p in b.api("GET", "/v1/peers") if p["key"] == a.key)
+    assert {x["addr"] for x in peer["addresses"]} >= {a.address, f"unix:{sock}"}
