@@ -73,6 +73,9 @@ class Limits:
     #                                         connected or carry one of our topics
     warm_for: float = 1800.0                # a dropped link is redialled this long after it was up
 
+    # Invites (awp invite): live ones at once; each is a row a redeemer can spend.
+    invites: int = 1000
+
     # Time.
     write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
     gap_timeout: float = 15.0               # an older line unacked while a newer one is (0: off)
@@ -99,7 +102,7 @@ for _f, _k in (
     ("board_submits_per_minute", "count"),
     ("board_award_window", "seconds"),
     ("kept_peers", "count"), ("warm_for", "seconds"),
-    ("board_leases_per_claimant", "count"),
+    ("board_leases_per_claimant", "count"), ("invites", "count"),
 ):
     _kind(_f, _k)
 

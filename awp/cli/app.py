@@ -13,7 +13,15 @@ import re
 import typer
 
 from .. import PROTOCOL_VERSION, __version__
-from . import cmd_conn, cmd_grants, cmd_msg, cmd_repair, cmd_service, cmd_share  # noqa: F401  (registers the commands)
+from . import (  # noqa: F401  (registers the commands)
+    cmd_conn,
+    cmd_grants,
+    cmd_invite,
+    cmd_msg,
+    cmd_repair,
+    cmd_service,
+    cmd_share,
+)
 from .cmd_agent import hook_cmd as _hook  # noqa: F401  (registers hook, mcp, bootstrap, model)
 from .cmd_board import topic_app as _board  # noqa: F401  (registers topics, topic, post, get, ...)
 from .cmd_conform import conform as _conform  # noqa: F401  (registers awp conform)
@@ -42,7 +50,7 @@ def daemon_cmd(
     no_tailcat: bool = typer.Option(False, "--no-tailcat", help="do not listen on tailcat"),
     advertise: str = typer.Option(
         None, "--advertise", help="address sent in hello for dial-back (none to disable)"),
-    accept: str = typer.Option(None, "--accept", help="admission policy: any or allowlist"),
+    accept: str = typer.Option(None, "--accept", help="admission policy: any, allowlist or invite-only"),
     allow: list[str] = typer.Option([], "--allow", help="key to admit under allowlist"),
     trust: list[str] = typer.Option([], "--trust", help="issuer key whose grants to honor"),
     serve: list[str] = typer.Option(

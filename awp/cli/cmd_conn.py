@@ -98,8 +98,8 @@ def up(
         after = _no_address_after(h, client, st, started, me)
     if as_json:
         out_json({k: st.get(k) for k in ("name", "key", "address", "addresses", "reachable",
-                                          "listen", "tailcat_error", "listen_errors", "pid",
-                                          "home")})
+                                          "multi_address", "listen", "tailcat_error",
+                                          "listen_errors", "pid", "home")})
         if not addr:
             note(after.strip())
             raise typer.Exit(1)
@@ -113,6 +113,8 @@ def up(
     others = [a for a in st.get("reachable") or [] if a != addr]
     if others:
         out(f"  also     {', '.join(others)}")
+    if st.get("multi_address"):
+        out(f"  all      {st['multi_address']}  ← or this: the key and every endpoint")
     for k, v in (st.get("listen_errors") or {}).items():
         out(f"  cannot listen on {k}: {v}")
     out()
@@ -215,8 +217,10 @@ def listen(
 
 @command("connect", short_help="Connect to a peer by address or name")
 def connect(
-    target: str = typer.Argument(..., metavar="ADDRESS_OR_PEER",
-                                 help="an address (tc..., tcp:HOST:PORT, unix:/path) or a known peer"),
+    target: str = typer.Argument(
+        ..., metavar="ADDRESS_OR_PEER",
+        help="an address (tc..., tcp:HOST:PORT, unix:/path, awp:...), an invite (awpinv:...)"
+             " or a known peer"),
     timeout: str = typer.Option(
         "1m", "--timeout", metavar="DURATION",
         help="give up after this long (a peer that accepts but never answers our hello is"
@@ -224,14 +228,19 @@ def connect(
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
-    """Connect to a peer by the address its 'awp up' printed, or by name.
+    """Connect to a peer by the address its 'awp up' printed, an invite, or by name.
 
-    The daemon keeps the connection and reconnects while there is unfinished
+    An awp:... address names the peer's key and several endpoints: they are
+    tried at once, and only the named key is accepted. An invite (awpinv:...,
+    from 'awp invite') is redeemed: it proves its secret without sending it,
+    and a spent, expired or revoked invite is refused with the reason. The
+    daemon keeps the connection and reconnects while there is unfinished
     business. Connecting to a peer that is already connected does nothing.
 
     \b
     Example:
       awp connect tcp:10.0.0.5:7000
+      awp connect awpinv:eyJrIjoi...
       awp connect worker@sprite
     """
     secs = parse_seconds(timeout, "--timeout")
@@ -245,7 +254,10 @@ def connect(
     if res.get("already"):
         out(f"already connected to {name}")
     else:
-        out(f"connected to {name} (ed25519:{verbs.short(res.get('key', ''))}...)")
+        via = f" via {res['via']}" if res.get("via") else ""
+        out(f"connected to {name} (ed25519:{verbs.short(res.get('key', ''))}...){via}")
+    for addr, why in (res.get("unreached") or {}).items():
+        note(f"  not through {addr}: {why}")
 
 
 @command("address", short_help="Print the address to share")

@@ -507,6 +507,8 @@ def status(home: str | None, as_json: bool) -> None:
     others = [a for a in st.get("reachable") or [] if a != st.get("address")]
     if others:
         lines.append(f"  also     {', '.join(others)}")
+    if st.get("multi_address"):  # the key and every endpoint in one text
+        lines.append(f"  all      {st['multi_address']}")
     if st.get("tailcat_error"):
         lines.append(f"  tailcat  {st['tailcat_error']}")
     for k, v in (st.get("listen_errors") or {}).items():

@@ -25,7 +25,9 @@ from .. import PROTOCOL_VERSION, __version__
 from ..base.durations import MAX_SECONDS
 from ..base.echo import echo
 from ..localapi.server import ApiError, Request, Router, Stream
+from ..node.dialer import DialFailed, dial_key
 from ..node.engine import DialError, Engine
+from ..node.reach import endpoints
 from ..store import blobs as blobstore
 from ..store import grants as grantstore
 from ..store import ops, queries
@@ -34,8 +36,10 @@ from ..store.queries import LookupFailed
 from ..wire.address import AddressError, looks_like_address, parse_address
 from ..wire.grants import CAPABILITIES
 from ..wire.keys import KeyError_, normalize_key, short_key
+from ..wire.multiaddr import format_multi
 from ..wire.names import clean_name
 from ..wire.timefmt import now_ms
+from .api_invite import connect_text, is_key_text
 from .app import DaemonState
 from .facade import Door
 
@@ -114,6 +118,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     async def resolve(ref: str, *, connect_timeout: float = 30.0,
                       introduced: bool = False) -> str:
         """A peer reference to a key; an address is connected to first."""
+        if is_key_text(ref):
+            return (await connect_text(engine, ref.strip(), connect_timeout))["key"]
         _check_address_form(ref)
         if looks_like_address(ref):
             return (await connect_address(ref, connect_timeout))[1]
@@ -147,6 +153,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             "model": s.model, "addresses": [str(a) for a in engine.listen_addrs],
             "address": _share_address(engine), "advertise": engine.advertised(),
             "reachable": reachable_addresses(engine),
+            "multi_address": multi_address(engine),
             "listen": {"configured": list(s.listen), "source": s.listen_source},
             "listen_errors": state.listen_errors, "tailcat_error": tailcat_error,
             "started": state.started_ms, "policy": {"accept": s.accept, "serve": s.serve},
@@ -186,8 +193,13 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         timeout = _num(body, "timeout", 60.0)
         if not target:
             raise ApiError(400, "connect needs an address or a peer name", "bad_request")
-        _check_address_form(target)
-        if looks_like_address(target):
+        extra: dict = {}
+        if not is_key_text(target):
+            _check_address_form(target)
+        if is_key_text(target):  # awp: or awpinv:, naming the key
+            extra = await connect_text(engine, target, timeout)
+            key, already = extra["key"], extra["already"]
+        elif looks_like_address(target):
             already, key = await connect_address(target, timeout)
         else:
             key = await resolve(target, introduced=True)  # a name an introduction gave
@@ -198,23 +210,16 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                 if not addrs:
                     raise ApiError(404, f"no known address for {target}; connect to its address",
                                    "no_address")
-                errors = []
-                ok = False
-                with trio.move_on_after(timeout):
-                    for addr, _src in addrs:
-                        try:
-                            await engine.dial_and_run(addr, expect_key=key, timeout=timeout)
-                            ok = True
-                            break
-                        except DialError as e:
-                            errors.append(f"{addr}: {e}")
-                if not ok:
+                try:
+                    with trio.fail_after(timeout):
+                        await dial_key(engine, key, [a for a, _src in addrs], timeout=timeout)
+                except (DialFailed, trio.TooSlowError) as e:
                     engine.peers.ensure_loop(key)  # keep trying if there is business
-                    raise ApiError(502, f"cannot reach {target}: " + ("; ".join(errors)
-                                   or "timed out"), "unreachable")
+                    raise ApiError(502, f"cannot reach {target}: {str(e) or 'timed out'}",
+                                   "unreachable") from None
         name = await engine.read(lambda c: queries.peer_label(c, key))
         conn = engine.peers.active(key)
-        return {"key": key, "name": name, "already": already,
+        return {**extra, "key": key, "name": name, "already": already,
                 "state": peer_state(engine, key, False),
                 "about": conn.hs.peer.get("about", "") if conn else ""}
 
@@ -717,6 +722,12 @@ def reachable_addresses(engine: Engine) -> list[str]:
         else:
             out.append(str(a))
     return list(dict.fromkeys(out))
+
+
+def multi_address(engine: Engine) -> str:
+    """The ``awp:`` text naming our key and every endpoint, when there is more than one."""
+    found = endpoints(engine)
+    return format_multi(engine.identity.key, found) if len(found) > 1 else ""
 
 
 def _share_address(engine: Engine) -> str:

@@ -654,11 +654,10 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             res = await engine.grant(key, [cap], ttl)
             return {**res, "peer": key, "cap": cap}
         until = format_ts(now_ms() + int(ttl * 1000))
-        members = [e for e in await doc_list(scope, "members") if e.get("key") != key]
-        members.append({"key": key, "can": what, "until": until})
-        if len(members) > wb.MAX_MEMBERS:
-            raise _bad(f"a topic lists at most {wb.MAX_MEMBERS} members; revoke some first")
-        await publish(scope, {"members": members})
+        try:
+            await board.add_member(scope, key, what, until)
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
         return {"peer": key, "cap": cap, "member": True, "until": until,
                 "topic": await topic_answer(scope), "readers": await board.readers(scope)}
 

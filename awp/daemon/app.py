@@ -30,6 +30,7 @@ from ..node.serving import Serving
 from ..store import check, ops, queries
 from ..store.db import StoreError, open_store
 from ..transport import streams
+from ..transport.ifaddrs import expand_wildcard
 from ..wire.address import AddressError, parse_listen
 from ..wire.keys import Identity
 from .facade import Parts
@@ -151,6 +152,7 @@ def run(home: str, flags: Flags) -> int:
 
 async def _main(home: str, identity: Identity, db_path: str, settings: Settings) -> int:
     engine = Engine(identity, db_path, node_config(settings), net=streams)
+    engine.expand = lambda a: expand_wildcard(a.host, a.port)  # hello.addrs, invites
     engine.extensions.append(Serving(engine, set(settings.serve), settings.root))
     engine.mirror = Mirror(engine)
     engine.extensions.append(engine.mirror)
@@ -195,6 +197,9 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         from .api_board import add_board_routes
 
         add_board_routes(router, engine, state)  # before the agent routes wrap the acting ones
+        from .api_invite import add_invite_routes
+
+        add_invite_routes(router, engine, state)
         from .api_agent import add_agent_routes
 
         add_agent_routes(router, engine, state)

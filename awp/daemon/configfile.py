@@ -88,8 +88,8 @@ def _duration(v: object) -> str:
 
 
 def _accept(v: object) -> str:
-    if v not in ("any", "allowlist"):
-        raise ValueError(f'expected "any" or "allowlist", not {json.dumps(v)}')
+    if v not in ("any", "allowlist", "invite-only"):
+        raise ValueError(f'expected "any", "allowlist" or "invite-only", not {json.dumps(v)}')
     return ""
 
 

@@ -55,6 +55,7 @@ from ..store.board_held import HeldCache
 from ..wire.board import (
     CAP,
     FUTURE_MS,
+    MAX_MEMBERS,
     BoardError,
     Policy,
     Record,
@@ -826,6 +827,27 @@ class Board(Extension):
         if not taken.new:
             raise BoardError("; ".join(taken.refused) or "the topic document was not kept")
         return rec
+
+    async def add_member(self, topic: str, key: str, can: str, until: str) -> Record:
+        """Name ``key`` in the ``members`` of our ``topic`` until ``until`` (``awp topic
+        grant``, and the topic rights an invite carries): the document travels to every
+        subscriber over any path of readers."""
+        doc = json.loads(await self.engine.read(lambda c: sb.topic_doc(c, topic)) or "{}")
+        listed = doc.get("members", [])
+        members = [e for e in (listed if isinstance(listed, list) else [])
+                   if isinstance(e, dict) and e.get("key") != key]
+        members.append({"key": key, "can": can, "until": until})
+        if len(members) > MAX_MEMBERS:
+            raise BoardError(f"a topic lists at most {MAX_MEMBERS} members; revoke some first")
+        return await self.publish_topic(topic.split("/", 1)[1], {"members": members})
+
+    async def on_invited(self, key: str, topics: list[dict]) -> None:
+        """An invite admitted ``key``: make it a member of the topics the invite names."""
+        for t in topics:
+            try:
+                await self.add_member(t["topic"], key, t["can"], format_ts(t["until_ms"]))
+            except (BoardError, KeyError, TypeError) as e:
+                log.error("invite: cannot add %s to %s: %s", key[:18], t, e)
 
     async def sign_and_take(self, doc: dict) -> tuple[Record, sb.Taken]:
         """Sign one of our records and store it (then it goes out like any other).

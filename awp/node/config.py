@@ -19,7 +19,7 @@ class NodeConfig:
     # Address sent in hello for dial-back: None means "pick from our listeners",
     # "" or "none" means send none.
     advertise: str | None = None
-    accept: str = "any"  # or "allowlist"
+    accept: str = "any"  # or "allowlist", or "invite-only" (awp/node/invites.py)
     # Sealed links (wire/seal.py): "off", "prefer" (when the peer offers it too),
     # "require-remote" (refuse a plain link unless it is local), "require".
     seal: str = "prefer"

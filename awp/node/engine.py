@@ -21,6 +21,7 @@ import trio
 
 from ..store import blobs as blobstore
 from ..store import grants as grantstore
+from ..store import invites as invitestore
 from ..store import links, ops, usage
 from ..store.checkpoint import Checkpointer
 from ..store.db import connect, open_store
@@ -36,20 +37,19 @@ from .budgets import Budgets
 from .business import Business
 from .config import NodeConfig
 from .connection import Connection
+from .dialer import DialError, key_check
 from .events import Broadcaster
 from .extension import Extension
 from .handshake import LocalHello
 from .inbound_store import InboundStore
 from .intake import Intake
+from .invites import INVITE_ONLY, Invites
 from .network import Network, NoNetwork
 from .peers import PeerManager
+from .reach import hello_addrs, store_hello_endpoints
 from .verbs import AgentVerbs
 
 log = logging.getLogger("awp.node")
-
-
-class DialError(Exception):
-    """Could not reach or handshake with a peer."""
 
 
 class Engine(InboundStore, AgentVerbs):
@@ -65,6 +65,10 @@ class Engine(InboundStore, AgentVerbs):
         self.budgets = Budgets(config.limits)
         self.changes = Broadcaster()
         self.listen_addrs: list[Address] = []
+        # A wildcard TCP listener's concrete addresses (the daemon hands in the
+        # transport's lister): what hello.addrs and invites advertise.
+        self.expand: Callable[[Address], list[str]] | None = None
+        self.invites = Invites(self)
         self.shares: list[str] | None = None
         self.started_at = now_ms()
         self._listeners: list[Any] = []
@@ -187,7 +191,8 @@ class Engine(InboundStore, AgentVerbs):
                 n = await self.writer.run(lambda c, cut=cutoff: ops.sweep_outbox(c, cut))
                 if n:
                     log.info("dropped %d unacked lines older than the outbox retention", n)
-                await self.writer.run(lambda c, t=now_ms(): grantstore.prune(c, t))
+                await self.writer.run(lambda c, t=now_ms(): (grantstore.prune(c, t),
+                                                             invitestore.prune(c, t)))
             except Exception as e:
                 log.error("outbox sweep failed: %s", e)
             await trio.sleep(60)
@@ -253,14 +258,22 @@ class Engine(InboundStore, AgentVerbs):
     def local_hello(self, outbound: bool) -> LocalHello:
         return LocalHello(
             name=self.config.name, caps=list(self.config.caps), about=self.config.about,
-            addr=self.advertised(), shares=self.shares,
+            addr=self.advertised(), shares=self.shares, addrs=hello_addrs(self),
         )
 
     async def dial_and_run(self, addr: str, *, expect_key: str | None = None,
-                           background: bool = True, timeout: float | None = None) -> Connection:
+                           background: bool = True, timeout: float | None = None,
+                           check_peer: Callable[[str], str] | None = None,
+                           auth_extra: Callable[[bytes, bytes], dict] | None = None,
+                           ) -> Connection:
         """Dial ``addr``, run the connection in the background, and return it
         once the peer has resumed (the dialer's definition of established).
-        ``timeout`` replaces the configured dial timeout (``awp connect --timeout``)."""
+        ``timeout`` replaces the configured dial timeout (``awp connect --timeout``).
+
+        With ``expect_key``, a peer whose hello names another key is dropped
+        before our auth ("key mismatch"); ``check_peer`` replaces that check
+        (the endpoint race of :mod:`.dialer`), ``auth_extra`` adds to our
+        auth (an invite's proof).  Cancelled, it closes what it opened."""
         try:
             target = parse_address(addr)
             stream = await self.net.dial(
@@ -272,15 +285,24 @@ class Engine(InboundStore, AgentVerbs):
                 await self._address_error(expect_key, addr, str(e))
             raise DialError(str(e)) from None
         conn = Connection(self, stream, outbound=True, dialed=addr)
+        if check_peer is None and expect_key:
+            check_peer = key_check(addr, expect_key)
+        conn.hs.check_peer = check_peer
+        conn.hs.auth_extra = auth_extra
         assert self._nursery is not None
         self._nursery.start_soon(conn.run)
-        with trio.move_on_after(self.config.handshake_timeout + 1):
-            async with trio.open_nursery() as n:
-                async def until(ev: trio.Event) -> None:
-                    await ev.wait()
-                    n.cancel_scope.cancel()
-                n.start_soon(until, conn.peer_resumed)
-                n.start_soon(until, conn.closed)
+        try:
+            with trio.move_on_after(self.config.handshake_timeout + 1):
+                async with trio.open_nursery() as n:
+                    async def until(ev: trio.Event) -> None:
+                        await ev.wait()
+                        n.cancel_scope.cancel()
+                    n.start_soon(until, conn.peer_resumed)
+                    n.start_soon(until, conn.closed)
+        except BaseException:
+            if not conn.peer_resumed.is_set():
+                conn.close("dial cancelled")
+            raise
         if not conn.peer_resumed.is_set() or conn.closed.is_set() and not conn.peer_key:
             conn.close("no resume from peer")
             other = self.peers.active(conn.peer_key) if conn.peer_key else None
@@ -290,7 +312,9 @@ class Engine(InboundStore, AgentVerbs):
             reason = conn.failure or conn.close_reason or "handshake did not complete"
             if expect_key:
                 await self._address_error(expect_key, addr, reason)
-            raise DialError(reason)
+            # An err after the key's own hello is its policy, not this endpoint's fault.
+            raise DialError(reason, refused=bool(conn.hs.peer_key)
+                            and reason.startswith("peer refused"))
         return conn
 
     async def _address_error(self, key: str, addr: str, error: str) -> None:
@@ -325,6 +349,14 @@ class Engine(InboundStore, AgentVerbs):
     async def admission(self, conn: Connection) -> str:
         """Empty string to admit; otherwise the reason for ``err auth``."""
         cfg = self.config
+        invited = None if conn.outbound else await self.invites.admit(conn)
+        if invited is not None:  # an invite in the auth: its verdict, under any policy
+            return invited
+        if cfg.accept == INVITE_ONLY:
+            if conn.outbound or await self.invites.met(conn.peer_key):
+                return ""
+            return ("this host admits only holders of a live invite and peers it has met"
+                    " (accept: invite-only)")
         if cfg.accept != "allowlist":
             log.info("admitted %s (%s) under policy any", conn.peer_name, conn.peer_key)
             return ""
@@ -377,6 +409,7 @@ class Engine(InboundStore, AgentVerbs):
             if conn.outbound and conn.dialed:
                 ops.add_address(c, conn.peer_key, conn.dialed, "hello", now)
                 ops.address_result(c, conn.peer_key, conn.dialed, now)
+            store_hello_endpoints(c, conn, now)
             return prev, [ev for ext in self.extensions
                           for ev in ext.stored_hello(c, conn, prev, now)]
 

@@ -60,6 +60,10 @@ class Extension(Protocol):
     def on_grants(self, conn: Connection) -> None:
         """A grant line from this peer was stored."""
 
+    async def on_invited(self, key: str, topics: list[dict]) -> None:
+        """An invite admitted ``key`` just now; ``topics`` are the topic rights it
+        carries: ``{"topic": OWNER/NAME, "can": "read"|"post", "until_ms": ...}``."""
+
     async def on_line(self, conn: Connection, line: dict, raw: bytes) -> bool:
         """A line type the core does not handle; True when this extension took it."""
         return False

@@ -35,6 +35,9 @@ class LocalHello:
     addr: str | None = None
     shares: list[str] | None = None
     version: int = 0
+    # Every endpoint we can be reached on (``hello.addrs``, ours): ``addr``
+    # stays one string, which is all the reference peer reads.
+    addrs: list[str] | None = None
 
 
 @dataclass
@@ -49,6 +52,13 @@ class Handshake:
     peer: dict = field(default_factory=dict)
     peer_key: str = ""
     stage: str = "hello"  # hello -> auth -> done
+    # Dialing: called with the key in the peer's hello before we send auth; a
+    # non-empty answer (a key the address did not name, a race another
+    # endpoint won) ends the handshake with nothing more sent.
+    check_peer: Callable[[str], str] | None = None
+    # Dialing: fields to add to our auth, given our hello and the peer's (the
+    # proof of an invite, awp.wire.invite).
+    auth_extra: Callable[[bytes, bytes], dict] | None = None
     # Grants to show the peer in our auth, looked up once its key is known.
     present: Callable[[str], list[dict]] | None = None
     # Deepest JSON nesting accepted in a line (``Limits.json_depth``), here and after.
@@ -77,6 +87,8 @@ class Handshake:
             about=self.local.about, addr=self.local.addr, shares=self.local.shares,
             v=self.local.version, seal=self._ephemeral.text if self._ephemeral else None,
         )
+        if self.local.addrs:
+            line["addrs"] = list(self.local.addrs)
         data = dump(line)
         self.my_hello = data[:-1]
         return data
@@ -130,6 +142,9 @@ class Handshake:
         nonce = obj.get("nonce")
         if not isinstance(nonce, str) or not nonce:
             raise ProtocolError(errors.AUTH, "hello without nonce")
+        refusal = self.check_peer(key) if self.check_peer is not None else ""
+        if refusal:
+            raise ProtocolError("", refusal)
         self.peer = obj
         self.peer_key = key
         self.peer_hello = raw
@@ -137,6 +152,8 @@ class Handshake:
         self.stage = "auth"
         sig = self.identity.sign(auth_transcript(self.my_hello, self.peer_hello))
         auth: dict = {"t": "auth", "id": self.ids.next(), "ts": format_ts(now_ms()), "sig": sig}
+        if self.auth_extra is not None:
+            auth.update(self.auth_extra(self.my_hello, self.peer_hello))
         grants = self.present(key) if self.present is not None else []
         if grants:
             auth["grants"] = grants

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .connection import Connection, jittered, next_backoff
+from .dialer import dial_key
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -144,18 +145,16 @@ class PeerManager:
                         continue
                 s.kick = trio.Event()
                 conn = None
-                for addr, _src in addrs:
-                    if self.active(s.key):
-                        return
-                    try:
-                        s.dialing = True
-                        conn = await eng.dial_and_run(addr, expect_key=s.key, background=True)
-                        break
-                    except Exception as e:  # a failed dial is routine; try the next
-                        s.last_error = str(e)
-                        log.info("redial %s via %s failed: %s", s.key[:18], addr, e)
-                    finally:
-                        s.dialing = False
+                if self.active(s.key):
+                    return
+                try:  # every known address at once, the best ranked first (dialer.py)
+                    s.dialing = True
+                    conn = (await dial_key(eng, s.key, [a for a, _src in addrs])).conn
+                except Exception as e:  # a failed dial is routine
+                    s.last_error = str(e)
+                    log.info("redial %s failed: %s", s.key[:18], e)
+                finally:
+                    s.dialing = False
                 if conn is not None:
                     # Stay with the connection; only one that lived a while
                     # (and was not dropped for not reading) earns a fresh

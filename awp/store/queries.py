@@ -458,7 +458,8 @@ def peer_rows(c: sqlite3.Connection) -> list[dict]:
                              (key,)).fetchone()[0]
         aliases = [a[0] for a in c.execute("SELECT alias FROM aliases WHERE key = ?", (key,))]
         addrs = [dict(a) for a in c.execute(
-            "SELECT addr, source, last_success, last_error FROM addresses WHERE peer = ?", (key,))]
+            "SELECT addr, source, last_success, last_error, hs_ms FROM addresses WHERE peer = ?",
+            (key,))]
         out.append({
             "key": key, "short": short_key(key), "name": clean_name(r["name"]),
             "lookalike": bool(r["name"]) and name_fold(r["name"]) in clashes, "about": r["about"],

@@ -327,6 +327,33 @@ DROP INDEX board_records_parent;
 CREATE INDEX board_records_of ON board_records (topic, of) WHERE of != '';
 CREATE INDEX board_records_parent ON board_records (topic, parent) WHERE parent != '';
 """,
+    # 11: invites (awp/store/invites.py, issue 33).  ``verifier`` is the BLAKE2b
+    # hash of the secret (awp/wire/invite.py), never the secret; each redemption
+    # is a row of ``invite_uses``, written in the transaction that spends the
+    # use.  ``addresses.hs_ms``: how long the endpoint that last won a dial took
+    # from the dial to the peer's resume.
+    """
+CREATE TABLE invites (
+    id TEXT PRIMARY KEY,
+    verifier TEXT NOT NULL,
+    uses INTEGER NOT NULL,
+    uses_left INTEGER NOT NULL,
+    expires INTEGER NOT NULL,
+    caps TEXT NOT NULL DEFAULT '[]',
+    topics TEXT NOT NULL DEFAULT '[]',
+    grant_ttl INTEGER NOT NULL,
+    created INTEGER NOT NULL,
+    revoked INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX invites_live ON invites (revoked, expires);
+CREATE TABLE invite_uses (
+    invite TEXT NOT NULL,
+    peer TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (invite, peer)
+);
+ALTER TABLE addresses ADD COLUMN hs_ms INTEGER NOT NULL DEFAULT 0;
+""",
 ]
 
 BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables

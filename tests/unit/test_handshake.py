@@ -425,3 +425,32 @@ def test_auth_never_exceeds_the_line_limit_whatever_we_are_given_to_present():
     _, _, auth_a, auth_b = exchange_hellos(a, b)
     assert len(auth_a) < 1024 and "grants" not in json.loads(auth_a)
     assert json.loads(auth_b)["grants"] == [{"iss": "small"}]
+
+
+def test_check_peer_refuses_before_any_auth_is_built():
+    a, b = make("alice"), make("bob")
+    seen = []
+    a.check_peer = lambda key: seen.append(key) or f"key mismatch: answered as {key}"
+    b.start()
+    a.start()
+    e = expect("", a, strip(b.start()))  # "": close without sending anything
+    assert e.detail.startswith("key mismatch") and seen == [b.identity.key]
+    assert a.stage == "hello" and not a.peer_key
+
+
+def test_auth_extra_goes_into_our_auth_and_the_peer_reads_it():
+    a, b = make("alice"), make("bob")
+    a.auth_extra = lambda mine, theirs: {"invite": {"id": "x", "mine": len(mine),
+                                                    "theirs": len(theirs)}}
+    ha, hb, auth_a, _auth_b = exchange_hellos(a, b)
+    assert json.loads(auth_a)["invite"] == {"id": "x", "mine": len(strip(ha)),
+                                            "theirs": len(strip(hb))}
+    b.receive(strip(auth_a))
+    assert b.done and b.peer_auth["invite"]["id"] == "x"
+
+
+def test_addrs_ride_in_the_hello_beside_addr():
+    a = make("alice", addr="tcp:10.0.0.1:7", addrs=["tcp:10.0.0.1:7", "ws://h/x"])
+    hello = json.loads(a.start())
+    assert hello["addr"] == "tcp:10.0.0.1:7" and hello["addrs"] == ["tcp:10.0.0.1:7", "ws://h/x"]
+    assert "addrs" not in json.loads(make("bob", addr="tcp:10.0.0.2:7").start())
