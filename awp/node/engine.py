@@ -42,14 +42,25 @@ from .handshake import LocalHello
 from .inbound_store import InboundStore
 from .intake import Intake
 from .network import Network, NoNetwork
+from .pausewatch import PauseWatcher
 from .peers import PeerManager
 from .verbs import AgentVerbs
+from .wake import looks_waking, looks_waking_text
 
 log = logging.getLogger("awp.node")
 
 
 class DialError(Exception):
-    """Could not reach or handshake with a peer."""
+    """Could not reach or handshake with a peer.
+
+    ``waking`` says the failure looks like a peer still waking (a refused or
+    reset connection, a platform's 502/503/504, the stream ending before the
+    peer's hello): the redial loop then retries fast (:mod:`awp.node.wake`).
+    """
+
+    def __init__(self, reason: str, *, waking: bool = False) -> None:
+        super().__init__(reason)
+        self.waking = waking
 
 
 class Engine(InboundStore, AgentVerbs):
@@ -61,6 +72,7 @@ class Engine(InboundStore, AgentVerbs):
         self.config = config
         self.ids = IdGenerator()
         self.peers = PeerManager(self)
+        self.pause_watch = PauseWatcher(self)  # notices that we slept, then redials
         self.business = Business(self)  # why links are kept; the board adds its own
         self.budgets = Budgets(config.limits)
         self.changes = Broadcaster()
@@ -112,6 +124,7 @@ class Engine(InboundStore, AgentVerbs):
                 nursery.start_soon(self.writer.keep_synced)
                 nursery.start_soon(self._blob_expiry)
                 nursery.start_soon(self.business.run)
+                nursery.start_soon(self.pause_watch.run)
                 # A restart redials every peer it has business with, former
                 # neighbours included, at once: no backoff, no dial-back grace.
                 kept = await self.read(lambda c: self.business.peers(c, now_ms()))
@@ -270,7 +283,7 @@ class Engine(InboundStore, AgentVerbs):
         except (AddressError, Exception) as e:
             if expect_key:
                 await self._address_error(expect_key, addr, str(e))
-            raise DialError(str(e)) from None
+            raise DialError(str(e), waking=looks_waking(e)) from None
         conn = Connection(self, stream, outbound=True, dialed=addr)
         assert self._nursery is not None
         self._nursery.start_soon(conn.run)
@@ -290,7 +303,12 @@ class Engine(InboundStore, AgentVerbs):
             reason = conn.failure or conn.close_reason or "handshake did not complete"
             if expect_key:
                 await self._address_error(expect_key, addr, reason)
-            raise DialError(reason)
+            # Ended before the peer's hello, and not by a refusal or our
+            # deadline (those set ``failure``): a platform that accepted and
+            # dropped the stream while the sandbox wakes.
+            waking = (not conn.hs.peer and not conn.failure
+                      and looks_waking_text(conn.close_reason))
+            raise DialError(reason, waking=waking)
         return conn
 
     async def _address_error(self, key: str, addr: str, error: str) -> None:

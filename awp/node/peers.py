@@ -5,7 +5,11 @@ Keys are identity, addresses are hints.  For every peer with business (see
 that carry them, queue work, recent activity) a redial loop runs while no
 connection is up: it tries the peer's addresses in rank order, backing off
 from 1 s to 60 s with jitter, until the business ends; new business wakes it
-at once with the backoff reset.
+at once with the backoff reset.  A streak of failures that looks like the
+peer waking (a sandbox platform refusing while it resumes the peer) is first
+retried on the short schedule of :mod:`awp.node.wake`.  After a pause of our
+own (:mod:`awp.node.pausewatch`) every peer with business is redialled at
+once, without the dial-back grace.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from .connection import Connection, jittered, next_backoff
+from .wake import Streak
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -28,7 +33,7 @@ class PeerSlot:
     """What the manager tracks per peer key."""
 
     __slots__ = ("key", "conn", "loop_running", "kick", "backoff", "last_error",
-                 "dialing", "grace_pending", "reason")
+                 "dialing", "grace_pending", "reason", "streak")
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -40,6 +45,7 @@ class PeerSlot:
         self.dialing = False
         self.grace_pending = False
         self.reason = ""  # the business the redial loop last kept the link for
+        self.streak = Streak()  # failed rounds since the last connection (fast retry)
 
 
 class PeerManager:
@@ -47,6 +53,9 @@ class PeerManager:
         self.engine = engine
         self.slots: dict[str, PeerSlot] = {}
         self._nursery: trio.Nursery | None = None
+        # Until then a drop skips the dial-back grace: we were the one asleep,
+        # so waiting for the peer to dial back first would only add its backoff.
+        self.no_grace_until = 0.0
 
     def bind(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -96,7 +105,8 @@ class PeerManager:
         s = self.slots.get(conn.peer_key)
         if s is not None and s.conn is conn:
             s.conn = None
-            self.ensure_loop(conn.peer_key, after_drop=True)
+            self.ensure_loop(conn.peer_key,
+                             after_drop=trio.current_time() >= self.no_grace_until)
 
     # -- redialing ----------------------------------------------------------------
 
@@ -107,6 +117,17 @@ class PeerManager:
         s.grace_pending = False
         s.kick.set()
         self.ensure_loop(key)
+
+    def after_pause(self, keys: list[str], grace_off: float) -> None:
+        """We slept: redial ``keys`` now, each with a fresh backoff and streak.
+
+        Drops seen within ``grace_off`` seconds from now skip the dial-back
+        grace too (the links the pause watcher is about to close).
+        """
+        self.no_grace_until = trio.current_time() + grace_off
+        for key in keys:
+            self.slot(key).streak.connected()
+            self.kick(key)
 
     def ensure_loop(self, key: str, *, after_drop: bool = False) -> None:
         s = self.slot(key)
@@ -144,6 +165,7 @@ class PeerManager:
                         continue
                 s.kick = trio.Event()
                 conn = None
+                waking = False
                 for addr, _src in addrs:
                     if self.active(s.key):
                         return
@@ -153,10 +175,13 @@ class PeerManager:
                         break
                     except Exception as e:  # a failed dial is routine; try the next
                         s.last_error = str(e)
+                        waking = waking or bool(getattr(e, "waking", False))
                         log.info("redial %s via %s failed: %s", s.key[:18], addr, e)
                     finally:
                         s.dialing = False
                 if conn is not None:
+                    s.streak.connected()
+                    waking = False  # what follows a drop is not a wake
                     # Stay with the connection; only one that lived a while
                     # (and was not dropped for not reading) earns a fresh
                     # backoff, so a peer that accepts and drops or stalls is
@@ -168,8 +193,10 @@ class PeerManager:
                         continue
                     if self.active(s.key):
                         return
-                wait = jittered(s.backoff, random.random())
-                s.backoff = next_backoff(s.backoff, cfg.backoff_cap)
+                wait = s.streak.failed(trio.current_time(), waking, random.random())
+                if wait is None:  # not waking, or waking for too long: the ordinary backoff
+                    wait = jittered(s.backoff, random.random())
+                    s.backoff = next_backoff(s.backoff, cfg.backoff_cap)
                 with trio.move_on_after(wait):
                     await s.kick.wait()
         finally:

@@ -1,0 +1,47 @@
+"""The pause detector (awp.node.pausewatch.PauseDetector) on made-up clocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from awp.node.pausewatch import PauseDetector
+
+
+def _run(events: list[tuple[float, float]], gap: float = 5.0) -> list[float | None]:
+    d = PauseDetector(gap=gap, every=1.0)
+    return [d.tick(mono, wall) for mono, wall in events]
+
+
+def test_regular_ticks_are_no_pause():
+    events = [(100.0 + i * 1.02, 1e9 + i * 1.01) for i in range(20)]
+    assert _run(events) == [None] * 20
+
+
+def test_the_first_tick_only_sets_the_clocks():
+    assert _run([(0.0, 1e9)]) == [None]
+
+
+def test_a_sigstop_moves_the_monotonic_clock():
+    got = _run([(10.0, 1e9), (11.0, 1e9 + 1), (23.5, 1e9 + 13.5), (24.5, 1e9 + 14.5)])
+    assert got[:2] == [None, None]
+    assert got[2] == pytest.approx(11.5)
+    assert got[3] is None
+
+
+def test_a_frozen_vm_moves_only_the_wall_clock():
+    got = _run([(10.0, 1e9), (11.0, 1e9 + 1), (12.0, 1e9 + 62)])
+    assert got[2] == pytest.approx(60.0)
+
+
+def test_gaps_up_to_the_threshold_are_a_busy_loop():
+    got = _run([(0.0, 0.0), (6.0, 6.0), (12.1, 12.1)])
+    assert got == [None, None, pytest.approx(5.1)]
+
+
+def test_a_wall_clock_set_back_is_not_a_pause():
+    assert _run([(0.0, 1e9), (1.0, 1e9 - 3600)]) == [None, None]
+
+
+def test_the_threshold_is_configurable():
+    assert _run([(0.0, 0.0), (4.0, 4.0)], gap=2.0)[1] == pytest.approx(3.0)
+    assert _run([(0.0, 0.0), (4.0, 4.0)], gap=5.0)[1] is None
