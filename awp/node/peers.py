@@ -114,6 +114,7 @@ class PeerManager:
         """New outbound traffic: redial now, with the backoff reset."""
         s = self.slot(key)
         s.backoff = self.engine.config.backoff_start
+        s.streak.reset()  # and a waking peer is retried from the short end again
         s.grace_pending = False
         s.kick.set()
         self.ensure_loop(key)
@@ -126,7 +127,6 @@ class PeerManager:
         """
         self.no_grace_until = trio.current_time() + grace_off
         for key in keys:
-            self.slot(key).streak.connected()
             self.kick(key)
 
     def ensure_loop(self, key: str, *, after_drop: bool = False) -> None:
@@ -180,7 +180,7 @@ class PeerManager:
                     finally:
                         s.dialing = False
                 if conn is not None:
-                    s.streak.connected()
+                    s.streak.reset()
                     waking = False  # what follows a drop is not a wake
                     # Stay with the connection; only one that lived a while
                     # (and was not dropped for not reading) earns a fresh

@@ -10,7 +10,7 @@ The sandbox is usually up within a second or two, so the ordinary backoff
 a peer that has long been up.
 
 So a failure streak (consecutive failed rounds of dialing since the last
-connection) that looks like waking is retried on a short schedule: about
+connection, or since new lines for the peer were queued) that looks like waking is retried on a short schedule: about
 0.5, 1, 2, 2, 2 ... s, jittered by up to 10 % either way, for the first
 :data:`FAST_WINDOW` seconds of the streak.  After the window, or for a
 failure that does not look like waking (a timeout, a key mismatch, a
@@ -70,15 +70,26 @@ def looks_waking_text(reason: str) -> bool:
     return any(w in low for w in _WAKING_WORDS)
 
 
-def fast_wait(n: int, rnd: float) -> float:
-    """The ``n``-th fast wait of a streak (0-based), jittered by ``rnd`` in ``[0, 1)``."""
-    base = FAST_STEPS[min(n, len(FAST_STEPS) - 1)]
-    return base * (1 - FAST_JITTER + 2 * FAST_JITTER * rnd)
+def fast_wait(elapsed: float, rnd: float) -> float:
+    """The fast wait after a failure ``elapsed`` seconds into its streak.
+
+    The step is chosen by the time the streak has run, not by counting
+    failures, so dials a kick added (new lines queued) do not hurry it to
+    the 2 s step: the ``n``-th step begins once the waits before it have
+    passed, measured at their shortest jitter.  ``rnd`` in ``[0, 1)`` jitters
+    the wait.
+    """
+    step, begins = FAST_STEPS[0], 0.0
+    for i, wait in enumerate(FAST_STEPS[:-1]):
+        begins += wait * (1 - FAST_JITTER)
+        if elapsed >= begins:
+            step = FAST_STEPS[i + 1]
+    return step * (1 - FAST_JITTER + 2 * FAST_JITTER * rnd)
 
 
 @dataclass
 class Streak:
-    """One peer's run of failed dialing rounds since its last connection."""
+    """One peer's run of failed dialing rounds since its last connection or kick."""
 
     started: float | None = None  # when the first failure of the streak was seen
     fast: int = 0  # fast retries given so far in this streak
@@ -89,13 +100,14 @@ class Streak:
         a fast retry leaves it where it stands)."""
         if self.started is None:
             self.started = now
-        if waking and now - self.started < FAST_WINDOW:
-            wait = fast_wait(self.fast, rnd)
+        elapsed = now - self.started
+        if waking and elapsed < FAST_WINDOW:
             self.fast += 1
-            return wait
+            return fast_wait(elapsed, rnd)
         return None
 
-    def connected(self) -> None:
-        """A connection came up: the next failure starts a new streak."""
+    def reset(self) -> None:
+        """A connection came up, or new lines were queued (a kick): the next
+        failure starts a new streak, from the short end of the schedule."""
         self.started = None
         self.fast = 0

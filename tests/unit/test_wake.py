@@ -76,16 +76,29 @@ def test_a_connection_starts_a_new_streak():
     slot = _Slot()
     _streak(slot, True, FAST_WINDOW + 5)  # past the window: ordinary backoff now
     assert slot.fail(40.0, True) > 2.0
-    slot.streak.connected()
+    slot.streak.reset()
     assert slot.fail(100.0, True) == 0.5
     assert slot.fail(100.5, True) == 1.0
+
+
+def test_the_step_follows_the_streak_s_time_not_its_count():
+    """Dials a kick adds (lines queued meanwhile) do not hurry it to 2 s."""
+    slot = _Slot()
+    assert [slot.fail(t, True) for t in (0.0, 0.1, 0.2, 0.3)] == [0.5] * 4
+    assert slot.fail(0.8, True) == 1.0
+    assert slot.fail(1.6, True) == 2.0
+    # shortest jitter all along still climbs: 0.45, then 0.9, then 1.8
+    slot = _Slot()
+    assert slot.fail(0.0, True, rnd=0.0) == pytest.approx(0.45)
+    assert slot.fail(0.45, True, rnd=0.0) == pytest.approx(0.9)
+    assert slot.fail(1.35, True, rnd=0.0) == pytest.approx(1.8)
 
 
 def test_a_timeout_inside_a_waking_streak_backs_off_but_keeps_the_window():
     slot = _Slot()
     assert slot.fail(0.0, True) == 0.5
     assert slot.fail(0.5, False) == 1.0  # ordinary, and the backoff rises
-    assert slot.fail(2.0, True) == 1.0  # the window is still open
+    assert slot.fail(2.0, True) == 2.0  # the window is still open (2 s in: the 2 s step)
     assert slot.backoff == 2.0
 
 
