@@ -45,3 +45,18 @@ def test_a_wall_clock_set_back_is_not_a_pause():
 def test_the_threshold_is_configurable():
     assert _run([(0.0, 0.0), (4.0, 4.0)], gap=2.0)[1] == pytest.approx(3.0)
     assert _run([(0.0, 0.0), (4.0, 4.0)], gap=5.0)[1] is None
+
+
+def test_pause_gap_comes_from_config_json(tmp_path):
+    import json
+
+    from awp.daemon.app import node_config
+    from awp.daemon.configfile import check_config
+    from awp.daemon.settings import Flags, resolve
+
+    (tmp_path / "config.json").write_text(json.dumps({"pause_gap": "2s"}))
+    assert node_config(resolve(str(tmp_path), Flags(), {}, env={})).pause_gap == 2.0
+    (tmp_path / "config.json").write_text("{}")
+    assert node_config(resolve(str(tmp_path), Flags(), {}, env={})).pause_gap == 5.0
+    with pytest.raises(ValueError, match="pause_gap"):
+        check_config({"pause_gap": "soon"})
