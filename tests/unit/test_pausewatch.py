@@ -60,3 +60,80 @@ def test_pause_gap_comes_from_config_json(tmp_path):
     assert node_config(resolve(str(tmp_path), Flags(), {}, env={})).pause_gap == 5.0
     with pytest.raises(ValueError, match="pause_gap"):
         check_config({"pause_gap": "soon"})
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.last_recv = 0.0
+
+    def line(self, line: dict) -> bytes:
+        return (str(line) + "\n").encode()
+
+
+class _Conn:
+    """What PauseWatcher._probe touches of a Connection."""
+
+    def __init__(self) -> None:
+        import trio
+
+        self.out, self.session = _Out(), _Session()
+        self.closed = trio.Event()
+        self.reason = ""
+
+    def close(self, reason: str = "") -> None:
+        self.reason = reason
+        self.closed.set()
+
+
+def _probe(answer_after: float | None) -> tuple[_Conn, float]:
+    """Probe a fake link that answers ``answer_after`` s after the ping (None: never)."""
+    import trio
+    import trio.testing
+
+    from awp.node.pausewatch import PauseWatcher
+
+    conn = _Conn()
+    took = 0.0
+
+    async def main() -> None:
+        nonlocal took
+        watcher = PauseWatcher.__new__(PauseWatcher)  # _probe uses no engine state
+
+        async def answer() -> None:
+            await trio.sleep(answer_after)
+            conn.session.last_recv = trio.current_time()
+
+        async with trio.open_nursery() as n:
+            if answer_after is not None:
+                n.start_soon(answer)
+            start = trio.current_time()
+            await watcher._probe(conn)
+            took = trio.current_time() - start
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return conn, took
+
+
+def test_a_link_that_answers_the_probe_stays():
+    conn, took = _probe(0.3)
+    assert b"ping" in conn.out.sent[0]
+    assert not conn.closed.is_set() and took < 0.5
+
+
+def test_a_link_silent_after_a_pause_is_closed_after_the_deadline():
+    from awp.node.pausewatch import PROBE_DEADLINE
+
+    conn, took = _probe(None)
+    assert conn.closed.is_set() and "after a pause" in conn.reason
+    assert PROBE_DEADLINE <= took < PROBE_DEADLINE + 0.5
+    conn, _ = _probe(PROBE_DEADLINE + 1)  # an answer too late does not save it
+    assert conn.closed.is_set()
