@@ -96,7 +96,7 @@ def node_config(s: Settings) -> NodeConfig:
         allow=set(s.allow), trust=set(s.trust), ping_interval=s.ping_interval,
         outbox_ttl=s.outbox_ttl, blob_limit=s.blob_limit, trace=s.trace,
         allow_plaintext=s.allow_plaintext, seal=s.seal, serve=set(s.serve), root=s.root,
-        limits=s.limits,
+        limits=s.limits, pause_gap=s.pause_gap,
     )
 
 

@@ -110,7 +110,7 @@ _TOP: dict[str, Callable[[object], str]] = {
     "listen": _listen, "advertise": _string, "presence": _bool,
     "share_with": _share_with, "blob_limit": _positive_int, "ping_interval": _duration,
     "outbox_ttl": _duration, "trace": _bool, "verbose": _bool, "allow_plaintext": _bool,
-    "policy": lambda v: "", "limits": _limits,
+    "policy": lambda v: "", "limits": _limits, "pause_gap": _duration,
 }
 _POLICY: dict[str, Callable[[object], str]] = {
     "accept": _accept, "allow": _keys, "trust": _keys, "serve": _serve, "root": _string,

@@ -94,6 +94,7 @@ class Settings:
     remember: dict[str, str] = field(default_factory=dict)
     harnesses: Harnesses = field(default_factory=Harnesses)
     on_demand: bool = False  # the CLI started us (``--start-dir``), not a person or a service
+    pause_gap: float = 5.0  # clocks this far ahead of the watcher's tick: we slept
 
 
 def _csv(v: str | None) -> list[str]:
@@ -228,10 +229,13 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         blob_limit = int(env.get("AWP_BLOB_LIMIT") or cfg.get("blob_limit") or 50 * MiB)
         ping = parse_duration(env.get("AWP_PING_INTERVAL") or cfg.get("ping_interval") or "30s")
         ttl = parse_duration(cfg.get("outbox_ttl") or "168h")
+        pause_gap = parse_duration(cfg.get("pause_gap") or "5s")
     except (TypeError, ValueError, OverflowError) as e:
         raise HomeError(f"bad setting: {e}") from None
     if ping <= 0:
         raise HomeError("ping_interval must be positive")
+    if pause_gap <= 0:
+        raise HomeError("pause_gap must be positive")
     try:
         limits = limits_from_config(cfg.get("limits"))
     except ValueError as e:
@@ -251,4 +255,5 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, seal=seal, limits=limits,
         listen_source=listen_source,
         remember=remember, harnesses=flags.harnesses, on_demand=flags.start_dir is not None,
+        pause_gap=pause_gap,
     )

@@ -41,4 +41,5 @@ class NodeConfig:
     serve: set[str] = field(default_factory=set)  # capabilities fulfilled automatically
     root: str = ""  # directory fs:* are confined to and exec runs in
     stable_after: float = 10.0  # a connection this old resets the redial backoff
+    pause_gap: float = 5.0  # clocks this far ahead of a 1 s tick: we slept (pausewatch)
     limits: Limits = field(default_factory=Limits)  # bounds on what others make us hold

@@ -45,9 +45,11 @@ from .inbound_store import InboundStore
 from .intake import Intake
 from .invites import INVITE_ONLY, Invites
 from .network import Network, NoNetwork
+from .pausewatch import PauseWatcher
 from .peers import PeerManager
 from .reach import hello_addrs, store_hello_endpoints
 from .verbs import AgentVerbs
+from .wake import looks_waking, looks_waking_text
 
 log = logging.getLogger("awp.node")
 
@@ -61,6 +63,7 @@ class Engine(InboundStore, AgentVerbs):
         self.config = config
         self.ids = IdGenerator()
         self.peers = PeerManager(self)
+        self.pause_watch = PauseWatcher(self)  # notices that we slept, then redials
         self.business = Business(self)  # why links are kept; the board adds its own
         self.budgets = Budgets(config.limits)
         self.changes = Broadcaster()
@@ -116,6 +119,7 @@ class Engine(InboundStore, AgentVerbs):
                 nursery.start_soon(self.writer.keep_synced)
                 nursery.start_soon(self._blob_expiry)
                 nursery.start_soon(self.business.run)
+                nursery.start_soon(self.pause_watch.run)
                 # A restart redials every peer it has business with, former
                 # neighbours included, at once: no backoff, no dial-back grace.
                 kept = await self.read(lambda c: self.business.peers(c, now_ms()))
@@ -283,7 +287,7 @@ class Engine(InboundStore, AgentVerbs):
         except (AddressError, Exception) as e:
             if expect_key:
                 await self._address_error(expect_key, addr, str(e))
-            raise DialError(str(e)) from None
+            raise DialError(str(e), waking=looks_waking(e)) from None
         conn = Connection(self, stream, outbound=True, dialed=addr)
         if check_peer is None and expect_key:
             check_peer = key_check(addr, expect_key)
@@ -313,8 +317,13 @@ class Engine(InboundStore, AgentVerbs):
             if expect_key:
                 await self._address_error(expect_key, addr, reason)
             # An err after the key's own hello is its policy, not this endpoint's fault.
+            # Ended before the peer's hello, and not by a refusal or our deadline
+            # (those set ``failure``): a platform that accepted and dropped the
+            # stream while the sandbox wakes.
+            waking = (not conn.hs.peer and not conn.failure
+                      and looks_waking_text(conn.close_reason))
             raise DialError(reason, refused=bool(conn.hs.peer_key)
-                            and reason.startswith("peer refused"))
+                            and reason.startswith("peer refused"), waking=waking)
         return conn
 
     async def _address_error(self, key: str, addr: str, error: str) -> None:

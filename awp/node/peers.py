@@ -5,7 +5,11 @@ Keys are identity, addresses are hints.  For every peer with business (see
 that carry them, queue work, recent activity) a redial loop runs while no
 connection is up: it tries the peer's addresses in rank order, backing off
 from 1 s to 60 s with jitter, until the business ends; new business wakes it
-at once with the backoff reset.
+at once with the backoff reset.  A streak of failures that looks like the
+peer waking (a sandbox platform refusing while it resumes the peer) is first
+retried on the short schedule of :mod:`awp.node.wake`.  After a pause of our
+own (:mod:`awp.node.pausewatch`) every peer with business is redialled at
+once, without the dial-back grace.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import trio
 
 from .connection import Connection, jittered, next_backoff
 from .dialer import dial_key
+from .wake import Streak
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -29,7 +34,7 @@ class PeerSlot:
     """What the manager tracks per peer key."""
 
     __slots__ = ("key", "conn", "loop_running", "kick", "backoff", "last_error",
-                 "dialing", "grace_pending", "reason")
+                 "dialing", "grace_pending", "reason", "streak")
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -41,6 +46,7 @@ class PeerSlot:
         self.dialing = False
         self.grace_pending = False
         self.reason = ""  # the business the redial loop last kept the link for
+        self.streak = Streak()  # failed rounds since the last connection (fast retry)
 
 
 class PeerManager:
@@ -48,6 +54,9 @@ class PeerManager:
         self.engine = engine
         self.slots: dict[str, PeerSlot] = {}
         self._nursery: trio.Nursery | None = None
+        # Until then a drop skips the dial-back grace: we were the one asleep,
+        # so waiting for the peer to dial back first would only add its backoff.
+        self.no_grace_until = 0.0
 
     def bind(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -97,7 +106,8 @@ class PeerManager:
         s = self.slots.get(conn.peer_key)
         if s is not None and s.conn is conn:
             s.conn = None
-            self.ensure_loop(conn.peer_key, after_drop=True)
+            self.ensure_loop(conn.peer_key,
+                             after_drop=trio.current_time() >= self.no_grace_until)
 
     # -- redialing ----------------------------------------------------------------
 
@@ -105,9 +115,20 @@ class PeerManager:
         """New outbound traffic: redial now, with the backoff reset."""
         s = self.slot(key)
         s.backoff = self.engine.config.backoff_start
+        s.streak.reset()  # and a waking peer is retried from the short end again
         s.grace_pending = False
         s.kick.set()
         self.ensure_loop(key)
+
+    def after_pause(self, keys: list[str], grace_off: float) -> None:
+        """We slept: redial ``keys`` now, each with a fresh backoff and streak.
+
+        Drops seen within ``grace_off`` seconds from now skip the dial-back
+        grace too (the links the pause watcher is about to close).
+        """
+        self.no_grace_until = trio.current_time() + grace_off
+        for key in keys:
+            self.kick(key)
 
     def ensure_loop(self, key: str, *, after_drop: bool = False) -> None:
         s = self.slot(key)
@@ -145,6 +166,7 @@ class PeerManager:
                         continue
                 s.kick = trio.Event()
                 conn = None
+                waking = False
                 if self.active(s.key):
                     return
                 try:  # every known address at once, the best ranked first (dialer.py)
@@ -152,10 +174,13 @@ class PeerManager:
                     conn = (await dial_key(eng, s.key, [a for a, _src in addrs])).conn
                 except Exception as e:  # a failed dial is routine
                     s.last_error = str(e)
+                    waking = bool(getattr(e, "waking", False))
                     log.info("redial %s failed: %s", s.key[:18], e)
                 finally:
                     s.dialing = False
                 if conn is not None:
+                    s.streak.reset()
+                    waking = False  # what follows a drop is not a wake
                     # Stay with the connection; only one that lived a while
                     # (and was not dropped for not reading) earns a fresh
                     # backoff, so a peer that accepts and drops or stalls is
@@ -167,8 +192,10 @@ class PeerManager:
                         continue
                     if self.active(s.key):
                         return
-                wait = jittered(s.backoff, random.random())
-                s.backoff = next_backoff(s.backoff, cfg.backoff_cap)
+                wait = s.streak.failed(trio.current_time(), waking, random.random())
+                if wait is None:  # not waking, or waking for too long: the ordinary backoff
+                    wait = jittered(s.backoff, random.random())
+                    s.backoff = next_backoff(s.backoff, cfg.backoff_cap)
                 with trio.move_on_after(wait):
                     await s.kick.wait()
         finally:
