@@ -42,7 +42,7 @@ def _log_lines(node, pattern: str) -> list[str]:
         return [ln for ln in f if re.search(pattern, ln)]
 
 
-REFUSED = r"redial \S+ via .* failed"
+REFUSED = r"redial \S+ (via \S+ )?failed"
 
 
 def _stamps(node, pattern: str) -> list[float]:
