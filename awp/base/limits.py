@@ -76,6 +76,12 @@ class Limits:
     # Invites (awp invite): live ones at once; each is a row a redeemer can spend.
     invites: int = 1000
 
+    # The WebSocket binding (ws:HOST:PORT listeners and ws:// wss:// dials).
+    ws_handshake_timeout: float = 10.0      # TCP accept (or dial) to the upgrade answered
+    ws_frame_bytes: int = 2 * MiB           # one received data frame (a whole line fits)
+    ws_message_bytes: int = 4 * MiB         # one received message, its frames together
+    ws_upgrades_per_ip: int = 16            # connections from one address still upgrading
+
     # Time.
     write_timeout: float = 15.0             # each 256 KiB of a write to a peer (0: none)
     gap_timeout: float = 15.0               # an older line unacked while a newer one is (0: off)
@@ -103,6 +109,8 @@ for _f, _k in (
     ("board_award_window", "seconds"),
     ("kept_peers", "count"), ("warm_for", "seconds"),
     ("board_leases_per_claimant", "count"), ("invites", "count"),
+    ("ws_handshake_timeout", "seconds"), ("ws_frame_bytes", "bytes"),
+    ("ws_message_bytes", "bytes"), ("ws_upgrades_per_ip", "count"),
 ):
     _kind(_f, _k)
 

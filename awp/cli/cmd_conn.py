@@ -23,6 +23,19 @@ from .common import (
 )
 
 UP_WAIT = 45.0
+MAX_CA_FILE = 256 * 1024
+
+
+def read_ca_file(path: str) -> str:
+    """The PEM text of ``--ca FILE`` (the daemon checks it holds certificates)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CA_FILE + 1)
+    except OSError as e:
+        raise CliError(f"--ca {path}: {e.strerror or e}", 2) from None
+    if len(data) > MAX_CA_FILE:
+        raise CliError(f"--ca {path}: over {MAX_CA_FILE // 1024} KiB, not a CA file", 2)
+    return data.decode("ascii", "replace")
 
 
 
@@ -46,7 +59,8 @@ def up(
         help="hosts to mirror your conversations to (remembered)"),
     listen: list[str] = typer.Option(
         [], "--listen", metavar="ADDR",
-        help="tailcat, tcp:HOST:PORT or unix:/path (repeatable; remembered)"),
+        help="tailcat, tcp:HOST:PORT, unix:/path or ws:HOST:PORT[=PUBLIC_URL]"
+             " (repeatable; remembered)"),
     no_tailcat: bool = typer.Option(False, "--no-tailcat", help="do not listen on tailcat"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
@@ -64,6 +78,7 @@ def up(
     Example:
       awp up --name worker@sprite --about "Test runner for acme/api"
       awp up --listen tcp:127.0.0.1:7000 --no-tailcat
+      awp up --listen ws:0.0.0.0:8080=wss://box.example.dev/ --no-tailcat
     """
     h = home_of(home)
     flags: list[str] = []
@@ -139,8 +154,8 @@ def _check_listen(item: str) -> None:
     try:
         parse_listen(item)
     except AddressError as e:
-        raise CliError(f"--listen {item}: {e} (use tailcat, tcp:HOST:PORT or unix:/path)",
-                       code=2) from None
+        raise CliError(f"--listen {item}: {e} (use tailcat, tcp:HOST:PORT, unix:/path or"
+                       " ws:HOST:PORT[=PUBLIC_URL])", code=2) from None
 
 
 def _tailcat_pending(st: dict) -> bool:
@@ -219,12 +234,17 @@ def listen(
 def connect(
     target: str = typer.Argument(
         ..., metavar="ADDRESS_OR_PEER",
-        help="an address (tc..., tcp:HOST:PORT, unix:/path, awp:...), an invite (awpinv:...)"
+        help="an address (tc..., tcp:HOST:PORT, unix:/path, ws://..., wss://..., awp:...),"
+             " an invite (awpinv:...)"
              " or a known peer"),
     timeout: str = typer.Option(
         "1m", "--timeout", metavar="DURATION",
         help="give up after this long (a peer that accepts but never answers our hello is"
              " given up on after 30s)"),
+    ca: str = typer.Option(
+        "", "--ca", metavar="FILE",
+        help="trust the CA certificates in this PEM file for wss:// from now on (kept in the"
+             " home), beside the system's"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
@@ -240,12 +260,16 @@ def connect(
     \b
     Example:
       awp connect tcp:10.0.0.5:7000
+      awp connect wss://box.example.dev/
       awp connect awpinv:eyJrIjoi...
       awp connect worker@sprite
     """
     secs = parse_seconds(timeout, "--timeout")
+    body: dict = {"target": target, "timeout": secs}
+    if ca:
+        body["ca"] = read_ca_file(ca)
     client = daemon(home_of(home), timeout=secs + 15)
-    res = client.post("/v1/connect", {"target": target, "timeout": secs})
+    res = client.post("/v1/connect", body)
     assert isinstance(res, dict)
     if as_json:
         out_json(res)

@@ -193,6 +193,8 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         timeout = _num(body, "timeout", 60.0)
         if not target:
             raise ApiError(400, "connect needs an address or a peer name", "bad_request")
+        if ca := _str(body, "ca"):
+            _trust_ca(state.home, ca)
         extra: dict = {}
         if not is_key_text(target):
             _check_address_form(target)
@@ -703,24 +705,31 @@ def _store_error(e: Exception) -> ApiError:
 
 def _check_address_form(text: str) -> None:
     """Something written as an address but malformed is an address error, not a name."""
-    if text.strip().lower().startswith(("tcp:", "unix:", "tailcat:")):
+    if text.strip().lower().startswith(("tcp:", "unix:", "tailcat:", "ws:", "wss:")):
         try:
             parse_address(text)
         except AddressError as e:
             raise ApiError(400, str(e), "bad_address") from None
 
 
+def _trust_ca(home: str, pem: str) -> None:
+    """``awp connect --ca``: trust these certificates for wss:// from now on."""
+    from .ws_ca import CaError, add_ca
+
+    try:
+        add_ca(home, pem)
+    except (CaError, OSError) as e:
+        raise ApiError(400, f"--ca: {e}", "bad_ca") from None
+
+
 def reachable_addresses(engine: Engine) -> list[str]:
-    """Addresses a peer can dial, tailcat first; a wildcard TCP listener is
-    replaced by the host's concrete addresses (``0.0.0.0`` is no address)."""
+    """Addresses a peer can dial, tailcat first; a wildcard TCP or ws listener
+    is replaced by the host's concrete addresses (``0.0.0.0`` is no address)."""
     from ..transport.ifaddrs import expand_wildcard
 
     out: list[str] = []
     for a in sorted(engine.listen_addrs, key=lambda a: a.kind != "tailcat"):
-        if a.kind == "tcp" and a.host in ("0.0.0.0", "::", ""):
-            out += expand_wildcard(a.host, a.port)
-        else:
-            out.append(str(a))
+        out += [a.endpoint()] if a.endpoint() else expand_wildcard(a)
     return list(dict.fromkeys(out))
 
 

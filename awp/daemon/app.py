@@ -152,7 +152,7 @@ def run(home: str, flags: Flags) -> int:
 
 async def _main(home: str, identity: Identity, db_path: str, settings: Settings) -> int:
     engine = Engine(identity, db_path, node_config(settings), net=streams)
-    engine.expand = lambda a: expand_wildcard(a.host, a.port)  # hello.addrs, invites
+    engine.expand = expand_wildcard  # hello.addrs, invites
     engine.extensions.append(Serving(engine, set(settings.serve), settings.root))
     engine.mirror = Mirror(engine)
     engine.extensions.append(engine.mirror)
@@ -170,6 +170,7 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         await nursery.start(engine.run)
         await _remember(engine, settings)
         _setup_tailcat(home, settings, state)
+        _setup_ws(home, settings)
         for item in settings.listen:
             try:
                 addr = parse_listen(item)
@@ -267,6 +268,17 @@ def _setup_tailcat(home: str, settings: Settings, state: DaemonState) -> None:
             state.listen_errors.pop(key, None)
 
     tailcat.setup(home, settings.verbose, report=report)
+
+
+def _setup_ws(home: str, settings: Settings) -> None:
+    """The ws binding's bounds from ``limits.ws_*``, and the CAs ``awp connect --ca`` added."""
+    from ..transport import wsconfig
+
+    lim = settings.limits
+    wsconfig.configure(wsconfig.WsLimits(
+        handshake_timeout=lim.ws_handshake_timeout, frame_bytes=lim.ws_frame_bytes,
+        message_bytes=lim.ws_message_bytes, upgrades_per_ip=lim.ws_upgrades_per_ip),
+        ca_file=wsconfig.ca_path(home))
 
 
 async def _listen_later(engine: Engine, state: DaemonState, item: str, addr) -> None:

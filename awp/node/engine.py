@@ -254,9 +254,8 @@ class Engine(InboundStore, AgentVerbs):
         if adv is not None:
             return None if adv.strip().lower() in ("", "none") else adv
         for a in sorted(self.listen_addrs, key=lambda a: a.kind != "tailcat"):
-            if a.kind == "tcp" and a.host in ("0.0.0.0", "::", ""):
-                continue
-            return str(a)
+            if a.endpoint():
+                return a.endpoint()
         return None
 
     def local_hello(self, outbound: bool) -> LocalHello:

@@ -29,7 +29,7 @@ def endpoints(engine: Engine) -> list[str]:
     """Every endpoint we advertise, the primary (``hello.addr``) first, at most 8.
 
     An explicit ``--advertise`` is the only one; otherwise every listener,
-    tailcat first, with a wildcard TCP listener replaced by the host's
+    tailcat first, with a wildcard TCP or ws listener replaced by the host's
     addresses when the daemon handed in a way to list them (``engine.expand``).
     """
     adv = engine.config.advertise
@@ -38,10 +38,10 @@ def endpoints(engine: Engine) -> list[str]:
     expand: Callable[[Address], list[str]] | None = getattr(engine, "expand", None)
     out: list[str] = []
     for a in sorted(engine.listen_addrs, key=lambda a: a.kind != "tailcat"):
-        if a.kind == "tcp" and a.host in ("0.0.0.0", "::", ""):
-            out += expand(a) if expand is not None else []
-        else:
-            out.append(str(a))
+        if a.endpoint():
+            out.append(a.endpoint())
+        elif expand is not None:
+            out += expand(a)
     first = engine.advertised()
     if first:
         out.insert(0, first)

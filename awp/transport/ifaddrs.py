@@ -15,6 +15,8 @@ import ipaddress
 import socket
 import struct
 
+from ..wire.address import Address
+
 _SIOCGIFADDR = 0x8915
 
 
@@ -70,11 +72,14 @@ def local_ips(family: int) -> list[str]:
     return sorted(uniq, key=lambda a: ipaddress.ip_address(a).is_loopback)
 
 
-def expand_wildcard(host: str, port: int) -> list[str]:
-    """``tcp:`` addresses a peer can dial for a listener bound to ``host``."""
+def expand_wildcard(addr: Address) -> list[str]:
+    """Addresses a peer can dial for a tcp or ws listener bound to a wildcard host."""
+    host, port = addr.host, addr.port
+    ips: list[str] = []
     if host in ("0.0.0.0", ""):
-        return [f"tcp:{ip}:{port}" for ip in local_ips(socket.AF_INET)]
-    if host == "::":
-        return ([f"tcp:[{ip}]:{port}" for ip in local_ips(socket.AF_INET6)]
-                + [f"tcp:{ip}:{port}" for ip in local_ips(socket.AF_INET)])
-    return []
+        ips = local_ips(socket.AF_INET)
+    elif host == "::":
+        ips = [f"[{ip}]" for ip in local_ips(socket.AF_INET6)] + local_ips(socket.AF_INET)
+    if addr.kind == "ws":
+        return [f"ws://{ip}:{port}/" for ip in ips]
+    return [f"tcp:{ip}:{port}" for ip in ips]

@@ -1,4 +1,4 @@
-"""Byte streams between peers: dial and listen on tcp, unix and pluggable kinds.
+"""Byte streams between peers: dial and listen on tcp, unix, ws and pluggable kinds.
 
 The protocol engine only ever sees trio.abc.HalfCloseableStream objects, so it
 works the same over every binding. Nothing here knows about protocol messages.
@@ -38,7 +38,7 @@ Handler = Callable[[trio.abc.HalfCloseableStream], Awaitable[Any]]
 Dialer = Callable[[Address], Awaitable[trio.abc.HalfCloseableStream]]
 ListenerFactory = Callable[[Address], Awaitable["Listener"]]
 
-_BUILTIN_KINDS = frozenset({"tcp", "unix"})
+_BUILTIN_KINDS = frozenset({"tcp", "unix", "ws"})
 _DIALERS: dict[str, Dialer] = {}
 _LISTENERS: dict[str, ListenerFactory] = {}
 
@@ -119,6 +119,12 @@ async def dial(
 
         async def connect() -> trio.abc.HalfCloseableStream:
             return await _dial_unix(addr)
+
+    elif addr.kind == "ws":
+        from .wsclient import dial_ws  # wsproto and ssl load only when a ws peer is dialed
+
+        async def connect() -> trio.abc.HalfCloseableStream:
+            return await dial_ws(addr, allow_plaintext)
 
     else:
         dialer = _DIALERS.get(addr.kind)
@@ -284,6 +290,10 @@ async def listen(addr: Address, *, allow_plaintext: bool = False) -> Listener:
         return await _listen_tcp(addr, allow_plaintext)
     if addr.kind == "unix":
         return await _listen_unix(addr)
+    if addr.kind == "ws":
+        from .wsserver import listen_ws
+
+        return await listen_ws(addr, allow_plaintext)
     factory = _LISTENERS.get(addr.kind)
     if factory is None:
         raise _unavailable(addr)

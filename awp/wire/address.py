@@ -31,10 +31,17 @@ _HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _PORT_RE = re.compile(r"[0-9]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
-_EXPECTED = "expected tcp:HOST:PORT, unix:/ABSOLUTE/PATH or a tailcat address (tc...)"
+_EXPECTED = "expected tcp:HOST:PORT, unix:/ABSOLUTE/PATH, ws(s)://HOST/PATH or tc... (tailcat)"
 _TCP_FORM = "tcp:HOST:PORT (IPv6 hosts in brackets, e.g. tcp:[::1]:7000)"
 _UNIX_FORM = "unix:/ABSOLUTE/PATH or unix:///ABSOLUTE/PATH"
 _TAILCAT_FORM = "tc followed by at least 38 characters of A-Z a-z 0-9 _ -"
+_WS_FORM = "ws://HOST[:PORT][/PATH] or wss://HOST[:PORT][/PATH]"
+_WS_LISTEN_FORM = "ws:HOST:PORT or ws:HOST:PORT=PUBLIC_URL (e.g. ws:0.0.0.0:8080=wss://box.example/)"
+# What a URL path (and query) may hold: printable ASCII without spaces, and no
+# fragment (a fragment never reaches the server).
+_WS_PATH_RE = re.compile(r"/[\x21-\x7e]*")
+_WS_DEFAULT_PORT = {False: 80, True: 443}
+_WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 class AddressError(ValueError):
@@ -45,11 +52,31 @@ class AddressError(ValueError):
 class Address:
     """A parsed peer or listen address; frozen so it can key dicts and sets."""
 
-    kind: str  # "tcp" | "unix" | "tailcat"
+    kind: str  # "tcp" | "unix" | "tailcat" | "ws"
     host: str = ""
     port: int = 0
-    path: str = ""
+    path: str = ""  # unix: the socket; ws: the URL's path and query ("" in the listen form)
     tailcat: str = ""
+    tls: bool = False  # ws: a wss:// URL
+    url: str = ""  # ws listen form: the public URL peers dial ("" when none was given)
+
+    @property
+    def is_ws_listen(self) -> bool:
+        """A ``ws:HOST:PORT[=URL]`` listen directive rather than a URL to dial."""
+        return self.kind == "ws" and not self.path
+
+    def endpoint(self) -> str:
+        """The text a peer dials to reach this listener, "" when the bound host is a
+        wildcard (0.0.0.0, ::) that names no address of its own."""
+        if self.kind == "ws" and self.is_ws_listen:
+            if self.url:
+                return self.url
+            if self.host in _WILDCARD_HOSTS:
+                return ""
+            return str(Address(kind="ws", host=self.host, port=self.port, path="/"))
+        if self.kind == "tcp" and self.host in _WILDCARD_HOSTS:
+            return ""
+        return str(self)
 
     def __str__(self) -> str:
         """Canonical text, which parse_address/parse_listen read back unchanged."""
@@ -62,6 +89,12 @@ class Address:
         if self.kind == "tailcat":
             # An empty tailcat address is the listen directive "tailcat".
             return self.tailcat or "tailcat"
+        if self.kind == "ws":
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            if self.is_ws_listen:
+                return f"ws:{host}:{self.port}" + (f"={self.url}" if self.url else "")
+            port = "" if self.port == _WS_DEFAULT_PORT[self.tls] else f":{self.port}"
+            return f"{'wss' if self.tls else 'ws'}://{host}{port}{self.path}"
         return self.kind
 
 
@@ -134,6 +167,55 @@ def _parse_unix(shown: str, rest: str) -> Address:
     return Address(kind="unix", path=path)
 
 
+def _parse_ws_url(shown: str, scheme: str, rest: str) -> Address:
+    """``ws://`` and ``wss://`` (and, for a listener's public URL, ``http(s)://``
+    read as their WebSocket twins, so a platform's URL can be pasted as given)."""
+    tls = scheme in ("wss", "https")
+    if not rest.startswith("//"):
+        raise AddressError(f"expected {scheme}:// in {shown}: expected {_WS_FORM}")
+    rest = rest[2:]
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    authority, path = rest[:cut], rest[cut:]
+    if path.startswith("?"):
+        path = "/" + path
+    path = path or "/"
+    if "@" in authority:
+        raise AddressError(f"{shown} carries a user name or password: expected {_WS_FORM}")
+    if "#" in path:
+        raise AddressError(f"{shown} has a #fragment, which never reaches the server")
+    if not _WS_PATH_RE.fullmatch(path):
+        raise AddressError(f"bad path {path!r} in {shown}: expected {_WS_FORM}")
+    if not authority:
+        raise AddressError(f"missing host in {shown}: expected {_WS_FORM}")
+    default = _WS_DEFAULT_PORT[tls]
+    has_port = authority.rsplit("]", 1)[-1].count(":") == 1 if authority.startswith("[") \
+        else ":" in authority
+    try:
+        hp = _parse_tcp(shown, authority if has_port else f"{authority}:{default}", False)
+    except AddressError as e:
+        raise AddressError(str(e).replace(f"expected {_TCP_FORM}", f"expected {_WS_FORM}")) from None
+    return Address(kind="ws", host=hp.host, port=hp.port, path=path, tls=tls)
+
+
+def _parse_ws_listen(shown: str, rest: str, allow_port_zero: bool) -> Address:
+    """``ws:HOST:PORT`` with an optional ``=PUBLIC_URL`` peers are told to dial."""
+    bind, eq, public = rest.partition("=")
+    try:
+        hp = _parse_tcp(shown, bind, allow_port_zero)
+    except AddressError as e:
+        raise AddressError(
+            str(e).replace(f"expected {_TCP_FORM}", f"expected {_WS_LISTEN_FORM}")) from None
+    url = ""
+    if eq:
+        if not public:
+            raise AddressError(f"missing public URL after '=' in {shown}: expected {_WS_LISTEN_FORM}")
+        pscheme, psep, prest = public.partition(":")
+        if not psep or pscheme.lower() not in ("ws", "wss", "http", "https"):
+            raise AddressError(f"the public URL in {shown} must be {_WS_FORM}")
+        url = str(_parse_ws_url(shown, pscheme.lower(), prest))
+    return Address(kind="ws", host=hp.host, port=hp.port, url=url)
+
+
 def parse_address(text: str, *, allow_port_zero: bool = False) -> Address:
     """Parse a peer address; raise AddressError naming the expected form.
 
@@ -164,6 +246,15 @@ def parse_address(text: str, *, allow_port_zero: bool = False) -> Address:
         return _parse_tcp(shown, rest, allow_port_zero)
     if scheme == "unix":
         return _parse_unix(shown, rest)
+    if scheme in ("ws", "wss") and rest.startswith("//"):
+        return _parse_ws_url(shown, scheme, rest)
+    if scheme in ("http", "https"):
+        raise AddressError(f"{shown} is a web URL: for awp over a WebSocket at that URL,"
+                           f" write {'wss' if scheme == 'https' else 'ws'}:{rest}")
+    if scheme == "ws":
+        return _parse_ws_listen(shown, rest, allow_port_zero)
+    if scheme == "wss":
+        raise AddressError(f"expected {scheme}:// in {shown}: expected {_WS_FORM}")
     if scheme == "tailcat":
         if _TAILCAT_RE.fullmatch(rest):
             return Address(kind="tailcat", tailcat=rest)
@@ -200,7 +291,12 @@ def address_hint(text: str) -> str:
 
 
 def parse_listen(text: str) -> Address:
-    """Parse a listen address: any address form, port 0, or the bare word "tailcat"."""
+    """Parse a listen address: any address form, port 0, or the bare word "tailcat"
+    (a ws listener is ``ws:HOST:PORT[=PUBLIC_URL]``, not a URL)."""
     if isinstance(text, str) and text.strip().lower() == "tailcat":
         return Address(kind="tailcat", tailcat="")
-    return parse_address(text, allow_port_zero=True)
+    addr = parse_address(text, allow_port_zero=True)
+    if addr.kind == "ws" and not addr.is_ws_listen:
+        raise AddressError(f"{_show(text.strip())} is a URL to dial; a ws listener is"
+                           f" {_WS_LISTEN_FORM}")
+    return addr

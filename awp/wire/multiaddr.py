@@ -46,7 +46,7 @@ MAX_ENDPOINT = 1024  # bytes of one endpoint's text
 MAX_JSON = 4096  # bytes of the whole decoded JSON
 # Schemes this build parses itself: a malformed one of these is an error, not
 # an unknown kind to keep.
-_KNOWN = ("tcp:", "unix:", "tailcat:")
+_KNOWN = ("tcp:", "unix:", "tailcat:", "ws:", "wss:")
 # What an endpoint of a kind we do not know must still look like: a scheme,
 # then printable text without spaces.
 _OTHER_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}:[\x21-\x7e]+")

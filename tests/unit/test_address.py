@@ -81,7 +81,7 @@ REJECTED = [
     # text, fragment of the error message
     ("", "empty address"),
     ("   \t", "empty address"),
-    ("http://host:80", "unknown address scheme 'http'"),
+    ("http://host:80", "is a web URL"),
     ("ed25519:AAAA", "unknown address scheme 'ed25519'"),
     ("builder", "not an address"),
     ("a@box", "not an address"),
@@ -138,7 +138,7 @@ def test_rejected_forms(text: str, fragment: str) -> None:
     ("text", "form"),
     [
         ("", "tcp:HOST:PORT"),
-        ("http://host:80", "unix:/ABSOLUTE/PATH"),
+        ("gopher://host:80", "unix:/ABSOLUTE/PATH"),
         ("tcp:host", "tcp:HOST:PORT"),
         ("tcp:host:x", "tcp:[::1]:7000"),
         ("unix:rel", "unix:/ABSOLUTE/PATH"),

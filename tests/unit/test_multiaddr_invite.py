@@ -30,18 +30,21 @@ def _wrap(prefix: str, obj: object) -> str:
 
 
 def test_multi_address_round_trips_in_order_and_keeps_unknown_kinds():
-    text = format_multi(KEY, ["tcp:127.0.0.1:7000", "wss://box.example/awp", "unix:/tmp/a.sock"])
+    text = format_multi(KEY, ["tcp:127.0.0.1:7000", "quic://box.example/awp", "unix:/tmp/a.sock",
+                              "wss://box.example/awp"])
     assert text.startswith("awp:") and "=" not in text
     m = parse_multi(text)
     assert m.key == KEY
-    assert m.endpoints == ("tcp:127.0.0.1:7000", "wss://box.example/awp", "unix:/tmp/a.sock")
+    assert m.endpoints == ("tcp:127.0.0.1:7000", "quic://box.example/awp", "unix:/tmp/a.sock",
+                           "wss://box.example/awp")
     assert str(m) == text
-    assert [e for e, _a in m.dialable()] == ["tcp:127.0.0.1:7000", "unix:/tmp/a.sock"]
-    assert m.unknown() == ["wss://box.example/awp"]
+    assert [e for e, _a in m.dialable()] == ["tcp:127.0.0.1:7000", "unix:/tmp/a.sock",
+                                             "wss://box.example/awp"]
+    assert m.unknown() == ["quic://box.example/awp"]
     # The JSON is exactly the documented compact form.
     body = base64.urlsafe_b64decode(text[4:] + "=" * (-len(text[4:]) % 4))
-    assert body == ('{"k":"' + KEY + '","e":["tcp:127.0.0.1:7000","wss://box.example/awp",'
-                    '"unix:/tmp/a.sock"]}').encode()
+    assert body == ('{"k":"' + KEY + '","e":["tcp:127.0.0.1:7000","quic://box.example/awp",'
+                    '"unix:/tmp/a.sock","wss://box.example/awp"]}').encode()
 
 
 def test_multi_address_canonicalises_and_dedupes_endpoints():
@@ -83,7 +86,7 @@ def test_format_refuses_what_parse_would():
     with pytest.raises(AddressError, match="at most 8"):
         format_multi(KEY, [f"tcp:127.0.0.1:{p}" for p in range(1, 11)])
     with pytest.raises(AddressError, match="4096"):
-        format_multi(KEY, ["ws://" + "a" * 1000 + f"/{i}" for i in range(5)])
+        format_multi(KEY, ["ws://h/" + "a" * 1000 + f"/{i}" for i in range(5)])
 
 
 def _invite() -> Invite:

@@ -1,0 +1,47 @@
+"""The CAs a local caller adds for ``wss://`` (``awp connect --ca FILE``), kept in the home.
+
+A private CA (a test's, a company's) is trusted beside the system store
+from then on, redials and restarts included.  The PEM is checked before it
+is kept: bounded, only ``CERTIFICATE`` blocks, and loadable by ``ssl``.
+Adding the same certificate twice keeps one copy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+
+from ..transport.wsconfig import ca_path
+
+MAX_CA_BYTES = 256 * 1024
+_BLOCK = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----")
+
+
+class CaError(ValueError):
+    """The text handed in is no usable CA certificate; the message says why."""
+
+
+def add_ca(home: str, pem: str) -> int:
+    """Keep the certificates of ``pem`` in the home's CA file; how many were new."""
+    if len(pem.encode()) > MAX_CA_BYTES:
+        raise CaError(f"the CA file is over {MAX_CA_BYTES // 1024} KiB")
+    blocks = _BLOCK.findall(pem)
+    if not blocks:
+        raise CaError("the CA file holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+    try:
+        ssl.create_default_context().load_verify_locations(cadata="\n".join(blocks))
+    except ssl.SSLError as e:
+        raise CaError(f"the CA file does not load as certificates: {e.reason or e}") from None
+    path = ca_path(home)
+    try:
+        with open(path, encoding="ascii") as f:
+            kept = f.read()
+    except FileNotFoundError:
+        kept = ""
+    new = [b for b in blocks if b.replace("\r", "") not in kept]
+    if new:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "a", encoding="ascii") as f:
+            f.write("".join(b.replace("\r", "") + "\n" for b in new))
+    return len(new)
