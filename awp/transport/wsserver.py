@@ -37,6 +37,8 @@ __all__ = ["WsListener", "listen_ws"]
 
 log = logging.getLogger("awp.transport")
 _READ = 16 * 1024
+_DRAIN_TIME = 1.0  # seconds a refused client is read from before its socket closes
+_DRAIN_BYTES = 64 * 1024
 
 
 class _Refuse(Exception):
@@ -52,6 +54,20 @@ def _response(status: int, text: str, headers: list[tuple[str, str]] = (), *,
              "content-type: text/plain; charset=utf-8", f"content-length: {len(body)}",
              "connection: close", *(f"{k}: {v}" for k, v in headers)]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head else body)
+
+
+async def _answer(stream: trio.abc.HalfCloseableStream, data: bytes) -> None:
+    """Send an HTTP answer, half-close and drain a little before the close, so an
+    unread request does not turn the close into a reset that eats the answer."""
+    with trio.move_on_after(_DRAIN_TIME):
+        try:
+            await stream.send_all(data)
+            await stream.send_eof()
+            left = _DRAIN_BYTES
+            while left > 0 and (got := await stream.receive_some(_READ)):
+                left -= len(got)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
 
 
 def _tokens(headers: list[tuple[bytes, bytes]], name: bytes) -> list[str]:
@@ -100,7 +116,7 @@ def _route(req: h11.Request) -> None:
                            " (Sec-WebSocket-Protocol)")
 
 
-async def upgrade(stream: trio.abc.Stream, limits: WsLimits, desc: str) -> WebSocketStream | None:
+async def upgrade(stream: trio.abc.HalfCloseableStream, limits: WsLimits, desc: str) -> WebSocketStream | None:
     """Answer one connection's request; the upgraded stream, or None once answered."""
     req: h11.Request | None = None
     try:
@@ -114,14 +130,14 @@ async def upgrade(stream: trio.abc.Stream, limits: WsLimits, desc: str) -> WebSo
         await stream.send_all(ws.send(AcceptConnection(subprotocol=SUBPROTOCOL)))
     except _Refuse as r:
         head = req is not None and req.method.upper() == b"HEAD"
-        await stream.send_all(_response(r.status, r.text, r.headers, head=head))
+        await _answer(stream, _response(r.status, r.text, r.headers, head=head))
         if r.status != 200:
             log.info("ws %s: refused (%d %s)", desc, r.status, r.text)
         return None
     except RemoteProtocolError as e:
         hint = e.event_hint
         status = hint.status_code if isinstance(hint, RejectConnection) else 400
-        await stream.send_all(_response(status, f"bad WebSocket upgrade: {e}"))
+        await _answer(stream, _response(status, f"bad WebSocket upgrade: {e}"))
         log.info("ws %s: bad upgrade (%s)", desc, e)
         return None
     except EOFError:
@@ -155,9 +171,8 @@ class WsListener(Listener):
             if self._upgrading[ip] >= self._limits.upgrades_per_ip:
                 log.warning("ws %s: %d upgrades already pending from this address"
                             " (limits.ws_upgrades_per_ip)", desc, self._upgrading[ip])
-                with trio.move_on_after(1):
-                    await stream.send_all(_response(
-                        429, f"too many pending upgrades from {ip}", [("retry-after", "1")]))
+                await _answer(stream, _response(
+                    429, f"too many pending upgrades from {ip}", [("retry-after", "1")]))
                 return
             self._upgrading[ip] += 1
             try:
