@@ -113,7 +113,7 @@ async def dial(
     if addr.kind == "tcp":
 
         async def connect() -> trio.abc.HalfCloseableStream:
-            return await _dial_tcp(addr, allow_plaintext)
+            return await dial_tcp(addr, allow_plaintext)
 
     elif addr.kind == "unix":
 
@@ -157,9 +157,13 @@ async def _connect_one(info: tuple) -> trio.SocketStream:
     return trio.SocketStream(sock)
 
 
-async def _dial_tcp(addr: Address, allow_plaintext: bool) -> trio.abc.HalfCloseableStream:
+async def dial_tcp(addr: Address, allow_plaintext: bool, shown: Address | None = None
+                   ) -> trio.abc.HalfCloseableStream:
+    """TCP to ``addr.host:port``; errors name ``shown`` (the ws URL a user gave) when set."""
+    host = addr
+    addr = shown or addr
     try:
-        infos = await resolve_checked(addr.host, addr.port, allow_plaintext)
+        infos = await resolve_checked(host.host, host.port, allow_plaintext)
     except OSError as exc:
         raise TransportError(f"dial {addr}: cannot resolve {addr.host}: {_reason(exc)}") from exc
     if not infos:

@@ -24,7 +24,7 @@ from wsproto.events import AcceptConnection, RejectConnection, RejectData, Reque
 from wsproto.utilities import RemoteProtocolError
 
 from ..wire.address import Address
-from .streams import TransportError, dial
+from .streams import TransportError, dial_tcp
 from .wsconfig import SUBPROTOCOL, WsLimits, current
 from .wsstream import WebSocketStream
 
@@ -121,8 +121,8 @@ async def dial_ws(addr: Address, allow_plaintext: bool = False) -> WebSocketStre
     if addr.is_ws_listen:  # ws:HOST:PORT dialed as it is
         addr = Address(kind="ws", host=addr.host, port=addr.port, path="/")
     # The TLS of wss:// is the transport encryption the plain-TCP policy asks for.
-    tcp = await dial(Address(kind="tcp", host=addr.host, port=addr.port),
-                     allow_plaintext=allow_plaintext or addr.tls)
+    tcp = await dial_tcp(Address(kind="tcp", host=addr.host, port=addr.port),
+                         allow_plaintext or addr.tls, shown=addr)
     stream: trio.abc.Stream = tcp
     try:
         with trio.fail_after(cfg.limits.handshake_timeout):

@@ -93,7 +93,7 @@ def test_bad_listen_flag_is_a_usage_error(homes):
     h = bare(homes, "h")
     r = h.run("up", "--listen", "127.0.0.1:7000")
     assert r.returncode == 2
-    assert "use tailcat, tcp:HOST:PORT or unix:/path" in r.stderr
+    assert "use tailcat, tcp:HOST:PORT, unix:/path or ws:HOST:PORT[=PUBLIC_URL]" in r.stderr
 
 
 def test_wildcard_listener_prints_addresses_peers_can_dial(homes):

@@ -207,14 +207,14 @@ def _dead_port() -> int:
 def test_a_multi_endpoint_address_connects_through_the_live_endpoint(pair):
     a, b = pair
     dead = f"tcp:127.0.0.1:{_dead_port()}"
-    text = format_multi(a.key, [dead, "wss://nowhere.example/awp", a.address])
+    text = format_multi(a.key, [dead, "quic:nowhere.example:443", a.address])
     res = b.api("POST", "/v1/connect", {"target": text, "timeout": 20})
     assert res["key"] == a.key and res["via"] == a.address, res
-    assert dead in res["unreached"] and "wss://nowhere.example/awp" in res["unreached"]
-    assert "not dialable by this awp" in res["unreached"]["wss://nowhere.example/awp"]
+    assert dead in res["unreached"] and "quic:nowhere.example:443" in res["unreached"]
+    assert "not dialable by this awp" in res["unreached"]["quic:nowhere.example:443"]
     peer = next(p for p in b.api("GET", "/v1/peers") if p["key"] == a.key)
     by = {x["addr"]: x for x in peer["addresses"]}
-    assert set(by) >= {dead, a.address, "wss://nowhere.example/awp"}
+    assert set(by) >= {dead, a.address, "quic:nowhere.example:443"}
     assert by[a.address]["last_success"] > 0 and by[a.address]["hs_ms"] > 0
     assert by[dead]["last_success"] == 0
 
