@@ -18,14 +18,13 @@ from __future__ import annotations
 import base64
 import os
 import time
-from collections.abc import Callable
 
 from ..wire.b64 import b64url
 from ..wire.canonical import canonical_bytes, compact_json
 from ..wire.keys import Identity, auth_transcript
 from ..wire.timefmt import format_ts_seconds, now_ms
 from .board_scenarios import BOARD_SCENARIOS
-from .conn import Fail, PeerConn, Skip, describe, random_thread
+from .conn import Fail, Skip, describe, random_thread
 from .session import (  # noqa: F401 - Ctx, Session, handshake are this module's API too
     PROTOCOL_VERSION,
     RUNNER_CAPS,
@@ -33,9 +32,11 @@ from .session import (  # noqa: F401 - Ctx, Session, handshake are this module's
     Scenario,
     Session,
     _err_code,
+    _expect_ack,
     _is,
     _ping,
     handshake,
+    msg_of_size,
 )
 
 # -- scenarios --------------------------------------------------------------------------
@@ -99,13 +100,9 @@ def s_bad_frame(ctx: Ctx) -> str:
 
 def s_too_large(ctx: Ctx) -> str:
     s = ctx.session()
-    line = s.conn.envelope({"t": "msg", "th": random_thread(),
-                            "parts": [{"k": "text", "text": ""}]})
-    base = len(compact_json(line).encode())
     size = 1_048_576 + 4096
-    line["parts"][0]["text"] = "x" * (size - base)
-    data = compact_json(line).encode() + b"\n"
-    s.conn.send_raw(data, ctx.deadline, tolerate_close=True)
+    _, raw = msg_of_size(s.conn, size)
+    s.conn.send_raw(raw + b"\n", ctx.deadline, tolerate_close=True)
     err = s.conn.expect(_is("err"), ctx.deadline, f"err too_large for a {size}-byte msg line",
                         reject=lambda x: "_invalid" in x or x.get("t") == "ack")
     if _err_code(err) != "too_large":
@@ -118,15 +115,6 @@ def s_ping(ctx: Ctx) -> str:
     s = ctx.session()
     _ping(ctx, s.conn)
     return ""
-
-
-def _expect_ack(ctx: Ctx, conn: PeerConn, sent: dict, what: str,
-                reject: Callable[[dict], bool] | None = None) -> dict:
-    ack = conn.expect(lambda x: x.get("t") == "ack" and x.get("re") == sent["id"],
-                      ctx.deadline, f"ack of the {what} (re {sent['id']})", reject=reject)
-    if ack.get("th") != sent["th"]:
-        raise Fail(f"the ack of the {what} has th {ack.get('th')!r}, expected {sent['th']!r}")
-    return ack
 
 
 def s_msg_ack(ctx: Ctx) -> str:
