@@ -1,7 +1,8 @@
 """The conformance scenarios: the fifteen of wire-facts section 12, and ours.
 
-The board's (SPEC.md section 14) live in :mod:`.board_scenarios` and run
-before ``bye``; the context and the handshake are in :mod:`.session`.
+The board's (SPEC.md section 14) live in :mod:`.board_scenarios` and the
+WebSocket binding's in :mod:`.ws_scenarios`; both run before ``bye``.  The
+context and the handshake are in :mod:`.session`.
 
 Each scenario is a function of a :class:`Ctx`; it returns a detail string on
 success and raises :class:`~awp.conform.conn.Fail` (or ``Skip``) otherwise.
@@ -38,6 +39,7 @@ from .session import (  # noqa: F401 - Ctx, Session, handshake are this module's
     handshake,
     msg_of_size,
 )
+from .ws_scenarios import WS_SCENARIOS
 
 # -- scenarios --------------------------------------------------------------------------
 
@@ -380,6 +382,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("seal-tamper", "a sealed record with one flipped byte: the peer closes, no ack"
              " (cap seal)", s_seal_tamper, own_connection=True),
     *BOARD_SCENARIOS,
+    *WS_SCENARIOS,
     Scenario("bye", "bye gets a bye back, then the peer closes", s_bye),
 ]
 
