@@ -11,7 +11,8 @@ from .common import CliError, command, home_opt, out
 @command("conform", short_help="Check an AWP peer against the conformance scenarios")
 def conform(
     address: str = typer.Argument(None, metavar="ADDRESS",
-                                  help="the peer to dial: tcp:HOST:PORT or unix:/path"),
+                                  help="the peer to dial: tcp:HOST:PORT, unix:/path or a"
+                                       " ws:// or wss:// URL"),
     listen: str = typer.Option(None, "--listen", metavar="ADDRESS",
                                help="listen here (tcp:HOST:PORT, port 0 allowed, or unix:/path)"
                                     " and let the peer dial in"),
@@ -26,6 +27,9 @@ def conform(
         help="ed25519:<owner key>/<name>: a topic the peer holds and lets anyone read, for"
              " board-sync and board-relay (board-relay posts to it, then deletes the post,"
              " when it is open to post)"),
+    ca: str = typer.Option(None, "--ca", metavar="FILE",
+                           help="PEM certificates to trust for a wss:// peer, beside the"
+                                " system store"),
     list_only: bool = typer.Option(False, "--list", help="list the scenarios and exit"),
     trace: bool = typer.Option(False, "--trace", help="print every line in and out on stderr"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -36,7 +40,9 @@ def conform(
     Connect mode dials ADDRESS once per scenario. Listen mode (--listen with
     --run) listens, runs the command with {addr} replaced by the listening
     address, and runs on the one connection the peer dials the scenarios that
-    can share it; the others are reported as skipped. The runner has a fresh
+    can share it; the others are reported as skipped. A ws:// or wss://
+    URL is dialed over the WebSocket binding: every scenario runs over it,
+    and the binding's own (ws-*) run too, skipped for other targets. The runner has a fresh
     key of its own every run; --home is accepted and unused (no daemon is
     needed). Peers that list cap board also get the board's scenarios;
     board-sync and board-relay need --board-topic. Exit status: 0 when nothing
@@ -46,6 +52,8 @@ def conform(
     Examples:
       awp conform tcp:127.0.0.1:7000
       awp conform unix:/tmp/peer.sock --scenario handshake --scenario bye
+      awp conform ws://127.0.0.1:8080/
+      awp conform wss://box.example/awp --ca private-ca.pem
       awp conform --listen tcp:127.0.0.1:0 --run "awp connect {addr}"
       awp conform tcp:127.0.0.1:7000 --board-topic ed25519:Fcy_...DE4/ops
     """
@@ -82,6 +90,8 @@ def conform(
         topic = board_topic
 
     if listen is not None:
+        if ca is not None:
+            raise CliError("--ca goes with a wss:// ADDRESS to dial", 2)
         if address:
             raise CliError("give either an ADDRESS to dial or --listen, not both", 2)
         if not run:
@@ -108,10 +118,24 @@ def conform(
             a = parse_address(address)
         except AddressError as e:
             raise CliError(str(e), 2) from None
-        if a.kind not in ("tcp", "unix"):
-            raise CliError("awp conform dials tcp:HOST:PORT or unix:/path addresses"
-                           " (for a tailcat peer, use --listen and tailcat on its side)", 2)
-        report = run_connect(address, chosen, timeout=secs, trace=trace, board_topic=topic)
+        if a.kind not in ("tcp", "unix", "ws"):
+            raise CliError("awp conform dials tcp:HOST:PORT, unix:/path, ws:// and wss://"
+                           " addresses (for a tailcat peer, use --listen and tailcat on its"
+                           " side)", 2)
+        ca_file = _check_ca(ca) if ca is not None else ""
+        report = run_connect(address, chosen, timeout=secs, trace=trace, board_topic=topic,
+                             ca_file=ca_file)
 
     out(report.json_text() if as_json else report.text())
     raise typer.Exit(report.exit_code)
+
+
+def _check_ca(path: str) -> str:
+    """``path`` when it holds certificates TLS can load; a usage error otherwise."""
+    import ssl
+
+    try:
+        ssl.create_default_context().load_verify_locations(cafile=path)
+    except (OSError, ssl.SSLError) as e:
+        raise CliError(f"--ca {path}: no PEM certificate TLS can load ({e})", 2) from None
+    return path

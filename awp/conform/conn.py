@@ -6,6 +6,10 @@ can hang.  Writing and reading are interleaved: while a long line goes out,
 whatever the peer says (say, ``err too_large`` before the line is finished)
 is read into the buffer, so neither side can deadlock on a full socket.
 
+Over the WebSocket binding (``ws://`` and ``wss://``) the socket is a
+:class:`~awp.conform.wswire.WsWire`, shaped like one, so nothing above this
+module knows which binding it runs on.
+
 Every line the peer sends is decoded and checked against the schema
 (:mod:`awp.conform.schema`); problems are collected in :attr:`PeerConn.problems`
 for the scenario to report.
@@ -18,6 +22,7 @@ import select
 import socket
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..wire.address import Address, parse_address, parse_listen
 from ..wire.b64 import b64url
@@ -27,6 +32,9 @@ from ..wire.ids import IdGenerator
 from ..wire.seal import Opener, Sealer, SealError
 from ..wire.timefmt import format_ts, now_ms
 from .schema import decode, shown
+
+if TYPE_CHECKING:
+    from .wswire import WsWire
 
 Tracer = Callable[[str, str], None]  # (arrow, text)
 MAX_PROBLEMS = 50
@@ -47,7 +55,7 @@ def remaining(deadline: float) -> float:
 class PeerConn:
     """One connection to the peer, with deadline-bound reads and writes."""
 
-    def __init__(self, sock: socket.socket, label: str, ids: IdGenerator,
+    def __init__(self, sock: socket.socket | WsWire, label: str, ids: IdGenerator,
                  tracer: Tracer | None = None) -> None:
         sock.setblocking(False)
         self.sock = sock
@@ -74,9 +82,18 @@ class PeerConn:
 
     @classmethod
     def dial(cls, address: str, deadline: float, ids: IdGenerator,
-             tracer: Tracer | None = None) -> PeerConn:
-        """Connect to ``tcp:H:P`` or ``unix:/path`` before ``deadline``."""
+             tracer: Tracer | None = None, ca_file: str = "") -> PeerConn:
+        """Connect to ``tcp:H:P``, ``unix:/path`` or a ``ws(s)://`` URL before
+        ``deadline`` (``ca_file``: CAs trusted for wss beside the system's)."""
         addr = parse_address(address)
+        if addr.kind == "ws":
+            from .wswire import dial_ws  # wsproto only when the binding is used
+
+            wire = dial_ws(addr, deadline, ca_file)
+            conn = cls(wire, address, ids, tracer)
+            wire.note = conn.note
+            conn.note(f"WebSocket open: {address}, subprotocol awp.v0")
+            return conn
         if addr.kind == "tcp":
             left = max(0.05, remaining(deadline))
             try:
@@ -95,7 +112,7 @@ class PeerConn:
                 sock.close()
                 raise Fail(f"cannot connect to {address}: {e.strerror or e}") from None
         else:
-            raise Fail(f"awp conform speaks tcp: and unix: addresses, not {address!r}")
+            raise Fail(f"awp conform speaks tcp:, unix: and ws(s):// addresses, not {address!r}")
         return cls(sock, address, ids, tracer)
 
     def close(self) -> None:
@@ -169,8 +186,23 @@ class PeerConn:
                 self._trace(">", ln)
         if self.sealer is not None and not unsealed:
             data = self.sealer.seal(data)
+        return self._write(data, deadline, tolerate_close)
+
+    def flush(self, deadline: float, *, tolerate_close: bool = False) -> bool:
+        """Push out what the wire still holds (frames a ws scenario queued itself)."""
+        return self._write(b"", deadline, tolerate_close)
+
+    def _unflushed(self) -> int:
+        return getattr(self.sock, "unflushed", 0)
+
+    def _ready(self) -> bool:
+        """Bytes already off the socket but not handed over yet (TLS, a WebSocket)."""
+        pending = getattr(self.sock, "pending", None)
+        return bool(pending is not None and pending())
+
+    def _write(self, data: bytes, deadline: float, tolerate_close: bool) -> bool:
         view = memoryview(data)
-        while view:
+        while view or self._unflushed():
             left = remaining(deadline)
             if left <= 0:
                 raise Fail(f"timed out writing to the peer ({len(view)} of {len(data)} bytes"
@@ -180,10 +212,13 @@ class PeerConn:
                 r, w, _ = select.select(rlist, [self.sock], [], left)
             except (OSError, ValueError) as e:
                 raise Fail(f"connection failed: {e}") from None
-            if r:
+            if r or (not self.eof and self._ready()):
                 self._recv_once()
             if w:
                 try:
+                    if not view:
+                        self.sock.flush()  # only a WsWire has frames of its own to flush
+                        continue
                     n = self.sock.send(view[:262144])
                 except (BlockingIOError, InterruptedError):
                     continue
@@ -270,6 +305,9 @@ class PeerConn:
                     self.note(f"unterminated final fragment ignored: {shown(bytes(self._buf))}")
                     self._buf.clear()
                 return None
+            if self._ready():
+                self._recv_once()
+                continue
             left = remaining(deadline)
             if left <= 0:
                 raise TimeoutError

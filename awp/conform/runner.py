@@ -158,8 +158,8 @@ def _run_one(scn: Scenario, ctx: Ctx, watched: list[PeerConn], *,
 
 
 def run_connect(address: str, scenarios: list[Scenario], *, timeout: float,
-                trace: bool = False, board_topic: str = "") -> Report:
-    """Each scenario on its own connection to ``address``."""
+                trace: bool = False, board_topic: str = "", ca_file: str = "") -> Report:
+    """Each scenario on its own connection to ``address`` (``ca_file``: for wss://)."""
     identity = Identity.generate()
     ids = IdGenerator()
     tracing = _Tracing(trace)
@@ -168,7 +168,8 @@ def run_connect(address: str, scenarios: list[Scenario], *, timeout: float,
     for scn in scenarios:
         tracing.label = scn.name
         ctx = Ctx(identity=identity, ids=ids, deadline=time.monotonic() + timeout,
-                  tracer=tracing.get(), address=address, board_topic=board_topic)
+                  tracer=tracing.get(), address=address, board_topic=board_topic,
+                  ca_file=ca_file)
         try:
             res = _run_one(scn, ctx, [])
         finally:

@@ -1,7 +1,8 @@
 """The conformance scenarios: the fifteen of wire-facts section 12, and ours.
 
-The board's (SPEC.md section 14) live in :mod:`.board_scenarios` and run
-before ``bye``; the context and the handshake are in :mod:`.session`.
+The board's (SPEC.md section 14) live in :mod:`.board_scenarios` and the
+WebSocket binding's in :mod:`.ws_scenarios`; both run before ``bye``.  The
+context and the handshake are in :mod:`.session`.
 
 Each scenario is a function of a :class:`Ctx`; it returns a detail string on
 success and raises :class:`~awp.conform.conn.Fail` (or ``Skip``) otherwise.
@@ -18,14 +19,13 @@ from __future__ import annotations
 import base64
 import os
 import time
-from collections.abc import Callable
 
 from ..wire.b64 import b64url
 from ..wire.canonical import canonical_bytes, compact_json
 from ..wire.keys import Identity, auth_transcript
 from ..wire.timefmt import format_ts_seconds, now_ms
 from .board_scenarios import BOARD_SCENARIOS
-from .conn import Fail, PeerConn, Skip, describe, random_thread
+from .conn import Fail, Skip, describe, random_thread
 from .session import (  # noqa: F401 - Ctx, Session, handshake are this module's API too
     PROTOCOL_VERSION,
     RUNNER_CAPS,
@@ -33,10 +33,13 @@ from .session import (  # noqa: F401 - Ctx, Session, handshake are this module's
     Scenario,
     Session,
     _err_code,
+    _expect_ack,
     _is,
     _ping,
     handshake,
+    msg_of_size,
 )
+from .ws_scenarios import WS_SCENARIOS
 
 # -- scenarios --------------------------------------------------------------------------
 
@@ -99,13 +102,9 @@ def s_bad_frame(ctx: Ctx) -> str:
 
 def s_too_large(ctx: Ctx) -> str:
     s = ctx.session()
-    line = s.conn.envelope({"t": "msg", "th": random_thread(),
-                            "parts": [{"k": "text", "text": ""}]})
-    base = len(compact_json(line).encode())
     size = 1_048_576 + 4096
-    line["parts"][0]["text"] = "x" * (size - base)
-    data = compact_json(line).encode() + b"\n"
-    s.conn.send_raw(data, ctx.deadline, tolerate_close=True)
+    _, raw = msg_of_size(s.conn, size)
+    s.conn.send_raw(raw + b"\n", ctx.deadline, tolerate_close=True)
     err = s.conn.expect(_is("err"), ctx.deadline, f"err too_large for a {size}-byte msg line",
                         reject=lambda x: "_invalid" in x or x.get("t") == "ack")
     if _err_code(err) != "too_large":
@@ -118,15 +117,6 @@ def s_ping(ctx: Ctx) -> str:
     s = ctx.session()
     _ping(ctx, s.conn)
     return ""
-
-
-def _expect_ack(ctx: Ctx, conn: PeerConn, sent: dict, what: str,
-                reject: Callable[[dict], bool] | None = None) -> dict:
-    ack = conn.expect(lambda x: x.get("t") == "ack" and x.get("re") == sent["id"],
-                      ctx.deadline, f"ack of the {what} (re {sent['id']})", reject=reject)
-    if ack.get("th") != sent["th"]:
-        raise Fail(f"the ack of the {what} has th {ack.get('th')!r}, expected {sent['th']!r}")
-    return ack
 
 
 def s_msg_ack(ctx: Ctx) -> str:
@@ -392,6 +382,7 @@ SCENARIOS: list[Scenario] = [
     Scenario("seal-tamper", "a sealed record with one flipped byte: the peer closes, no ack"
              " (cap seal)", s_seal_tamper, own_connection=True),
     *BOARD_SCENARIOS,
+    *WS_SCENARIOS,
     Scenario("bye", "bye gets a bye back, then the peer closes", s_bye),
 ]
 

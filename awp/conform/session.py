@@ -11,11 +11,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..wire.address import Address, parse_address
+from ..wire.canonical import compact_json
 from ..wire.ids import IdGenerator
 from ..wire.keys import Identity, auth_transcript, verify
 from ..wire.seal import SEAL_CAP, Ephemeral, SealError, parse_seal_key, transcript_hash
 from ..wire.timefmt import format_ts, now_ms
-from .conn import Fail, PeerConn, Tracer, describe, random_nonce
+from .conn import Fail, PeerConn, Tracer, describe, random_nonce, random_thread
 
 PROTOCOL_VERSION = 0
 RUNNER_CAPS = ["chat", "board"]  # nothing optional asked for; board so board peers speak it
@@ -59,6 +61,7 @@ class Ctx:
     name: str = "awp-conform"
     peer: dict | None = None  # who answered: key, name, caps of the last hello seen
     board_topic: str = ""  # --board-topic: an open topic the peer holds (board scenarios)
+    ca_file: str = ""  # --ca: certificates trusted for wss:// beside the system store
 
     @property
     def listen_mode(self) -> bool:
@@ -71,9 +74,22 @@ class Ctx:
             return conn
         if self.address is None:
             raise Fail("no inbound connection to run the handshake on")
-        conn = PeerConn.dial(self.address, self.deadline, self.ids, self.tracer)
+        return self.dial()
+
+    def dial(self) -> PeerConn:
+        """A new connection to the peer (connect mode), closed with the context."""
+        assert self.address is not None
+        conn = PeerConn.dial(self.address, self.deadline, self.ids, self.tracer, self.ca_file)
         self.conns.append(conn)
         return conn
+
+    @property
+    def ws_target(self) -> Address | None:
+        """The peer's ws:// or wss:// address, when that is what is being checked."""
+        if self.address is None:
+            return None
+        addr = parse_address(self.address)
+        return addr if addr.kind == "ws" else None
 
     def session(self) -> Session:
         """A connection that has completed the handshake."""
@@ -90,9 +106,7 @@ class Ctx:
         only): a second party, to see what the peer relays to others."""
         if self.address is None:
             raise Fail("a second party needs connect mode")
-        conn = PeerConn.dial(self.address, self.deadline, self.ids, self.tracer)
-        self.conns.append(conn)
-        return handshake(self, conn, strict=False, identity=identity)
+        return handshake(self, self.dial(), strict=False, identity=identity)
 
     def hello_line(self, version: int = PROTOCOL_VERSION,
                    identity: Identity | None = None) -> dict:
@@ -206,6 +220,25 @@ def _seal_keys(ephemeral: Ephemeral, hello: dict, my_raw: bytes,
                               transcript=transcript_hash(my_raw, hello_raw))
     except SealError as e:
         raise Fail(f"the peer's seal key: {e}") from None
+
+
+def _expect_ack(ctx: Ctx, conn: PeerConn, sent: dict, what: str,
+                reject: Callable[[dict], bool] | None = None) -> dict:
+    ack = conn.expect(lambda x: x.get("t") == "ack" and x.get("re") == sent["id"],
+                      ctx.deadline, f"ack of the {what} (re {sent['id']})", reject=reject)
+    if ack.get("th") != sent["th"]:
+        raise Fail(f"the ack of the {what} has th {ack.get('th')!r}, expected {sent['th']!r}")
+    return ack
+
+
+def msg_of_size(conn: PeerConn, size: int) -> tuple[dict, bytes]:
+    """A msg envelope whose line is exactly ``size`` bytes (without its newline)."""
+    line = conn.envelope({"t": "msg", "th": random_thread(),
+                          "parts": [{"k": "text", "text": ""}]})
+    line["parts"][0]["text"] = "x" * (size - len(compact_json(line).encode()))
+    raw = compact_json(line).encode()
+    assert len(raw) == size
+    return line, raw
 
 
 def _ping(ctx: Ctx, conn: PeerConn, *, reject: Callable[[dict], bool] | None = None) -> dict:
