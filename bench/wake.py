@@ -20,10 +20,11 @@ a 0.75 s wake it gets through at the 1.5 s dial), dials refused, and how
 many of the lines b holds exactly once (target: all of them, every round).
 
 --transport ws runs b's listener as the WebSocket binding with the proxy in
-HTTP mode (503 to the upgrade while waking); it needs awp/transport/ws.py
-in this build and says so when it is missing.
+HTTP mode (503 to the upgrade while waking); it needs the WebSocket binding
+in this build (awp/transport/wsserver.py, wsclient.py) and says so when it is
+missing.
 
-Run: .venv/bin/python bench/wake.py [--rounds 5] [--messages 100] [--wake-time 0.75]
+Run: .venv/bin/python bench/wake.py [--transport tcp|ws] [--rounds 5] [--messages 100] [--wake-time 0.75]
 """
 
 from __future__ import annotations
@@ -48,18 +49,26 @@ TARGET_BEYOND = 1.0  # seconds after the proxy's wake time until all lines are i
 
 
 def ws_available() -> bool:
-    """Whether this build has the WebSocket binding (issue 33's awp/transport/ws.py)."""
-    return importlib.util.find_spec("awp.transport.ws") is not None
+    """Whether this build has the WebSocket binding (awp/transport/wsserver.py and wsclient.py)."""
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("awp.transport.wsserver", "awp.transport.wsclient"))
 
 
 def ws_port(node: Node) -> int:
-    """The loopback port of ``node``'s ws listener, from its status."""
-    for a in node.status.get("addresses") or []:
-        if a.startswith("ws") and "127.0.0.1" in a:
-            m = re.search(r":(\d+)(?:/|$)", a)
-            if m:
-                return int(m.group(1))
-    raise SystemExit(f"b listens on no loopback ws port: {node.status.get('addresses')}")
+    """The loopback port of ``node``'s ws listener, from its status: a ``reachable``
+    ``ws://127.0.0.1:PORT/`` endpoint, else the ``ws:127.0.0.1:PORT`` listen form in
+    ``addresses``."""
+    st = node.status
+    for a in st.get("reachable") or []:
+        m = re.fullmatch(r"ws://127\.0\.0\.1:(\d+)/?", a)
+        if m:
+            return int(m.group(1))
+    for a in st.get("addresses") or []:
+        m = re.fullmatch(r"ws:127\.0\.0\.1:(\d+)", a)
+        if m:
+            return int(m.group(1))
+    raise SystemExit(f"b listens on no loopback ws port: addresses {st.get('addresses')},"
+                     f" reachable {st.get('reachable')}, errors {st.get('listen_errors')}")
 
 
 def connected(node: Node, key: str) -> bool:
@@ -105,7 +114,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.transport == "ws" and not ws_available():
         print("bench/wake.py: --transport ws needs the WebSocket binding"
-              " (awp/transport/ws.py), which is not in this build; use --transport tcp",
+              " (awp/transport/wsserver.py), which is not in this build; use --transport tcp",
               file=sys.stderr)
         return 2
     root = tempfile.mkdtemp(prefix="awpw", dir="/tmp")
@@ -120,7 +129,7 @@ def main() -> int:
         port = ws_port(b) if args.transport == "ws" else b.port
         w = WakeProxy(port, b.proc.pid, wake_time=args.wake_time,
                       http=args.transport == "ws")
-        target = f"ws://127.0.0.1:{w.port}" if args.transport == "ws" else w.address
+        target = f"ws://127.0.0.1:{w.port}/" if args.transport == "ws" else w.address
         a.api("POST", "/v1/connect", {"target": target, "timeout": 20})
         a.send(b.key, "warm-up", wait_ack=10)
         print(f"transport {args.transport}, {args.messages} lines a round, proxy wake time"
