@@ -76,7 +76,7 @@ def _receive_on_trio(sock: socket.socket, n: int, take) -> None:
     """The same receiver waiting in trio's event loop, as a daemon does.
 
     One pass of the loop a read (``wait_readable`` and ``os.read``, as
-    awp's node/sockread.py) and the ack written at once: what an event
+    awp's base/sockread.py) and the ack written at once: what an event
     loop costs a line's latency and nothing more.
     """
     import trio

@@ -114,7 +114,7 @@ def _relay_trio(port_q: mp.Queue, up_port: int, down_port: int, key_hex: str,
         down = await trio.open_tcp_stream("127.0.0.1", down_port)
         port_q.put("ready")
         # One pass of the event loop a read and none a write (what awp's
-        # node/sockread.py and LineOut.write_now do): trio's own
+        # base/sockread.py and LineOut.write_now do): trio's own
         # receive_some and send_all each add a scheduler checkpoint.
         up_fd, down_fd = up.socket.fileno(), down.socket.fileno()
         buf = b""

@@ -29,3 +29,15 @@ def read_now(fd: int, size: int) -> bytes | None:
         return os.read(fd, size)
     except OSError:
         return None
+
+
+class Encoded(bytes):
+    """Bytes every stream layer above the socket has already encoded (sealed, framed).
+
+    What a ``write_now`` leaves when the socket took only part of its
+    bytes: their place in the stream is fixed (a sealed record's number,
+    a WebSocket frame's header), so each layer passes them down as they
+    are, never encoding them again, and nothing else may go between.
+    """
+
+    __slots__ = ()

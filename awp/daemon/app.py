@@ -218,6 +218,7 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
                 max_depth=settings.limits.json_depth))
             sd_notify("READY=1")
             log.info("local API on %s", sock)
+            nursery.start_soon(_warm_first_contact)
             async with trio.open_nursery() as waiters:
                 async def on_signal() -> None:
                     async for sig in signals:
@@ -279,6 +280,26 @@ def _setup_ws(home: str, settings: Settings) -> None:
         handshake_timeout=lim.ws_handshake_timeout, frame_bytes=lim.ws_frame_bytes,
         message_bytes=lim.ws_message_bytes, upgrades_per_ip=lim.ws_upgrades_per_ip),
         ca_file=wsconfig.ca_path(home))
+
+
+async def _warm_first_contact() -> None:
+    """Load, in a thread once we serve, what a daemon's first new peer needs.
+
+    The ws dialer (h11, wsproto, ssl: some 25 ms of imports) and the
+    confusables table that names a new peer (13 ms to parse) are loaded
+    lazily, so the CLI and hooks never pay for them; a daemon's first
+    contact paid them inside its handshake (a fresh dialer's first ack over
+    ws: p50 42 ms, tcp's 27; bench/ws.py ``dial``).
+    """
+    import importlib
+
+    def load() -> None:
+        importlib.import_module("awp.transport.wsclient")
+        from ..wire import confusables
+
+        confusables.table()
+
+    await trio.to_thread.run_sync(load, abandon_on_cancel=True)
 
 
 async def _listen_later(engine: Engine, state: DaemonState, item: str, addr) -> None:

@@ -12,7 +12,7 @@ import os
 import re
 import ssl
 
-from ..transport.wsconfig import ca_path
+from ..transport.wsconfig import MAX_CA_FILE_BYTES, ca_path, read_ca_file
 
 MAX_CA_BYTES = 256 * 1024
 _BLOCK = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----")
@@ -35,13 +35,21 @@ def add_ca(home: str, pem: str) -> int:
         raise CaError(f"the CA file does not load as certificates: {e.reason or e}") from None
     path = ca_path(home)
     try:
-        with open(path, encoding="ascii") as f:
-            kept = f.read()
-    except FileNotFoundError:
-        kept = ""
-    new = [b for b in blocks if b.replace("\r", "") not in kept]
-    if new:
+        kept = read_ca_file(path)
+    except ValueError as e:
+        raise CaError(str(e)) from None
+    new = list(dict.fromkeys(b.replace("\r", "") for b in blocks if b.replace("\r", "") not in kept))
+    if not new:
+        return 0
+    text = "".join(b + "\n" for b in new)
+    if len(kept) + len(text) > MAX_CA_FILE_BYTES:
+        raise CaError(f"{path} would grow over {MAX_CA_FILE_BYTES // 1024} KiB;"
+                      " remove the CAs no longer needed from it first")
+    try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "a", encoding="ascii") as f:
-            f.write("".join(b.replace("\r", "") + "\n" for b in new))
+    except OSError as e:
+        raise CaError(f"cannot write {path}: {e.strerror}") from None
+    with os.fdopen(fd, "a", encoding="ascii") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
     return len(new)

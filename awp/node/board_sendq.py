@@ -159,7 +159,7 @@ class BoardLink:
         out = conn.out
         out.lock.acquire_nowait()
         rest = out.write_now(data)
-        if len(rest) == len(data):
+        if rest is data:  # nothing written (an encoded rest may be as long)
             out.lock.release()
             return False
         self.stats["lines_out"] += 1

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..base.sockread import receive_some
 from ..store import ops
 from ..wire import errors
 from ..wire.errors import ProtocolError
@@ -32,7 +33,6 @@ from .lineout import LineOut, give_way
 from .sealed import SealedStream, is_local_stream
 from .session import PAUSE, Session
 from .session import actions as A
-from .sockread import receive_some
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -433,7 +433,7 @@ class Connection:
             return False
         self.out.lock.acquire_nowait()
         rest = self.out.write_now(data)
-        if len(rest) == len(data):
+        if rest is data:  # nothing written (an encoded rest may be as long)
             self.out.lock.release()
             return False
         self.session.gaps.sent(ident)

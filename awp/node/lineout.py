@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import trio
 
-from ..base.sockio import write_some
-from .sealed import Sealed, SealedStream
+from ..base.sockio import Encoded, write_some
+from .sealed import SealedStream
 
 _WRITE_SLICE = 256 * 1024  # the write deadline applies to each slice this big
 
@@ -48,8 +48,12 @@ class LineOut:
 
     def write_now(self, data: bytes) -> bytes:
         """Write to a socket without yielding to the event loop; returns what
-        did not go (all of it when the stream is not a plain socket; on a
-        sealed link the sealed rest, see :meth:`SealedStream.write_now`).
+        did not go: ``data`` itself when nothing was done (a stream that
+        cannot be written this way, a socket that takes none of it), ``b""``
+        when all went, else the rest (on a sealed link or a WebSocket the
+        encoded rest, see :class:`~awp.base.sockio.Encoded`).  Callers tell
+        "nothing done" by identity, never by length: an encoded rest can be
+        as long as ``data`` by chance.
 
         The caller holds the lock, so nothing can come between these bytes
         and the rest of them.
@@ -59,9 +63,11 @@ class LineOut:
         if type(stream) is SealedStream:
             return stream.write_now(data)
         if type(stream) is not trio.SocketStream:
-            return data
+            may = getattr(stream, "may_write_now", None)  # a WebSocket on a plain socket
+            return stream.write_now(data) if may is not None and may() else data
         # Would block, or broken (nothing written): send_all will say which.
-        return data[write_some(stream.socket.fileno(), data):]
+        sent = write_some(stream.socket.fileno(), data)
+        return data if sent == 0 else data[sent:]
 
     async def send(self, data: bytes) -> None:
         """Write under the lock, within the write deadline (see :meth:`write_all`).
@@ -100,8 +106,8 @@ class LineOut:
         """
         for start in range(0, len(data), _WRITE_SLICE):
             part = data if len(data) <= _WRITE_SLICE else data[start:start + _WRITE_SLICE]
-            if type(data) is Sealed and part is not data:
-                part = Sealed(part)  # a slice of sealed bytes is still sealed
+            if type(data) is Encoded and part is not data:
+                part = Encoded(part)  # a slice of encoded bytes is still encoded
             with trio.move_on_after(self.timeout) as scope:
                 await self.stream.send_all(part)
             if scope.cancelled_caught:

@@ -14,20 +14,9 @@ import socket
 
 import trio
 
-from ..base.sockio import write_some
+from ..base.sockio import Encoded, write_some
+from ..base.sockread import receive_some
 from ..wire.seal import Opener, Sealer, SealError
-from .sockread import receive_some
-
-
-class Sealed(bytes):
-    """Bytes already sealed for the wire: the rest of a :meth:`SealedStream.write_now`.
-
-    Once a record is sealed its place in the stream is fixed (the next
-    record's number follows it), so the rest of a write the socket did not
-    take at once must go out as it is, never sealed again.
-    """
-
-    __slots__ = ()
 
 
 class SealedStream(trio.abc.HalfCloseableStream):
@@ -57,7 +46,7 @@ class SealedStream(trio.abc.HalfCloseableStream):
             raise trio.BrokenResourceError(f"sealed link broken: {e}") from None
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        if isinstance(data, Sealed):
+        if isinstance(data, Encoded):
             await self.raw.send_all(data)
         else:
             await self.raw.send_all(self._sealer.seal(bytes(data)))
@@ -67,17 +56,20 @@ class SealedStream(trio.abc.HalfCloseableStream):
 
         The same promise as ``LineOut.write_now``: ``b""`` when all of it
         went, ``data`` itself when nothing was done (a stream we cannot
-        write without the event loop), otherwise the :class:`Sealed` rest,
+        write without the event loop), otherwise the :class:`~awp.base.sockio.Encoded` rest,
         which the caller finishes with :meth:`send_all`.  This is what keeps
         a sealed link on the fast paths (an ack from the intake journal, a
         line written before its commit) that a plain socket takes.
         """
         raw = self.raw
-        if type(raw) is not trio.SocketStream:
+        if type(raw) is trio.SocketStream:
+            cipher = self._sealer.seal(data)
+            sent = write_some(raw.socket.fileno(), cipher)
+            return b"" if sent == len(cipher) else Encoded(cipher[sent:])
+        may = getattr(raw, "may_write_now", None)  # a WebSocket on a plain socket
+        if may is None or not may():
             return data
-        cipher = self._sealer.seal(data)
-        sent = write_some(raw.socket.fileno(), cipher)
-        return b"" if sent == len(cipher) else Sealed(cipher[sent:])
+        return raw.write_now(self._sealer.seal(data))
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.raw.wait_send_all_might_not_block()

@@ -14,7 +14,6 @@ which the redial loop retries on its fast schedule (:mod:`awp.node.wake`).
 
 from __future__ import annotations
 
-import os
 import ssl
 
 import h11
@@ -25,7 +24,7 @@ from wsproto.utilities import RemoteProtocolError
 
 from ..wire.address import Address
 from .streams import TransportError, dial_tcp
-from .wsconfig import SUBPROTOCOL, WsLimits, current
+from .wsconfig import SUBPROTOCOL, WsLimits, current, read_ca_file
 from .wsstream import WebSocketStream
 
 __all__ = ["WakeRefused", "dial_ws", "tls_context"]
@@ -41,10 +40,12 @@ class WakeRefused(TransportError):
 def tls_context(ca_file: str = "") -> ssl.SSLContext:
     """The system trust store, plus ``ca_file`` when one is configured."""
     ctx = ssl.create_default_context()
-    if ca_file and os.path.exists(ca_file):
+    if ca_file:
         try:
-            ctx.load_verify_locations(cafile=ca_file)
-        except (OSError, ssl.SSLError) as e:
+            pem = read_ca_file(ca_file)
+            if pem:
+                ctx.load_verify_locations(cadata=pem)
+        except (ValueError, ssl.SSLError) as e:
             raise TransportError(f"cannot load the CA file {ca_file}: {e}") from None
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx

@@ -6,19 +6,49 @@ CLI can name the subprotocol) without importing wsproto or ssl.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass
 
-__all__ = ["SUBPROTOCOL", "WsLimits", "ca_path", "configure", "current"]
+__all__ = ["SUBPROTOCOL", "WsLimits", "ca_path", "configure", "current", "read_ca_file"]
 
 SUBPROTOCOL = "awp.v0"  # Sec-WebSocket-Protocol: what marks an AWP connection
 HEALTH_PATH = "/healthz"
 CA_FILE = "ws-ca.pem"  # in the home: certificates ``awp connect --ca`` was handed
+MAX_CA_FILE_BYTES = 1024 * 1024  # the whole file, however many --ca went into it
 
 
 def ca_path(home: str) -> str:
     """Where the home keeps its extra wss:// CAs."""
     return os.path.join(home, CA_FILE)
+
+
+def read_ca_file(path: str) -> str:
+    """The home's CA file as text ("" when there is none), read without following a link.
+
+    The file sits in the home, so it is input like any other: a symlink, a
+    device or an oversized file is refused in words rather than trusted.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return ""
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(f"{path} is a symbolic link; it must be a regular file") from None
+        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        data = f.read(MAX_CA_FILE_BYTES + 1)
+    if len(data) > MAX_CA_FILE_BYTES:
+        raise ValueError(f"{path} is over {MAX_CA_FILE_BYTES // 1024} KiB")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not PEM text (a byte outside ASCII)") from None
 
 
 @dataclass(frozen=True)

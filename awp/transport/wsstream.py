@@ -29,6 +29,8 @@ from wsproto.events import (
 )
 from wsproto.frame_protocol import CloseReason
 
+from ..base.sockio import Encoded, write_some
+from ..base.sockread import receive_some as read_socket
 from .wsconfig import WsLimits
 
 __all__ = ["WebSocketStream"]
@@ -57,12 +59,21 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         self._frame = 0
         self._message = 0
         self._wlock = trio.Lock()  # pongs and closes from the reader share the socket
+        # Bytes of a frame write_now began and the caller still owes (an Encoded
+        # rest): until they are written nothing else may go, or a pong would
+        # land in the middle of that frame.
+        self._owed = 0
+        self._paid = trio.Event()
+        self._paid.set()
         self.close_code: int | None = None  # the peer's close code, once it sent one
         self.close_reason = ""
 
     # -- sending -----------------------------------------------------------------------
 
-    async def _write(self, data: bytes) -> None:
+    async def _write(self, data: bytes, *, owed: bool = False) -> None:
+        if not owed:
+            while self._owed:
+                await self._paid.wait()
         async with self._wlock:
             try:
                 await self.transport_stream.send_all(data)
@@ -71,18 +82,57 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
             except OSError as e:
                 raise trio.BrokenResourceError(f"websocket: {e}") from e
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+    def _check_open(self) -> None:
         if self._sent_close:
             raise trio.ClosedResourceError("websocket: this side has sent its close")
         if self._ws.state is not ConnectionState.OPEN:
             raise trio.BrokenResourceError("websocket: the peer closed the connection")
+
+    def _frames(self, data: bytes | bytearray | memoryview) -> bytes:
         view = memoryview(data)
-        if not view.nbytes:
-            return
         step = self._limits.send_chunk
-        out = b"".join(self._ws.send(Message(data=bytes(view[i:i + step])))
-                       for i in range(0, view.nbytes, step))
-        await self._write(out)
+        return b"".join(self._ws.send(Message(data=bytes(view[i:i + step])))
+                        for i in range(0, view.nbytes, step))
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if type(data) is Encoded:  # the rest of a write_now: framed already
+            try:
+                await self._write(data, owed=True)
+            finally:
+                self._owed = max(0, self._owed - len(data))
+                if not self._owed:
+                    self._paid.set()
+            return
+        self._check_open()
+        if not memoryview(data).nbytes:
+            return
+        await self._write(self._frames(data))
+
+    def may_write_now(self) -> bool:
+        """Whether :meth:`write_now` can write without the event loop: a plain
+        socket under us, open, and no other write of ours under way."""
+        return (type(self.transport_stream) is trio.SocketStream and not self._owed
+                and not self._wlock.locked() and not self._sent_close
+                and self._ws.state is ConnectionState.OPEN)
+
+    def write_now(self, data: bytes) -> bytes:
+        """Frame ``data`` and write what the socket takes at once (the engine's
+        fast path, as on a plain socket: :meth:`awp.node.lineout.LineOut.write_now`).
+
+        ``data`` itself when nothing was done (:meth:`may_write_now` is false),
+        ``b""`` when every byte went, else the framed rest as
+        :class:`~awp.base.sockio.Encoded`, which the caller must hand to
+        :meth:`send_all` before anything else goes.
+        """
+        if not data or not self.may_write_now():
+            return data
+        out = self._frames(data)
+        sent = write_some(self.transport_stream.socket.fileno(), out)
+        if sent == len(out):
+            return b""
+        self._owed = len(out) - sent
+        self._paid = trio.Event()
+        return Encoded(out[sent:])
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.transport_stream.wait_send_all_might_not_block()
@@ -105,7 +155,7 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
             if self._eof:
                 return b""
             try:
-                data = await self.transport_stream.receive_some(_READ)
+                data = await read_socket(self.transport_stream, _READ)
             except OSError as e:
                 raise trio.BrokenResourceError(f"websocket: {e}") from e
             if self._ws.state is ConnectionState.CLOSED:

@@ -8,8 +8,9 @@ import pytest
 import trio
 import trio.testing
 
+from awp.base.sockio import Encoded
 from awp.node.lineout import LineOut
-from awp.node.sealed import Sealed, SealedStream, is_local_stream
+from awp.node.sealed import SealedStream, is_local_stream
 
 KEY_AB = bytes(range(32))
 KEY_BA = bytes(range(32, 64))
@@ -56,7 +57,7 @@ def test_write_now_then_the_sealed_rest_arrives_whole():
             n.start_soon(reader)
             await out.lock.acquire()
             rest = out.write_now(big)
-            assert rest and type(rest) is Sealed  # the socket took only part of it
+            assert rest and type(rest) is Encoded  # the socket took only part of it
             await out.write_all(rest)  # sliced into 256 KiB parts, each still sealed
             out.lock.release()
             await out.send(b"tail\n")  # sealed afresh, after the rest

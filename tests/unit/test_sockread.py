@@ -1,4 +1,4 @@
-"""awp.node.sockread: a socket is read with one wait and one read, and says what
+"""awp.base.sockread: a socket is read with one wait and one read, and says what
 trio's receive_some says at the ends (data, end of stream, closed, reset)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from awp.node.sockread import receive_some
+from awp.base.sockread import receive_some
 
 
 def _pair() -> tuple[trio.SocketStream, socket.socket]:

@@ -100,3 +100,51 @@ async def test_an_oversize_frame_closes_with_1009_before_it_is_kept():
 def test_the_stream_names_what_carries_it():
     ws, _client, _pipe = pair()
     assert ws.transport_stream is not None
+
+
+@run
+async def test_write_now_frames_at_once_and_a_pong_waits_for_the_rest_it_left():
+    import socket
+
+    from awp.base.sockio import Encoded
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    ours = trio.SocketStream(trio.socket.from_stdlib_socket(a))
+    theirs = trio.SocketStream(trio.socket.from_stdlib_socket(b))
+    ws = WebSocketStream(ours, Connection(ConnectionType.SERVER), WsLimits())
+    client = Connection(ConnectionType.CLIENT)
+
+    small = b'{"t":"ack"}\n'
+    assert ws.may_write_now() and ws.write_now(small) == b""  # all went, no event loop
+    data = bytes(range(256)) * 4096  # 1 MiB: more than the socket takes at once
+    rest = ws.write_now(data)
+    assert type(rest) is Encoded and rest is not data and 0 < len(rest) < len(data) + 14
+    assert not ws.may_write_now()
+    assert ws.write_now(b"x\n") == b"x\n"  # nothing may go before the rest: nothing done
+
+    got: list[bytes] = []
+    pongs: list[int] = []  # how many payload bytes had come when each pong came
+
+    async def drain() -> None:
+        while not pongs:
+            client.receive_data(await theirs.receive_some(65536))
+            for e in client.events():
+                if isinstance(e, BytesMessage):
+                    got.append(bytes(e.data))
+                elif isinstance(e, Pong):
+                    pongs.append(sum(map(len, got)))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain)
+            await theirs.send_all(client.send(Ping(payload=b"p")))
+            nursery.start_soon(ws.receive_some)  # reads the ping and wants to pong now
+            await trio.testing.wait_all_tasks_blocked()
+            await ws.send_all(rest)
+            while not pongs:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()  # the reader waits for more that will not come
+    assert b"".join(got) == small + data
+    assert pongs == [len(small) + len(data)]  # the pong came after the whole frame
+    assert ws.may_write_now()
