@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from fixtures.conformrun import conform_env, run_conform, scenarios_of
 from nodes import ROOT, free_port, wait_for
 
 from awp.conform import runner
@@ -42,22 +43,14 @@ BOARD = [s.name for s in SCENARIOS if s.name.startswith("board-")]
 IDS = IdGenerator()
 
 
-def env() -> dict:
-    e = dict(os.environ)
-    e.pop("AWP_HOME", None)
-    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
-    return e
+env = conform_env
 
 
 def conform(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "awp", "conform", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env(), cwd=ROOT,
-                          stdin=subprocess.DEVNULL)
+    return run_conform(*args, timeout=timeout)[0]
 
 
-def board_report(r: subprocess.CompletedProcess) -> dict[str, dict]:
-    rep = json.loads(r.stdout)
-    return {s["scenario"]: s for s in rep["scenarios"]}
+board_report = scenarios_of
 
 
 def only_board(*extra: str) -> list[str]:

@@ -20,6 +20,7 @@ import threading
 import time
 
 import pytest
+from fixtures.conformrun import run_conform, scenarios_of
 from nodes import ROOT, free_port, wait_for
 
 from awp.conform.scenarios import SCENARIOS
@@ -37,18 +38,10 @@ MINIPEER = os.path.join(ROOT, "interop", "minipeer.py")
 
 
 def conform(*args: str, timeout: float = 55) -> tuple[subprocess.CompletedProcess, float]:
-    env = dict(os.environ)
-    env.pop("AWP_HOME", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "awp", "conform", *args], capture_output=True,
-                       text=True, timeout=timeout, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
-    return r, time.monotonic() - t0
+    return run_conform(*args, timeout=timeout)
 
 
-def report(r: subprocess.CompletedProcess) -> dict[str, dict]:
-    rep = json.loads(r.stdout)
-    return {s["scenario"]: s for s in rep["scenarios"]}
+report = scenarios_of
 
 
 def failed(r: subprocess.CompletedProcess) -> set[str]:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from fixtures.conformrun import conform_env, run_conform
 from nodes import ROOT
 
 from awp.conform.scenarios import SCENARIOS
@@ -26,17 +27,11 @@ WS = {n for n in ALL if n.startswith("ws-")}  # skipped unless the target is a w
 SKIPPED = NEEDS_TOPIC | WS  # in connect mode over TCP or a Unix socket
 
 
-def env() -> dict:
-    e = dict(os.environ)
-    e.pop("AWP_HOME", None)
-    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
-    return e
+env = conform_env
 
 
 def conform(*args: str, timeout: float = 55) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "awp", "conform", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env(), cwd=ROOT,
-                          stdin=subprocess.DEVNULL)
+    return run_conform(*args, timeout=timeout)[0]
 
 
 def awp_cmd(*args: str) -> str:

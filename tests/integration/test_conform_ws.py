@@ -26,13 +26,13 @@ import select
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
+from fixtures.conformrun import run_conform, scenarios_of
 from fixtures.derp import make_test_ca
-from nodes import ROOT, wait_for
+from nodes import wait_for
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Request, TextMessage
 
@@ -46,17 +46,10 @@ WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 def conform(*args: str, timeout: float = 90) -> tuple[subprocess.CompletedProcess, float]:
-    env = dict(os.environ)
-    env.pop("AWP_HOME", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "awp", "conform", *args], capture_output=True,
-                       text=True, timeout=timeout, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
-    return r, time.monotonic() - t0
+    return run_conform(*args, timeout=timeout)
 
 
-def report(r: subprocess.CompletedProcess) -> dict[str, dict]:
-    return {s["scenario"]: s for s in json.loads(r.stdout)["scenarios"]}
+report = scenarios_of
 
 
 def ws_url(node) -> str:
