@@ -21,6 +21,7 @@ import time
 
 import pytest
 from fixtures.conformrun import run_conform, scenarios_of
+from fixtures.threadserver import servers
 from nodes import ROOT, free_port, wait_for
 
 from awp.conform.scenarios import SCENARIOS
@@ -121,59 +122,9 @@ def test_text_report_of_a_broken_peer(minipeer):
 
 # -- scripted peers ----------------------------------------------------------------------
 
-class Server:
-    """A loopback TCP server running ``handler(conn)`` per connection, in threads."""
-
-    def __init__(self, handler) -> None:
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(32)
-        self.sock.settimeout(0.2)
-        self.address = f"tcp:127.0.0.1:{self.sock.getsockname()[1]}"
-        self.handler = handler
-        self.stop = threading.Event()
-        self.conns: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.conns.append(c)
-            threading.Thread(target=self._run, args=(c,), daemon=True).start()
-
-    def _run(self, c: socket.socket) -> None:
-        try:
-            c.settimeout(20)
-            self.handler(c)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-        for c in self.conns:
-            try:
-                c.close()
-            except OSError:
-                pass
-
-
 @pytest.fixture
 def server():
-    made: list[Server] = []
-
-    def make(handler) -> Server:
-        s = Server(handler)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.close()
+    yield from servers()
 
 
 def assert_all_fail(r: subprocess.CompletedProcess, took: float, limit: float) -> None:

@@ -32,6 +32,7 @@ import time
 import pytest
 from fixtures.conformrun import run_conform, scenarios_of
 from fixtures.derp import make_test_ca
+from fixtures.threadserver import servers
 from nodes import wait_for
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Request, TextMessage
@@ -148,49 +149,9 @@ def test_wss_needs_the_ca_then_every_scenario_passes(server, ws_daemon, tmp_home
 
 # -- broken ws peers -----------------------------------------------------------------------
 
-class Server:
-    """Loopback TCP, ``handler(conn)`` per connection in a thread of its own."""
-
-    def __init__(self, handler) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.url = f"ws://127.0.0.1:{self.sock.getsockname()[1]}/"
-        self.handler = handler
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._run, args=(c,), daemon=True).start()
-
-    def _run(self, c: socket.socket) -> None:
-        with c:
-            try:
-                c.settimeout(20)
-                self.handler(c)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.stop.set()
-        self.sock.close()
-
-
 @pytest.fixture
 def server():
-    made: list[Server] = []
-
-    def make(handler) -> Server:
-        made.append(Server(handler))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.close()
+    yield from servers(close_after=True)
 
 
 def read_head(c: socket.socket) -> tuple[str, dict[str, str]]:
