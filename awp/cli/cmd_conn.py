@@ -23,11 +23,12 @@ from .common import (
 )
 
 UP_WAIT = 45.0
-MAX_CA_FILE = 256 * 1024
 
 
 def read_ca_file(path: str) -> str:
     """The PEM text of ``--ca FILE`` (the daemon checks it holds certificates)."""
+    from ..transport.wsconfig import MAX_CA_BYTES as MAX_CA_FILE
+
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_CA_FILE + 1)

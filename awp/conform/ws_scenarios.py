@@ -27,11 +27,10 @@ from wsproto.events import BytesMessage, Message, TextMessage
 from ..wire.address import Address
 from ..wire.canonical import compact_json
 from ..wire.framing import MAX_LINE
+from ..wire.wsnames import HEALTH_PATH, SUBPROTOCOL
 from .conn import Fail, PeerConn, Skip, random_thread
 from .session import Ctx, Scenario, _expect_ack, handshake, msg_of_size
 from .wswire import (
-    HEALTH_PATH,
-    SUBPROTOCOL,
     HttpAnswer,
     WsWire,
     http_exchange,

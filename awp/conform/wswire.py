@@ -44,10 +44,9 @@ from wsproto.events import (
 from wsproto.utilities import ProtocolError
 
 from ..wire.address import Address
+from ..wire.wsnames import SUBPROTOCOL
 from .conn import Fail, remaining
 
-SUBPROTOCOL = "awp.v0"  # Sec-WebSocket-Protocol of an AWP connection
-HEALTH_PATH = "/healthz"
 SEND_CHUNK = 256 * 1024  # the largest message a plain write becomes
 _READ = 262144
 _READS_PER_RECV = 8  # then back to the caller, so writing and reading stay interleaved
@@ -58,17 +57,16 @@ Framer = Callable[[bytes], list[Message]]
 
 
 def tls_context(ca_file: str = "") -> ssl.SSLContext:
-    """The system trust store, plus ``ca_file`` (``awp conform --ca``) when given."""
+    """The system trust store, plus ``ca_file`` (``awp conform --ca``) when given.
+
+    Built here rather than taken from the daemon's dialer, so the checker
+    never shares a bug with what it checks.
+    """
     ctx = ssl.create_default_context()
     if ca_file:
         ctx.load_verify_locations(cafile=ca_file)
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
-
-
-def host_header(addr: Address) -> str:
-    host = f"[{addr.host}]" if ":" in addr.host else addr.host
-    return host if addr.port == (443 if addr.tls else 80) else f"{host}:{addr.port}"
 
 
 def target_of(addr: Address) -> str:
@@ -77,7 +75,7 @@ def target_of(addr: Address) -> str:
 
 
 def shown_url(addr: Address) -> str:
-    return f"{'wss' if addr.tls else 'ws'}://{host_header(addr)}{target_of(addr)}"
+    return f"{'wss' if addr.tls else 'ws'}://{addr.http_host}{target_of(addr)}"
 
 
 def open_socket(addr: Address, deadline: float, ca_file: str = "") -> socket.socket:
@@ -136,7 +134,7 @@ def http_exchange(addr: Address, method: str, target: str, deadline: float, *,
     is read."""
     sock = open_socket(addr, deadline, ca_file)
     http = h11.Connection(h11.CLIENT)
-    head = [("host", host_header(addr)), *(headers or [])]
+    head = [("host", addr.http_host), *(headers or [])]
     if method in ("POST", "PUT"):
         head.append(("content-length", "0"))
     answer = HttpAnswer(0)
@@ -200,7 +198,7 @@ def dial_ws(addr: Address, deadline: float, ca_file: str = "") -> WsWire:
     status, body, early = 0, b"", bytearray()
     try:
         sock.settimeout(max(0.05, remaining(deadline)))
-        sock.sendall(ws.send(Request(host=host_header(addr), target=target_of(addr),
+        sock.sendall(ws.send(Request(host=addr.http_host, target=target_of(addr),
                                      subprotocols=[SUBPROTOCOL])))
         accepted = False
         while not accepted:

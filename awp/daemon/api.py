@@ -729,7 +729,7 @@ def reachable_addresses(engine: Engine) -> list[str]:
 
     out: list[str] = []
     for a in sorted(engine.listen_addrs, key=lambda a: a.kind != "tailcat"):
-        out += [a.endpoint()] if a.endpoint() else expand_wildcard(a)
+        out += [ep] if (ep := a.endpoint()) else expand_wildcard(a)
     return list(dict.fromkeys(out))
 
 

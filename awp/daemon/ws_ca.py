@@ -12,9 +12,8 @@ import os
 import re
 import ssl
 
-from ..transport.wsconfig import MAX_CA_FILE_BYTES, ca_path, read_ca_file
+from ..transport.wsconfig import MAX_CA_BYTES, MAX_CA_FILE_BYTES, ca_path, read_ca_file
 
-MAX_CA_BYTES = 256 * 1024
 _BLOCK = re.compile(r"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----")
 
 

@@ -254,8 +254,8 @@ class Engine(InboundStore, AgentVerbs):
         if adv is not None:
             return None if adv.strip().lower() in ("", "none") else adv
         for a in sorted(self.listen_addrs, key=lambda a: a.kind != "tailcat"):
-            if a.endpoint():
-                return a.endpoint()
+            if ep := a.endpoint():
+                return ep
         return None
 
     def local_hello(self, outbound: bool) -> LocalHello:

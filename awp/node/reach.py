@@ -38,8 +38,8 @@ def endpoints(engine: Engine) -> list[str]:
     expand: Callable[[Address], list[str]] | None = getattr(engine, "expand", None)
     out: list[str] = []
     for a in sorted(engine.listen_addrs, key=lambda a: a.kind != "tailcat"):
-        if a.endpoint():
-            out.append(a.endpoint())
+        if ep := a.endpoint():
+            out.append(ep)
         elif expand is not None:
             out += expand(a)
     first = engine.advertised()

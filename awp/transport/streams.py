@@ -160,14 +160,13 @@ async def _connect_one(info: tuple) -> trio.SocketStream:
 async def dial_tcp(addr: Address, allow_plaintext: bool, shown: Address | None = None
                    ) -> trio.abc.HalfCloseableStream:
     """TCP to ``addr.host:port``; errors name ``shown`` (the ws URL a user gave) when set."""
-    host = addr
-    addr = shown or addr
+    label = shown or addr
     try:
-        infos = await resolve_checked(host.host, host.port, allow_plaintext)
+        infos = await resolve_checked(addr.host, addr.port, allow_plaintext)
     except OSError as exc:
-        raise TransportError(f"dial {addr}: cannot resolve {addr.host}: {_reason(exc)}") from exc
+        raise TransportError(f"dial {label}: cannot resolve {addr.host}: {_reason(exc)}") from exc
     if not infos:
-        raise TransportError(f"dial {addr}: {addr.host} did not resolve to any address")
+        raise TransportError(f"dial {label}: {addr.host} did not resolve to any address")
     failures: list[tuple[str, str]] = []
     for i, info in enumerate(infos):
         ip = str(info[4][0])
@@ -194,7 +193,7 @@ async def dial_tcp(addr: Address, allow_plaintext: bool, shown: Address | None =
         detail = reasons.pop()
     else:
         detail = "; ".join(f"{ip}: {reason}" for ip, reason in failures)
-    raise TransportError(f"dial {addr}: {detail}")
+    raise TransportError(f"dial {label}: {detail}")
 
 
 async def _dial_unix(addr: Address) -> trio.abc.HalfCloseableStream:

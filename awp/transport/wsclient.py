@@ -23,9 +23,11 @@ from wsproto.events import AcceptConnection, RejectConnection, RejectData, Reque
 from wsproto.utilities import RemoteProtocolError
 
 from ..wire.address import Address
+from ..wire.wsnames import SUBPROTOCOL
 from .streams import TransportError, dial_tcp
-from .wsconfig import SUBPROTOCOL, WsLimits, current, read_ca_file
+from .wsconfig import WsLimits, current
 from .wsstream import WebSocketStream
+from .wstls import client_context
 
 __all__ = ["WakeRefused", "dial_ws", "tls_context"]
 
@@ -39,21 +41,10 @@ class WakeRefused(TransportError):
 
 def tls_context(ca_file: str = "") -> ssl.SSLContext:
     """The system trust store, plus ``ca_file`` when one is configured."""
-    ctx = ssl.create_default_context()
-    if ca_file:
-        try:
-            pem = read_ca_file(ca_file)
-            if pem:
-                ctx.load_verify_locations(cadata=pem)
-        except (ValueError, ssl.SSLError) as e:
-            raise TransportError(f"cannot load the CA file {ca_file}: {e}") from None
-    ctx.set_alpn_protocols(["http/1.1"])
-    return ctx
-
-
-def _host_header(addr: Address) -> str:
-    host = f"[{addr.host}]" if ":" in addr.host else addr.host
-    return host if addr.port == (443 if addr.tls else 80) else f"{host}:{addr.port}"
+    try:
+        return client_context(ca_file)
+    except (ValueError, ssl.SSLError) as e:
+        raise TransportError(f"cannot load the CA file {ca_file}: {e}") from None
 
 
 async def _tls(tcp: trio.abc.Stream, addr: Address, ca_file: str) -> trio.SSLStream:
@@ -80,7 +71,7 @@ async def _tls(tcp: trio.abc.Stream, addr: Address, ca_file: str) -> trio.SSLStr
 async def _upgrade(stream: trio.abc.Stream, addr: Address, limits: WsLimits) -> WSConnection:
     """Send the upgrade and read the answer: the open connection, or an error naming it."""
     ws = WSConnection(ConnectionType.CLIENT)
-    await stream.send_all(ws.send(Request(host=_host_header(addr), target=addr.path,
+    await stream.send_all(ws.send(Request(host=addr.http_host, target=addr.path,
                                           subprotocols=[SUBPROTOCOL])))
     seen, status, body, done = 0, 0, b"", False
     while not done:
@@ -142,4 +133,4 @@ async def dial_ws(addr: Address, allow_plaintext: bool = False) -> WebSocketStre
         await trio.aclose_forcefully(stream)
         raise
     return WebSocketStream(stream, ws, cfg.limits, desc=f"{'wss' if addr.tls else 'ws'}"
-                           f" {_host_header(addr)}")
+                           f" {addr.http_host}")

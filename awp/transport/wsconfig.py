@@ -1,7 +1,8 @@
 """What the WebSocket binding is configured with: its bounds and the extra CAs.
 
-Kept apart from the binding itself so the daemon can configure it (and the
-CLI can name the subprotocol) without importing wsproto or ssl.
+Kept apart from the binding itself so the daemon and the CLI can read and
+set it without importing wsproto or ssl (the names on the wire are in
+:mod:`awp.wire.wsnames`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ import os
 import stat
 from dataclasses import dataclass
 
-__all__ = ["SUBPROTOCOL", "WsLimits", "ca_path", "configure", "current", "read_ca_file"]
+__all__ = ["WsLimits", "ca_path", "configure", "current", "read_ca_file"]
 
-SUBPROTOCOL = "awp.v0"  # Sec-WebSocket-Protocol: what marks an AWP connection
-HEALTH_PATH = "/healthz"
 CA_FILE = "ws-ca.pem"  # in the home: certificates ``awp connect --ca`` was handed
+MAX_CA_BYTES = 256 * 1024  # what one awp connect --ca may hand in
 MAX_CA_FILE_BYTES = 1024 * 1024  # the whole file, however many --ca went into it
 
 

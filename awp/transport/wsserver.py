@@ -29,8 +29,9 @@ from wsproto.events import AcceptConnection, RejectConnection, Request
 from wsproto.utilities import RemoteProtocolError
 
 from ..wire.address import Address
+from ..wire.wsnames import HEALTH_PATH, SUBPROTOCOL
 from .streams import Handler, Listener, listen, peer_description
-from .wsconfig import HEALTH_PATH, SUBPROTOCOL, WsLimits, current
+from .wsconfig import WsLimits, current
 from .wsstream import WebSocketStream
 
 __all__ = ["WsListener", "listen_ws"]
@@ -144,8 +145,7 @@ async def upgrade(stream: trio.abc.HalfCloseableStream, limits: WsLimits, desc: 
         return None
     wss = WebSocketStream(stream, ws, limits, desc=f"ws {desc.removeprefix('tcp ')}")
     if rest:
-        ws.receive_data(rest)
-        await wss._take_events()  # frames the client sent right behind its request
+        await wss.feed(rest)  # frames the client sent right behind its request
     return wss
 
 

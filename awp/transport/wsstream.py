@@ -77,8 +77,6 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         async with self._wlock:
             try:
                 await self.transport_stream.send_all(data)
-            except trio.BrokenResourceError:
-                raise
             except OSError as e:
                 raise trio.BrokenResourceError(f"websocket: {e}") from e
 
@@ -167,6 +165,12 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
         out = bytes(self._buf[:n])
         del self._buf[:n]
         return out
+
+    async def feed(self, data: bytes) -> None:
+        """Take bytes that arrived before this stream existed (frames sent right
+        behind the upgrade request, read with it)."""
+        self._ws.receive_data(data)
+        await self._take_events()
 
     async def _take_events(self) -> None:
         for ev in self._ws.events():

@@ -65,10 +65,16 @@ class Address:
         """A ``ws:HOST:PORT[=URL]`` listen directive rather than a URL to dial."""
         return self.kind == "ws" and not self.path
 
+    @property
+    def http_host(self) -> str:
+        """A ws URL's ``Host`` header: the host, with the port unless it is the default."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == _WS_DEFAULT_PORT[self.tls] else f"{host}:{self.port}"
+
     def endpoint(self) -> str:
         """The text a peer dials to reach this listener, "" when the bound host is a
         wildcard (0.0.0.0, ::) that names no address of its own."""
-        if self.kind == "ws" and self.is_ws_listen:
+        if self.is_ws_listen:
             if self.url:
                 return self.url
             if self.host in _WILDCARD_HOSTS:
@@ -90,11 +96,10 @@ class Address:
             # An empty tailcat address is the listen directive "tailcat".
             return self.tailcat or "tailcat"
         if self.kind == "ws":
-            host = f"[{self.host}]" if ":" in self.host else self.host
             if self.is_ws_listen:
+                host = f"[{self.host}]" if ":" in self.host else self.host
                 return f"ws:{host}:{self.port}" + (f"={self.url}" if self.url else "")
-            port = "" if self.port == _WS_DEFAULT_PORT[self.tls] else f":{self.port}"
-            return f"{'wss' if self.tls else 'ws'}://{host}{port}{self.path}"
+            return f"{'wss' if self.tls else 'ws'}://{self.http_host}{self.path}"
         return self.kind
 
 

@@ -98,8 +98,9 @@ async def test_an_oversize_frame_closes_with_1009_before_it_is_kept():
 
 
 def test_the_stream_names_what_carries_it():
-    ws, _client, _pipe = pair()
-    assert ws.transport_stream is not None
+    ours, _theirs = trio.testing.memory_stream_pair()
+    ws = WebSocketStream(ours, Connection(ConnectionType.SERVER), WsLimits())
+    assert ws.transport_stream is ours
 
 
 @run
@@ -125,6 +126,7 @@ async def test_write_now_frames_at_once_and_a_pong_waits_for_the_rest_it_left():
 
     got: list[bytes] = []
     pongs: list[int] = []  # how many payload bytes had come when each pong came
+    ponged = trio.Event()
 
     async def drain() -> None:
         while not pongs:
@@ -134,6 +136,7 @@ async def test_write_now_frames_at_once_and_a_pong_waits_for_the_rest_it_left():
                     got.append(bytes(e.data))
                 elif isinstance(e, Pong):
                     pongs.append(sum(map(len, got)))
+                    ponged.set()
 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
@@ -142,8 +145,7 @@ async def test_write_now_frames_at_once_and_a_pong_waits_for_the_rest_it_left():
             nursery.start_soon(ws.receive_some)  # reads the ping and wants to pong now
             await trio.testing.wait_all_tasks_blocked()
             await ws.send_all(rest)
-            while not pongs:
-                await trio.sleep(0.01)
+            await ponged.wait()
             nursery.cancel_scope.cancel()  # the reader waits for more that will not come
     assert b"".join(got) == small + data
     assert pongs == [len(small) + len(data)]  # the pong came after the whole frame
