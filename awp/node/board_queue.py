@@ -50,7 +50,7 @@ from ..wire.board import (
     make_ask,
     make_lease,
 )
-from ..wire.timefmt import now_ms, parse_ts
+from ..wire.timefmt import RisingClock, now_ms, parse_ts
 from .board_market import AwardWindow
 
 if TYPE_CHECKING:
@@ -91,6 +91,9 @@ class BoardQueue:
         # an ask we passed on: our id -> (from, their id, when, branches still to answer)
         self._routes: dict[str, tuple[BoardLink, str, float, list[int]]] = {}
         self._seen: dict[str, float] = {}  # signatures of asks already decided or passed on
+        # our asks' times: two renews of one lease in one millisecond would otherwise
+        # be one signature, and the owner would take the second for the first met again
+        self._ask_clock = RisingClock()
         self._wake = trio.Event()
         self.window = AwardWindow(self)  # claims are decided in award windows (the market)
 
@@ -531,7 +534,7 @@ class BoardQueue:
                 body["bid"] = bid.to_json()
         else:
             body["lease"] = lease
-        body["ask"] = make_ask(self.engine.identity, topic, op, now_ms(),
+        body["ask"] = make_ask(self.engine.identity, topic, op, self._ask_clock.next(),
                                req=body.get("req", ""), lease=lease if op != "claim" else "",
                                offers=body.get("offers", ()), bid=body.get("bid"))
         got: list[dict] = []

@@ -19,6 +19,24 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class RisingClock:
+    """Milliseconds that never repeat: each reading is past the last one.
+
+    For signed statements whose signature names them: Ed25519 is
+    deterministic, so two equal statements signed in one millisecond are one
+    signature, and a host that drops what it has met would drop the second.
+    """
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def next(self, now: int | None = None) -> int:
+        self.last = max(now_ms() if now is None else now, self.last + 1)
+        return self.last
+
+
 _last_second: tuple[int, str] = (-1, "")  # (Unix second, its formatted prefix)
 
 

@@ -232,6 +232,34 @@ def test_a_claimant_flooding_the_arbiter_is_bounded(make_node):
     assert a.api("GET", "/v1/status")["board"]["claims_refused"] == 11
 
 
+def test_renews_sent_at_once_are_each_answered(make_node):
+    """Asks are signed and the owner drops one it has met: two renews of one lease
+    made in one millisecond must still be two asks, each answered at once."""
+    a = make_node("a").start()
+    b = make_node("b").start()
+    topic = _queue(a, n=1)
+    b.connect(a)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    held = b.api("POST", "/v1/board/claim", {"topic": topic})
+    start = threading.Barrier(6)
+    states: list[str] = []
+
+    def renew() -> None:
+        start.wait()
+        try:
+            states.append(b.api("POST", "/v1/board/lease", {
+                "topic": topic, "lease": held["lease"], "op": "renew", "timeout": 5})["state"])
+        except ApiFailure as e:
+            states.append(e.code)
+
+    threads = [threading.Thread(target=renew) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert states == ["renewed"] * 6
+
+
 def test_the_arbiters_log_is_compacted_and_survives_kill_9(make_node):
     a = make_node("a").with_limits(board_queue_log=30).start()
     b = make_node("b").start()

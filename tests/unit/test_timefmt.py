@@ -166,3 +166,13 @@ def test_parse_ts_of_a_burst_skips_nothing_it_must_check():
     assert parse_ts("2026-09-25T17:03:12.123Z") == BASE_MS + 1000
     assert parse_ts(base + ".123Z") == BASE_MS  # and back
     assert parse_ts("2016-12-31T23:59:60.500Z") == parse_ts("2016-12-31T23:59:59.500Z")
+
+
+def test_a_rising_clock_never_repeats_a_millisecond():
+    from awp.wire.timefmt import RisingClock
+
+    clock = RisingClock()
+    readings = [clock.next(1000) for _ in range(3)] + [clock.next(999), clock.next(5000)]
+    assert readings == [1000, 1001, 1002, 1003, 5000]
+    live = [clock.next() for _ in range(200)]  # many in one real millisecond
+    assert len(set(live)) == 200 and live == sorted(live)
