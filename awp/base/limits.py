@@ -67,6 +67,10 @@ class Limits:
     board_award_window: float = 0.05        # claims on our queues arriving this close are
     #                                         served together, best bid first (the market)
     board_leases_per_claimant: int = 8      # leases one claimant holds at once in one of our queues
+    board_head_every: float = 30.0          # we sign a head of each of our topics at least this
+    #                                         often (0: only when it changed)
+    board_stale_heads: int = 3              # a topic whose owner's head is this many heads
+    #                                         overdue is stale: said, and asked of every peer
 
     # Links kept without business of our own (awp/node/business.py).
     kept_peers: int = 64                    # peers redialled only because they were recently
@@ -109,6 +113,7 @@ for _f, _k in (
     ("board_award_window", "seconds"),
     ("kept_peers", "count"), ("warm_for", "seconds"),
     ("board_leases_per_claimant", "count"), ("invites", "count"),
+    ("board_head_every", "seconds"), ("board_stale_heads", "count"),
     ("ws_handshake_timeout", "seconds"), ("ws_frame_bytes", "bytes"),
     ("ws_message_bytes", "bytes"), ("ws_upgrades_per_ip", "count"),
 ):

@@ -72,10 +72,18 @@ class Holes:
 
     top: int = 0  # the highest seq seen
     missing: set[int] = field(default_factory=set)
+    asked: set[int] = field(default_factory=set)  # missing ones every peer was asked for
+
+    def explained(self, head_seq: int) -> None:
+        """The owner's head says we hold all it holds: missing seqs up to its own are
+        records it no longer keeps (deleted, past retention), not withheld ones."""
+        self.missing = {s for s in self.missing if s > head_seq}
+        self.asked &= self.missing
 
     def saw(self, seq: int) -> bool:
         """Note seq ``seq``; True when it opened a hole."""
         self.missing.discard(seq)
+        self.asked.discard(seq)
         if seq <= self.top:
             return False
         opened = seq > self.top + 1 and self.top > 0

@@ -512,6 +512,9 @@ def get(topic: str, n: int, since: str | None, thread: str | None, save: str | N
         for s in saved or []:
             if s.get("error"):
                 note(f"not saved: {s['name']} of {s['post'][:10]}: {s['error']}")
+    if not as_json and isinstance(res.get("topic"), dict):
+        for w in render_board.trust_warnings(res["topic"]):
+            note(f"warning: {label_of(res, topic)}: {w}")
     if timed_out:
         note(f"nothing new on {label_of(res, topic)} after {wait.strip() if wait else ''}")
         raise CliExit(2)

@@ -31,6 +31,7 @@ from ..node.board_queue import KEPT_OPS, OPS, NoOwner, Refused
 from ..node.claim_wait import ClaimAsk
 from ..node.engine import Engine
 from ..store import board as sb
+from ..store import board_conflicts as conflicts
 from ..store import grants as grantstore
 from ..store import queries
 from ..store.queries import LookupFailed
@@ -226,6 +227,12 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 "text": text_of(s.parts), "edited": s.edited, "replies": p.replies,
                 "seq": p.seq}
 
+    def stale_obj(c: sqlite3.Connection, topic: str) -> dict | None:
+        st = board.stale(topic)
+        if st is not None and st["via"]:
+            st["via_name"] = owner_name(c, st["via"])
+        return st
+
     def topic_obj(c: sqlite3.Connection, topic: str) -> dict:
         owner, name = topic.split("/", 1)
         raw = sb.topic_doc(c, topic)
@@ -250,6 +257,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 "owner_name": owner_name(c, owner), "name": name, "mine": owner == me,
                 "subscribed": subscribed, "known": pol is not None, **sb.topic_stats(c, topic),
                 "head": head, "stamps": board.seq.view(c, topic),
+                "equivocated": conflicts.summary(c, topic), "stale": stale_obj(c, topic),
                 "unread": sb.unread_count(c, topic, me) if subscribed else 0, "policy": pol}
 
     async def topic_answer(topic: str) -> dict:

@@ -51,6 +51,8 @@ from ..board import perms
 from ..board import sync as bsync
 from ..board.retention import DAY_MS
 from ..store import board as sb
+from ..store import board_conflicts as conflicts
+from ..store import board_heads
 from ..store.board_held import HeldCache
 from ..wire.board import (
     CAP,
@@ -114,6 +116,7 @@ class Board(Extension):
                                     "records_in", "records_refused", "records_out",
                                     "asks_refused", "held_back", "claims_refused",
                                     "head_gaps", "seq_holes", "seq_gaps", "submits_refused",
+                                    "equivocations", "heads_stale", "heads_old",
                                     "records_unstamped", "records_refused_by_owner"), 0)
         self.queue = None  # the work-queue part (awp.node.board_queue), set by the daemon
         # Local streams that take posts straight from a take's hint (awp.daemon.board_feed):
@@ -125,6 +128,9 @@ class Board(Extension):
         self._last_ts = 0  # of the last record we signed
         board_links.register(engine)  # topics and queue work are business with peers
         self.heads: dict[str, dict] = {}  # topic -> the owner's newest signed head we hold
+        self.head_via: dict[str, str] = {}  # topic -> the peer that brought that head
+        self._signed_at: dict[str, float] = {}  # our topic -> when we last signed its head
+        self._stale_since: dict[str, float] = {}  # topic -> when we last said it is stale
         self._dirty: set[str] = set()  # our topics changed since their last head
         self._checking: set[str] = set()  # topics with a gap check pending
         # Topics we subscribe to whose owner told us (``board-none``) it has no
@@ -139,6 +145,9 @@ class Board(Extension):
 
     async def on_start(self) -> None:
         self.subs = set(await self.engine.read(sb.subscriptions))
+        kept = await self.engine.read(board_heads.load)
+        self.heads.update({t: h for t, h in kept.items() if t in self.subs
+                           and not t.startswith(self.me + "/")})
         await self.seq.start()
         self.held.drop()  # the start may restamp rows in place: read every topic afresh
         async with trio.open_nursery() as n:
@@ -167,15 +176,62 @@ class Board(Extension):
                     link.wake.set()
 
     async def _head_loop(self) -> None:
-        """Sign a head for each of our topics that changed, and send it to their readers."""
+        """Sign a head for each of our topics that changed, and for each of them at
+        least every ``limits.board_head_every`` (silence then means something to a
+        subscriber), send them to their readers, and judge the heads we follow."""
+        limits = self.engine.config.limits
         while True:
-            await trio.sleep(HEAD_S)
-            topics, self._dirty = sorted(self._dirty), set()
+            every = limits.board_head_every
+            await trio.sleep(min(HEAD_S, every) if every > 0 else HEAD_S)
+            now = trio.current_time()
+            idle = {t for t in self.subs if t.startswith(self.me + "/")
+                    and now - self._signed_at.get(t, -every) >= every} if every > 0 else set()
+            topics, self._dirty = sorted(self._dirty | idle), set()
             for topic in topics:
+                self._signed_at[topic] = now
                 try:
                     await self._sign_head(topic)
                 except Exception:
                     log.exception("board: signing the head of %s failed", topic)
+            await self._judge_staleness()
+
+    def stale(self, topic: str) -> dict | None:
+        """``{"since", "via", "heads"}`` when the owner's newest head we hold is
+        ``limits.board_stale_heads`` heads overdue (by the owner's own promise,
+        ``every``), else None.  A relay that forwards nothing at all, heads
+        included, shows no gap: only this silence."""
+        head = self.heads.get(topic)
+        every = head.get("every", 0) if head else 0
+        if not every:
+            return None
+        since = parse_ts(head["ts"])
+        overdue = (now_ms() - since) // every
+        if overdue < max(1, self.engine.config.limits.board_stale_heads):
+            return None
+        return {"since": since, "via": self.head_via.get(topic, ""), "heads": int(overdue)}
+
+    async def _judge_staleness(self) -> None:
+        """Say so once when a topic goes stale, and ask every peer for it then and every
+        few heads' worth after: another path may carry what this one froze."""
+        now = trio.current_time()
+        for topic in sorted(t for t in self.heads if t in self.subs):
+            st = self.stale(topic)
+            if st is None:
+                self._stale_since.pop(topic, None)
+                continue
+            last = self._stale_since.get(topic)
+            every_s = self.heads[topic]["every"] / 1000 * max(
+                1, self.engine.config.limits.board_stale_heads)
+            if last is not None and now - last < every_s:
+                continue
+            if last is None:
+                self.stats["heads_stale"] += 1
+                log.warning("board: %s is stale via %s: no head from the owner for %d s"
+                            " (%d heads' worth); asking every peer", topic,
+                            st["via"][:18] or "?", (now_ms() - st["since"]) // 1000,
+                            st["heads"])
+            self._stale_since[topic] = now
+            await self.announce([topic], [])
 
     async def _sign_head(self, topic: str) -> None:
         pol = await self.policy(topic)
@@ -190,7 +246,9 @@ class Board(Extension):
             return body, sb.top_seq(c, topic)
 
         body, top = await self.engine.read(job)
-        head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"], top)
+        every = int(self.engine.config.limits.board_head_every * 1000)
+        head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"], top,
+                         every)
         self.heads[topic] = head
         await self._forward_head(topic, head, 0)
 
@@ -221,8 +279,14 @@ class Board(Extension):
             return
         held = self.heads.get(topic)
         if held is not None and parse_ts(held["ts"]) >= parse_ts(head["ts"]):
+            if held["sig"] != head["sig"]:  # the same head again from another path is not news
+                self.stats["heads_old"] += 1
+                log.info("board: an older head of %s from %s ignored (%s; we hold %s)",
+                         topic, link.conn.peer_key[:18], head["ts"], held["ts"])
             return
         self.heads[topic] = head
+        self.head_via[topic] = link.conn.peer_key
+        await self.engine.writer.run(lambda c: board_heads.keep(c, head))
         self.seq.head(topic, head)
         await self._forward_head(topic, head, hops + 1, except_key=link.conn.peer_key)
         if self._nursery is not None and topic not in self._checking:
@@ -255,6 +319,8 @@ class Board(Extension):
         if await self.engine.read(job):
             self.stats["head_gaps"] += 1
             await self.announce([topic], [])  # each peer answers with its document and a digest
+        else:
+            self.seq.explained(topic, first)
 
     def gap(self, c: sqlite3.Connection, topic: str) -> bheads.Gap | None:
         """How our copy of ``topic`` differs from the owner's newest head (None: no head)."""
@@ -499,10 +565,21 @@ class Board(Extension):
         hops = min(hops, HOPS_CAP)
         taken = await self.engine.writer.run(
             lambda c: sb.take(c, [doc], now_ms(), via=link.conn.peer_key, hops=hops))
+        self._equivocated(taken, link.conn.peer_key)
         for rec in taken.new:
             # the document may be what we lacked to take anything: every link compares now
             self._topic_changed(rec)
             await self._forward_topic(rec, next_hops(hops), except_key=link.conn.peer_key)
+
+    def _equivocated(self, taken: sb.Taken, via: str) -> None:
+        """Say so, once a proof, when the owner signed two statements that cannot both
+        be true: the topic's history may differ from host to host for good."""
+        for topic, kind, ref in taken.conflicts:
+            self.stats["equivocations"] += 1
+            log.warning("board: the owner of %s equivocated: %s (%s %s; met via %s); both"
+                        " signed statements are kept (awp topic show --json)", topic,
+                        conflicts.WHAT.get(kind, kind), kind, ref[:32], via[:18] or "us")
+            self.engine.changes.publish({"kind": "board", "topic": topic, "rec": "conflict"})
 
     def _topic_changed(self, rec: Record) -> None:
         """A newer document: it may let subscribers read (a new member), so compare again.
@@ -586,6 +663,7 @@ class Board(Extension):
             if self.queue is not None:
                 self.queue.forget()
             raise
+        self._equivocated(taken, via)
         if via:
             self.stats["records_in"] += len(taken.new)
             self.stats["records_refused"] += len(taken.refused)

@@ -316,6 +316,12 @@ class Sequencer:
         if seq and self.holes.setdefault(topic, Holes()).behind(seq):
             self._check_soon(topic)
 
+    def explained(self, topic: str, head: dict) -> None:
+        """We hold what ``head`` names: its seqs we never saw are not withheld."""
+        holes = self.holes.get(topic)
+        if holes is not None:
+            holes.explained(head.get("seq", 0))
+
     def _check_soon(self, topic: str) -> None:
         nursery = self.board._nursery
         if nursery is not None and topic not in self._checking:
@@ -332,9 +338,11 @@ class Sequencer:
             self._checking.discard(topic)
         holes = self.holes.get(topic)
         head = self.board.heads.get(topic) or {}
-        if holes is None or not (holes.missing or holes.behind(head.get("seq", 0))):
+        if holes is None or not (holes.missing - holes.asked or holes.behind(head.get("seq", 0))):
             return
-        holes.missing.clear()
+        # The missing seqs stay shown until they come or the owner's head explains
+        # them (:meth:`explained`): asking again does not make a record less missing.
+        holes.asked |= holes.missing
         self.board.stats["seq_gaps"] += 1
         await self.board.announce([topic], [])  # each peer answers with its document and a digest
 

@@ -102,6 +102,31 @@ def _sub_word(t: dict) -> str:
     return "yes" if t.get("subscribed") else "no"
 
 
+def trust_warnings(t: dict) -> list[str]:
+    """What a subscriber should not take on trust about a topic: an owner that
+    signed two statements that cannot both be true, a view gone stale, records
+    the owner's head names that have not come."""
+    out = []
+    eq = t.get("equivocated")
+    if isinstance(eq, dict):
+        n = eq.get("n", 1)
+        out.append(f"owner equivocated: {eq.get('what') or 'conflicting statements'}"
+                   f" ({n} proof{'s' if n != 1 else ''}; both signed statements kept,"
+                   " awp topic show --json)")
+    st = t.get("stale")
+    if isinstance(st, dict):
+        via = st.get("via_name") or str(st.get("via") or "").split(":", 1)[-1][:10]
+        out.append(f"stale via {via or '?'}: no head from the owner since"
+                   f" {ago(st.get('since'))}, {st.get('heads', '?')} heads' worth")
+    head = t.get("head") if isinstance(t.get("head"), dict) else {}
+    stamps = t.get("stamps") if isinstance(t.get("stamps"), dict) else {}
+    missing = len(stamps.get("missing") or []) + int(stamps.get("behind") or 0)
+    if head.get("missing") or missing:
+        out.append(f"missing records: {head.get('missing') or missing} the owner signed have"
+                   " not come (asked every peer again)")
+    return out
+
+
 def topics_table(topics: list[dict]) -> str:
     rows = []
     for t in topics:
@@ -111,8 +136,11 @@ def topics_table(topics: list[dict]) -> str:
         rows.append([t.get("label") or t.get("topic", "?"), _sub_word(t), t.get("posts", 0),
                      t.get("unread", 0), _policy_word(t, "read"), _policy_word(t, "post"),
                      queue, title])
-    return table(["TOPIC", "SUBSCRIBED", "POSTS", "UNREAD", "READ", "POST", "QUEUE", "TITLE"],
-                 rows)
+    out = table(["TOPIC", "SUBSCRIBED", "POSTS", "UNREAD", "READ", "POST", "QUEUE", "TITLE"],
+                rows)
+    notes = [f"! {t.get('label') or t.get('topic', '?')}: {w}" for t in topics
+             for w in trust_warnings(t)]
+    return "\n".join([out, *notes]) if notes else out
 
 
 def topic_details(t: dict, names: dict | None = None) -> str:
@@ -124,6 +152,7 @@ def topic_details(t: dict, names: dict | None = None) -> str:
     lines.append(f"  subscribed {_sub_word(t)}; {t.get('posts', 0)} posts,"
                  f" {t.get('unread', 0)} unread, {t.get('records', 0)} records held"
                  + (f", newest {ago(t['newest'])}" if t.get("newest") else ""))
+    lines += [f"  warning    {w}" for w in trust_warnings(t)]
     pol = t.get("policy")
     if not isinstance(pol, dict):
         lines.append("  policy     not known yet: the owner's topic document has not arrived")

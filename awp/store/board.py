@@ -34,9 +34,17 @@ from ..wire.board import (
     parse_unverified,
     verify_record,
 )
-from .schema import BOARD_MIGRATION, LEAN_MIGRATION, MIGRATIONS, STAMP_MIGRATION
+from . import board_conflicts as conflicts
+from .schema import (
+    BOARD_MIGRATION,
+    CONFLICT_MIGRATION,
+    LEAN_MIGRATION,
+    MIGRATIONS,
+    STAMP_MIGRATION,
+)
 
-SCHEMA = MIGRATIONS[BOARD_MIGRATION] + MIGRATIONS[STAMP_MIGRATION] + MIGRATIONS[LEAN_MIGRATION]
+SCHEMA = (MIGRATIONS[BOARD_MIGRATION] + MIGRATIONS[STAMP_MIGRATION] + MIGRATIONS[LEAN_MIGRATION]
+          + MIGRATIONS[CONFLICT_MIGRATION])
 
 Signer = Callable[[str, str, int, int], Record]  # (topic, of, seq, ts) -> the owner's stamp
 
@@ -354,6 +362,9 @@ class Taken:
     sseqs: dict[str, int] = field(default_factory=dict)  # hash -> its stamp's seq
     why: dict[str, str] = field(default_factory=dict)  # hash -> why refused (when named)
     held: list[str] = field(default_factory=list)  # hashes of records already held
+    # (topic, kind, ref) of each new proof that the owner signed two statements that
+    # cannot both be true (awp/store/board_conflicts.py)
+    conflicts: list[tuple[str, str, str]] = field(default_factory=list)
 
     def wire(self, rec: Record) -> list[str]:
         """What goes on the wire for a new record: its stamp (if any), then the record."""
@@ -460,17 +471,19 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             else:
                 local = False
                 rec = parse_unverified(raw, before_sig, doc=docs[i] if docs else None)
-                # A record beside the owner's stamp is vouched for by it (the stamp names
-                # its hash, which covers its bytes and signature; the owner verified the
-                # author's signature before stamping): one verification, the stamp's.
-                vouched = (rec.author != rec.owner and rec.hash in stamps
-                           and not ours(rec.topic))
-                if rec.kind != "stamp" and not vouched and not verify_record(rec):
+                # Every author's signature is checked here, beside a stamp too: a stamp
+                # orders a record, it never vouches for it, or the owner could publish
+                # in anyone's name.  Each host pays this once a record: one it holds
+                # stops at the check before the signature ("already held").
+                if rec.kind != "stamp" and not verify_record(rec):
                     raise BoardError("signature does not verify")
         except Known:
             out.known += 1
             if named:
                 out.held.append(named)
+                st_in = stamps.get(named)
+                if st_in is not None and not ours(st_in.topic):
+                    _second_stamp(c, st_in, named, now, out)
             continue
         except BoardError as e:
             refuse(str(e))
@@ -479,6 +492,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             stamps[rec.of] = rec
             continue
         if rec.kind == "topic":
+            _same_seq_doc(c, rec, now, out)
             if put_topic(c, rec, now):
                 policies.pop(rec.topic, None)
                 if rec.topic in shape:
@@ -500,6 +514,8 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
             refuse(why)
             continue
         if st is not None:
+            if not ours(rec.topic):
+                _seq_taken(c, rec, st, now, out)
             rec = rec.at(st.ts)  # the stamp's time is the record's
         sh = shape.get(rec.topic)
         if sh is None:
@@ -535,6 +551,53 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
     if dropped:
         out.new = [r for r in out.new if r.kind == "topic" or _held_at_all(c, r.topic, r.hash)]
     return out
+
+
+def _conflict(c: sqlite3.Connection, topic: str, kind: str, ref: str, a: str, b: str,
+              now: int, out: Taken) -> None:
+    if conflicts.note(c, topic, kind, ref, a, b, now):
+        out.conflicts.append((topic, kind, ref))
+
+
+def _second_stamp(c: sqlite3.Connection, st: Record, h: str, now: int, out: Taken) -> None:
+    """A record we hold came with a stamp: another seq or time than ours is evidence.
+
+    The common case (the same stamp again, from another path) costs one
+    lookup and a string comparison; only a stamp that says something else
+    is verified, so a relay's made-up bytes frame no one.
+    """
+    row = c.execute("SELECT stamp FROM board_records WHERE topic = ? AND hash = ?",
+                    (st.topic, h)).fetchone()
+    if row is None or not row[0] or row[0] == st.raw:
+        return
+    try:
+        held = parse_unverified(row[0])
+    except BoardError:
+        return
+    if (held.doc.get("seq"), held.ts) == (st.doc.get("seq"), st.ts):
+        return
+    if st.author != st.owner or not verify_record(st):
+        return
+    _conflict(c, st.topic, conflicts.STAMP, h, held.raw, st.raw, now, out)
+
+
+def _seq_taken(c: sqlite3.Connection, rec: Record, st: Record, now: int, out: Taken) -> None:
+    """A new stamped record: another record held with the same seq is evidence (the
+    stamp was verified by :func:`_stamp_of`, the held one when it was taken)."""
+    row = c.execute("SELECT stamp FROM board_records WHERE topic = ? AND sseq = ? AND sseq > 0"
+                    " AND hash != ? LIMIT 1", (rec.topic, st.doc["seq"], rec.hash)).fetchone()
+    if row is not None and row[0]:
+        _conflict(c, rec.topic, conflicts.SEQ, str(st.doc["seq"]), row[0], st.raw, now, out)
+
+
+def _same_seq_doc(c: sqlite3.Connection, rec: Record, now: int, out: Taken) -> None:
+    """Two signed documents with one seq: kept as evidence (the tie is still settled
+    the same way on every host by :func:`put_topic`)."""
+    row = c.execute("SELECT hash, doc FROM board_topics WHERE topic = ? AND seq = ?",
+                    (rec.topic, rec.doc["seq"])).fetchone()
+    if row is not None and row[0] != rec.hash:
+        a, b = sorted((row[1], rec.raw))
+        _conflict(c, rec.topic, conflicts.DOC, str(rec.doc["seq"]), a, b, now, out)
 
 
 def _stamp_of(c: sqlite3.Connection, rec: Record, st: Record | None, pol: Policy | None,

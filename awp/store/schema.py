@@ -354,8 +354,32 @@ CREATE TABLE invite_uses (
 );
 ALTER TABLE addresses ADD COLUMN hs_ms INTEGER NOT NULL DEFAULT 0;
 """,
+    # 12: an owner's statements that cannot both be true (issue 34): two records
+    # stamped with one seq, one record stamped twice, two documents with one seq.
+    # Both signed statements are kept as evidence (awp/store/board_conflicts.py).
+    # The seq index serves the one lookup a stamped record costs: who else holds
+    # its seq.  The owner's newest signed head is kept, so that a relay cannot
+    # hand an older one to a host that restarted.
+    """
+CREATE TABLE board_conflicts (
+    topic TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    a TEXT NOT NULL,
+    b TEXT NOT NULL,
+    found INTEGER NOT NULL,
+    PRIMARY KEY (topic, kind, ref)
+);
+CREATE INDEX board_records_sseq ON board_records (topic, sseq) WHERE sseq > 0;
+CREATE TABLE board_heads (
+    topic TEXT PRIMARY KEY,
+    ts INTEGER NOT NULL,
+    doc TEXT NOT NULL
+);
+""",
 ]
 
 BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables
 STAMP_MIGRATION = 7  # the columns and table of the owner's stamps
 LEAN_MIGRATION = 9  # the board's leaner indexes
+CONFLICT_MIGRATION = 11  # the owner's conflicting statements, and its newest head

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..present.render_board import trust_warnings
 from .model import _parts, _s, ts
 
 #: Longest title, name or label passed on.
@@ -58,6 +59,8 @@ def topic(t: dict) -> dict:
         "records": _int(t.get("records")), "unread": _int(t.get("unread")),
         "newest": ts(_int(t.get("newest"))), "queue": bool(pol and pol.get("queue") is True),
         "policy": pol, "policy_text": policy_text(pol),
+        # an owner that equivocated, a stale view, missing records: shown as warnings
+        "warnings": [_s(w, 300) for w in trust_warnings(t)],
     }
 
 

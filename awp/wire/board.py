@@ -646,14 +646,17 @@ HEAD_RANGES = 16
 
 
 def make_head(owner: Identity, topic: str, ts_ms: int, doc_seq: int, floor: int,
-              ranges: list[dict], seq: int = 0) -> dict:
+              ranges: list[dict], seq: int = 0, every_ms: int = 0) -> dict:
     """The owner's signed statement of its topic: its document's ``seq`` and a summary
     of the records it holds (the digest's ranges), so a subscriber can tell what a relay
-    withheld."""
+    withheld.  ``every_ms``: the owner signs a head at least this often, so silence
+    longer than a few of them means the subscriber's view is stale."""
     body = {"k": "head", "topic": topic, "author": owner.key, "ts": format_ts(ts_ms),
             "doc": doc_seq, "floor": floor, "ranges": ranges}
     if seq:
         body["seq"] = seq  # the newest stamp's seq: a subscriber below it lacks records
+    if every_ms:
+        body["every"] = every_ms
     body["sig"] = owner.sign(canonical_bytes(body))
     return body
 
@@ -664,12 +667,14 @@ def check_head(obj: object) -> dict:
     ranges = obj.get("ranges")
     if not isinstance(ranges, list) or len(ranges) > HEAD_RANGES:
         raise BoardError(f"head ranges: a list of at most {HEAD_RANGES}")
-    for r in [obj.get("doc"), obj.get("floor"), obj.get("seq", 0)] + [
+    for r in [obj.get("doc"), obj.get("floor"), obj.get("seq", 0), obj.get("every", 0)] + [
             r.get(f) if isinstance(r, dict) else None for r in ranges for f in ("lo", "hi", "n")]:
         if isinstance(r, bool) or not isinstance(r, int) or abs(r) >= 2 ** 63:
             raise BoardError("head numbers must be integers")
     if not all(isinstance(r.get("fp"), str) and len(r["fp"]) <= 32 for r in ranges):
         raise BoardError("head fingerprints must be short strings")
+    if not 0 <= obj.get("every", 0) <= 86_400_000:
+        raise BoardError("head every: 0 to a day, in milliseconds")
     _check_signed(obj, owner, MAX_HEAD, "head")
     return obj
 

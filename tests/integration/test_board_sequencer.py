@@ -99,6 +99,8 @@ def test_a_withholding_relay_is_seen_by_the_hole_in_the_seqs(make_node):
         assert _get(carol, topic)["topic"]["posts"] == 4
         wait_for(lambda: carol.api("GET", "/v1/status")["board"]["seq_gaps"] >= 1, 20,
                  "carol asks every peer again")
+        # asking did not fetch it: the hole is still shown (issue 34 item 3)
+        assert _get(carol, topic)["topic"]["stamps"]["missing"] == [3]
         dave = make_node("d").start()  # a second path, holding all the owner stamped
         dave.api("POST", "/v1/board/subscribe", {"topic": topic})
         with _feed(dave, topic, doc, [r for pair in pairs for r in pair]):
@@ -107,6 +109,7 @@ def test_a_withholding_relay_is_seen_by_the_hole_in_the_seqs(make_node):
             wait_for(lambda: _get(carol, topic)["topic"]["posts"] == 5, 30,
                      "carol fetched seq 3 over the other path")
             assert _get(carol, topic)["topic"]["stamps"]["top"] == 5
+            assert _get(carol, topic)["topic"]["stamps"]["missing"] == []
     # a record without the owner's stamp is refused by a host that is not the owner
     bare = wb.make_post(author, topic, [{"k": "text", "text": "unstamped"}], now_ms())
     with _feed(carol, topic, doc, [bare]) as p:

@@ -70,3 +70,19 @@ def test_a_refusal_is_the_owners_and_cannot_be_changed():
     forged["author"] = OWNER.key
     with pytest.raises(b.BoardError):
         b.check_refusal(forged)
+
+
+def test_missing_seqs_stay_shown_until_they_come_or_the_owners_head_explains_them():
+    from awp.board.sequencer import Holes
+
+    h = Holes()
+    h.saw(1)
+    assert h.saw(5) and h.missing == {2, 3, 4}
+    h.asked |= h.missing  # every peer was asked: still missing, and shown as such
+    assert h.missing == {2, 3, 4} and not h.missing - h.asked
+    h.saw(3)
+    assert h.missing == {2, 4} and h.asked == {2, 4}
+    h.saw(9)
+    assert h.missing - h.asked == {6, 7, 8}  # new holes are asked for, old ones are not again
+    h.explained(6)  # the owner's head: we hold all it holds up to seq 6
+    assert h.missing == {7, 8} and h.asked == set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 
@@ -187,6 +188,65 @@ def test_take_checks_admits_dedups_and_only_for_subscribed_topics(monkeypatch):
     assert [r.hash for r in got.new] == [t2.hash] and got.known == 1
     assert not sb.policy(db, TOPIC).post_open
     assert _own(db, [_post("z", T0 + 5).raw], T0).refused == ["no grant to post here"]
+
+
+def test_an_owners_stamp_never_vouches_for_an_authors_signature():
+    """The owner signs a stamp for a post in alice's name whose signature is not
+    hers: every other host checks alice's signature itself and refuses it."""
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open")
+    replica = _host(topic)
+    real = _post("mine", T0)
+    other = _post("not mine", T0, who=OWNER)  # a valid signature, by another key
+    doc = dict(real.doc, sig=other.doc["sig"])
+    forged = b.parse_unverified(json.dumps(doc, separators=(",", ":")), lambda *a: None)
+    st = b.make_stamp(OWNER, TOPIC, forged.hash, 1, T0)
+    got = sb.take(replica, [st.raw, forged.raw], T0 + 5)
+    assert got.new == [] and got.refused == ["signature does not verify"]
+    assert not sb.has(replica, TOPIC, forged.hash)
+    # alice's own post with the same stamp shape is kept
+    st2 = b.make_stamp(OWNER, TOPIC, real.hash, 1, T0)
+    assert [r.hash for r in sb.take(replica, [st2.raw, real.raw], T0 + 5).new] == [real.hash]
+
+
+def test_an_owner_that_signs_two_conflicting_statements_is_caught_with_evidence():
+    from awp.store import board_conflicts as bc
+
+    topic = b.make_topic(OWNER, "ops", 1, T0, post="open", read="open")
+    db = _host(topic)
+    p, q = _post("p", T0), _post("q", T0 + 1)
+    st_p = b.make_stamp(OWNER, TOPIC, p.hash, 1, T0 + 2)
+    assert sb.take(db, [st_p.raw, p.raw], T0 + 5).conflicts == []
+    # the same stamp again from another path is no conflict
+    assert sb.take(db, [st_p.raw, p.raw], T0 + 5).conflicts == []
+    assert bc.summary(db, TOPIC) is None
+    # another record under seq 1
+    st_q = b.make_stamp(OWNER, TOPIC, q.hash, 1, T0 + 3)
+    got = sb.take(db, [st_q.raw, q.raw], T0 + 5)
+    assert got.conflicts == [(TOPIC, "seq", "1")]
+    # p stamped a second time, later and with another seq
+    again = b.make_stamp(OWNER, TOPIC, p.hash, 7, T0 + 4)
+    assert sb.take(db, [again.raw, p.raw], T0 + 5).conflicts == [(TOPIC, "stamp", p.hash)]
+    # a second stamp a relay made up (not the owner's signature) frames no one
+    fake = st_p.raw.replace('"seq":1', '"seq":9')  # the owner's signature no longer covers it
+    assert fake != st_p.raw and sb.take(db, [fake, p.raw], T0 + 5).conflicts == []
+    # two documents with one seq
+    other = b.make_topic(OWNER, "ops", 1, T0, post="grant", read="open")
+    assert sb.take(db, [other.raw], T0 + 5).conflicts == [(TOPIC, "doc", "1")]
+    s = bc.summary(db, TOPIC)
+    assert s["n"] == 3 and s["kinds"] == ["doc", "seq", "stamp"]
+    ev = {e["kind"]: e for e in bc.evidence(db, TOPIC)}
+    assert {ev["seq"]["a"], ev["seq"]["b"]} == {st_p.raw, st_q.raw}
+    assert {ev["stamp"]["a"], ev["stamp"]["b"]} == {st_p.raw, again.raw}
+    for e in ev.values():  # every statement kept verifies as the owner's
+        for raw in (e["a"], e["b"]):
+            assert b.verify_record(b.parse_unverified(raw))
+    # the same evidence again adds nothing; the pile is bounded
+    assert sb.take(db, [st_q.raw, q.raw], T0 + 5).conflicts == []
+    for i in range(2, 40):  # pairs of records under one seq each
+        for r in (_post(f"r{i}", T0 + 10 + i), _post(f"s{i}", T0 + 10 + i)):
+            sb.take(db, [b.make_stamp(OWNER, TOPIC, r.hash, 100 + i, T0 + 20).raw, r.raw],
+                    T0 + 60)
+    assert bc.summary(db, TOPIC)["n"] == bc.MAX_PER_TOPIC
 
 
 def test_a_flooding_author_costs_rate_signature_checks_and_is_not_forwarded(monkeypatch):

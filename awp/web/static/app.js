@@ -1000,7 +1000,7 @@
 
   function topicSig(t) {
     return [t.topic, t.label, t.title, t.mine, t.subscribed, t.known, t.posts, t.unread,
-      t.policy_text, ago(t.newest), nameOf(t.owner)].join('|');
+      t.policy_text, ago(t.newest), nameOf(t.owner), (t.warnings || []).join('/')].join('|');
   }
 
   function topicRow(t) {
@@ -1013,6 +1013,7 @@
     badge(t.subscribed ? 'subscribed' : 'not subscribed', t.subscribed ? 'b-sub' : ''),
     t.known ? null : badge('policy not known yet', 'b-warn',
       "the owner's topic document has not arrived"),
+    (t.warnings || []).map((w) => badge(w.split(':')[0], 'b-warn', w)),
     h('span', { class: 'policy', text: t.policy_text }),
     h('span', { class: 'counts', text: t.posts + (t.posts === 1 ? ' post' : ' posts') }),
     t.unread ? h('span', { class: 'unread', title: 'unread by the agent', text: String(t.unread) }) : null,
@@ -1134,6 +1135,10 @@
         head.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'owner'),
           t.mine ? h('span', { text: 'this host' }) : agentName(t.owner, true),
           badge(t.subscribed ? 'subscribed' : 'not subscribed', t.subscribed ? 'b-sub' : '')));
+        for (const w of t.warnings || []) {
+          head.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'warning'),
+            badge(w.split(':')[0], 'b-warn', w), h('span', { text: w })));
+        }
         head.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'policy'),
           h('span', { text: t.policy_text })));
         head.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'posts'),
