@@ -27,6 +27,10 @@ def conform(
         help="ed25519:<owner key>/<name>: a topic the peer holds and lets anyone read, for"
              " board-sync and board-relay (board-relay posts to it, then deletes the post,"
              " when it is open to post)"),
+    owner_run: str = typer.Option(
+        None, "--owner-run", metavar="CMD",
+        help="a command that makes the peer subscribe to {topic}, a fresh topic the runner"
+             " owns, for the board-owner-* scenarios (the runner plays a dishonest owner)"),
     ca: str = typer.Option(None, "--ca", metavar="FILE",
                            help="PEM certificates to trust for a wss:// peer, beside the"
                                 " system store"),
@@ -45,7 +49,8 @@ def conform(
     and the binding's own (ws-*) run too, skipped for other targets. The runner has a fresh
     key of its own every run; --home is accepted and unused (no daemon is
     needed). Peers that list cap board also get the board's scenarios;
-    board-sync and board-relay need --board-topic. Exit status: 0 when nothing
+    board-sync and board-relay need --board-topic; board-owner-* need
+    --owner-run (connect mode). Exit status: 0 when nothing
     failed, 1 when a scenario failed, 2 on usage errors.
 
     \b
@@ -56,6 +61,7 @@ def conform(
       awp conform wss://box.example/awp --ca private-ca.pem
       awp conform --listen tcp:127.0.0.1:0 --run "awp connect {addr}"
       awp conform tcp:127.0.0.1:7000 --board-topic ed25519:Fcy_...DE4/ops
+      awp conform tcp:127.0.0.1:7000 --owner-run "awp subscribe {topic} --once --timeout 1s"
     """
     from ..conform.runner import run_connect, run_listen, select_scenarios
     from ..conform.scenarios import SCENARIOS
@@ -90,6 +96,9 @@ def conform(
         topic = board_topic
 
     if listen is not None:
+        if owner_run is not None:
+            raise CliError("--owner-run goes with an ADDRESS to dial (the owner scenarios need"
+                           " a second party)", 2)
         if ca is not None:
             raise CliError("--ca goes with a wss:// ADDRESS to dial", 2)
         if address:
@@ -123,8 +132,10 @@ def conform(
                            " addresses (for a tailcat peer, use --listen and tailcat on its"
                            " side)", 2)
         ca_file = _check_ca(ca) if ca is not None else ""
+        if owner_run is not None and "{topic}" not in owner_run:
+            raise CliError("--owner-run must contain {topic}, where our topic goes", 2)
         report = run_connect(address, chosen, timeout=secs, trace=trace, board_topic=topic,
-                             ca_file=ca_file)
+                             ca_file=ca_file, owner_run=owner_run or "")
 
     out(report.json_text() if as_json else report.text())
     raise typer.Exit(report.exit_code)

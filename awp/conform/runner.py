@@ -158,7 +158,8 @@ def _run_one(scn: Scenario, ctx: Ctx, watched: list[PeerConn], *,
 
 
 def run_connect(address: str, scenarios: list[Scenario], *, timeout: float,
-                trace: bool = False, board_topic: str = "", ca_file: str = "") -> Report:
+                trace: bool = False, board_topic: str = "", ca_file: str = "",
+                owner_run: str = "") -> Report:
     """Each scenario on its own connection to ``address`` (``ca_file``: for wss://)."""
     identity = Identity.generate()
     ids = IdGenerator()
@@ -169,7 +170,7 @@ def run_connect(address: str, scenarios: list[Scenario], *, timeout: float,
         tracing.label = scn.name
         ctx = Ctx(identity=identity, ids=ids, deadline=time.monotonic() + timeout,
                   tracer=tracing.get(), address=address, board_topic=board_topic,
-                  ca_file=ca_file)
+                  ca_file=ca_file, owner_run=owner_run)
         try:
             res = _run_one(scn, ctx, [])
         finally:

@@ -62,6 +62,7 @@ class Ctx:
     peer: dict | None = None  # who answered: key, name, caps of the last hello seen
     board_topic: str = ""  # --board-topic: an open topic the peer holds (board scenarios)
     ca_file: str = ""  # --ca: certificates trusted for wss:// beside the system store
+    owner_run: str = ""  # --owner-run: makes the peer subscribe to {topic}, ours
 
     @property
     def listen_mode(self) -> bool:

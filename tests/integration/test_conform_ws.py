@@ -41,8 +41,10 @@ from awp.conform.scenarios import SCENARIOS
 
 ALL = [s.name for s in SCENARIOS]
 WS = [n for n in ALL if n.startswith("ws-")]
-NEEDS_TOPIC = {"board-sync", "board-relay", "board-stamp"}
-TOPIC_SKIP = "needs --board-topic"
+# skipped without --board-topic, and the dishonest-owner ones without --owner-run
+NEEDS_TOPIC = {"board-sync", "board-relay", "board-stamp", "board-owner-forged-author",
+               "board-owner-equivocates", "board-owner-heads"}
+TOPIC_SKIP = "needs --"
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
