@@ -45,6 +45,11 @@ def program() -> None:
 
 def _light(args: list[str]) -> int | None:
     """A hook's or a fast-path command's exit status; None: typer's to run."""
+    if args in (["--version"], ["-V"]):
+        from ..base.version import version_line
+
+        print(version_line())
+        return 0
     hook = _hook_args(args)
     if hook is not None:
         from ..hooks.run import main as hook_main
