@@ -18,6 +18,7 @@ from . import (  # noqa: F401  (registers the commands)
     cmd_grants,
     cmd_invite,
     cmd_msg,
+    cmd_release,
     cmd_repair,
     cmd_service,
     cmd_share,
