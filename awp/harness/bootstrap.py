@@ -359,7 +359,7 @@ class Bootstrap:
         else:
             status = "update" if existed else "create"
         out.steps.append(Step("plugin (skill, MCP server, hooks)", self.show(dest), status,
-                              "loads as awp@skills-dir"))
+                              f"loads as awp@skills-dir; {plugin_origin()}"))
 
     def _opencode_files(self) -> list[JsonFile]:
         base = self.opencode_dir()
@@ -627,6 +627,18 @@ class Bootstrap:
         files.prune_dirs(os.path.dirname(dest), self.root("claude"))
         status = "remove" if "remove" in removed else "absent"
         out.steps.append(Step("plugin (skill, MCP server, hooks)", self.show(dest), status))
+
+
+def plugin_origin() -> str:
+    """Where the installed plugin came from: the copy built into this awp, which is
+    ``plugin/awp`` of the repository at this version (and commit, when known)."""
+    from .. import __version__
+    from ..base.version import commit
+
+    c = commit()
+    at = f"awp {__version__}" + (f", commit {c[:12]}" if c else "")
+    return (f"the plugin built into {at} (plugin/awp of its repository, which is also a"
+            " Claude Code marketplace: /plugin marketplace add REPO)")
 
 
 # -- output --------------------------------------------------------------------------------

@@ -140,6 +140,7 @@ def test_all_eight_harnesses(tmp_path) -> None:
 
     out = bootstrap(home, fakebin, "--all", "--bin", BIN)
     assert "Restart your harness sessions" in out
+    assert "the plugin built into awp " in out and "plugin/awp of its repository" in out
     after = snapshot(home)
 
     # Claude Code: the plugin, with the launcher wired to --bin
