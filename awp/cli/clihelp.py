@@ -1225,8 +1225,11 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
          "  With --state, wait until the peer's state on the thread is one of the given\n"
          '  states; a message or state arriving in that thread ends the wait too,\n'
          '  followed by a line saying where the state stands. Exit status: 0 when\n'
-         "  something arrived, 2 on timeout. Keep --timeout under your shell tool's own\n"
-         '  limit and wait again on 2.\n'
+         '  something arrived (with --state: when the state came), 3 with --state when\n'
+         '  something else arrived in the thread first (wait again; --any makes that 0\n'
+         '  too), 2 on timeout. So `awp wait --state done && next` runs next only once\n'
+         "  the peer is done. Keep --timeout under your shell tool's own limit and wait\n"
+         '  again on 2 or 3.\n'
          '\n'
          '  Examples:\n'
          '    awp wait --timeout 2m\n'
@@ -1238,6 +1241,9 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
          "  --state LIST         wait for the peer's state on --thread to be one of\n"
          '                       these, e.g. done,failed\n'
          '  --timeout DURATION   give up after this long  [default: 5m]\n'
+         '  --any                with --state, exit 0 on anything arriving in the\n'
+         '                       thread, as without --state (not 3 when the state did\n'
+         '                       not come)\n'
          '  --home DIR           awp home (default $AWP_HOME, else ~/.awp)\n'
          '  --json               print machine-readable JSON\n'
          '  -h, --help           Show this message and exit.\n',

@@ -129,6 +129,9 @@ def wait(
         None, "--state", metavar="LIST",
         help="wait for the peer's state on --thread to be one of these, e.g. done,failed"),
     timeout: str = typer.Option("5m", "--timeout", metavar="DURATION", help="give up after this long"),
+    any_: bool = typer.Option(
+        False, "--any", help="with --state, exit 0 on anything arriving in the thread, as"
+                             " without --state (not 3 when the state did not come)"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
@@ -137,8 +140,11 @@ def wait(
     With --state, wait until the peer's state on the thread is one of the
     given states; a message or state arriving in that thread ends the wait
     too, followed by a line saying where the state stands. Exit status: 0
-    when something arrived, 2 on timeout. Keep --timeout under your shell
-    tool's own limit and wait again on 2.
+    when something arrived (with --state: when the state came), 3 with
+    --state when something else arrived in the thread first (wait again;
+    --any makes that 0 too), 2 on timeout. So `awp wait --state done && next`
+    runs next only once the peer is done. Keep --timeout under your shell
+    tool's own limit and wait again on 2 or 3.
 
     \b
     Examples:
@@ -146,7 +152,7 @@ def wait(
       awp wait --thread thr_cj66nrqv --state done,failed --timeout 10m
     """
     verbs.wait(thread=thread, peer=peer, states=states, timeout=timeout, home=home,
-               as_json=as_json)
+               as_json=as_json, any_=any_)
 
 
 

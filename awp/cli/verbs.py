@@ -363,8 +363,11 @@ def tail(once: bool, all_: bool, mark: bool, peer: str | None, thread: str | Non
     follow(client, query, text=not as_json, mark=mark)
 
 
+NOT_YET = 3  # ``awp wait --state``: something else came first, the state did not
+
+
 def wait(thread: str | None, peer: str | None, states: str | None, timeout: str,
-         home: str | None, as_json: bool) -> None:
+         home: str | None, as_json: bool, any_: bool = False) -> None:
     """``awp wait``: see its typer command for the options."""
     check_thread(thread)
     secs = parse_seconds(timeout, "--timeout")
@@ -390,6 +393,8 @@ def wait(thread: str | None, peer: str | None, states: str | None, timeout: str,
         printed(client, res.get("records"))
         if res.get("timed_out"):
             raise CliExit(2)
+        if wanted and not any_ and not res.get("matched"):
+            raise CliExit(NOT_YET)
         return
     records = res.get("records") or []
     if records:
@@ -403,6 +408,8 @@ def wait(thread: str | None, peer: str | None, states: str | None, timeout: str,
     if res.get("timed_out"):
         sys.stderr.write(f"nothing new after {timeout.strip()}\n")
         raise CliExit(2)
+    if wanted and not any_ and not res.get("matched"):
+        raise CliExit(NOT_YET)
 
 
 def read(target: str | None, last: int, peer: str | None, no_mark: bool, home: str | None,

@@ -78,9 +78,10 @@ def test_quickstart_round_trip(homes):
     # so wait again until the state line says done.
     for _ in range(5):
         r = a.run("wait", "--thread", th, "--state", "done,failed", "--timeout", "30s")
-        assert r.returncode == 0, r.stdout + r.stderr
         if f"w is done in {th}" in r.stdout:
+            assert r.returncode == 0, r.stdout + r.stderr  # the state came
             break
+        assert r.returncode == 3, r.stdout + r.stderr  # something else came first
         assert f"w's state in {th}: working" in r.stdout
     else:
         raise AssertionError("wait never saw the done state")
@@ -193,3 +194,23 @@ def test_deep_home_uses_the_runtime_dir_socket(homes, cli_root):
     assert h.ok("down").stdout == "awp stopped\n"
     assert h.run("status").returncode == 3
     assert not os.path.exists(os.path.join(deep, "awp.sock.path"))
+
+
+def test_wait_for_a_state_says_by_its_exit_status_whether_the_state_came(homes):
+    """``awp wait --state done && next`` must not run next on a mere message: 0 only
+    when the state came, 3 when something else came first, 0 for anything with --any."""
+    a, b = homes("a"), homes("b")
+    addr = up_address(b.ok("up", "--name", "worker"), "worker")
+    up_address(a.ok("up", "--name", "lead"), "lead")
+    a.ok("connect", addr)
+    th = SENT.fullmatch(a.ok("send", "worker", "--subject", "task", "go").stdout.strip()).group(3)
+    wait_for(lambda: "go" in b.ok("tail", "--once").stdout, 20, "the task at b")
+    b.ok("send", "--thread", th, "a question first")
+    r = a.run("wait", "--thread", th, "--state", "done", "--timeout", "30s")
+    assert r.returncode == 3 and "a question first" in r.stdout, r.stdout + r.stderr
+    b.ok("send", "--thread", th, "another word")
+    r = a.run("wait", "--thread", th, "--state", "done", "--any", "--timeout", "30s")
+    assert r.returncode == 0 and "another word" in r.stdout, r.stdout + r.stderr
+    b.ok("state", th, "done")
+    r = a.run("wait", "--thread", th, "--state", "done", "--timeout", "30s")
+    assert r.returncode == 0 and f"worker is done in {th}" in r.stdout, r.stdout + r.stderr

@@ -29,7 +29,8 @@ def test_plain_lines_parse_to_the_typer_parameters():
     assert vals("send")["args"] is None
     assert vals("wait", "--thread", "thr_1", "--state", "done", "--timeout", "2m") == {
         "home": None, "as_json": False, "thread": "thr_1", "peer": None, "states": "done",
-        "timeout": "2m"}
+        "timeout": "2m", "any_": False}
+    assert vals("wait", "-t", "thr_1", "--state", "done", "--any")["any_"] is True
     assert vals("tail", "--once", "-t", "thr_1")["thread"] == "thr_1"
     assert vals("threads", "--open", "--wide", "-p", "bob")["open_only"] is True
 
