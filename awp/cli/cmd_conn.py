@@ -120,11 +120,11 @@ def up(
             note(after.strip())
             raise typer.Exit(1)
         return
-    out(f"awp is up as {st.get('name')}")
-    out(f"  key      {st.get('key')}")
-    if not addr:
+    if not addr:  # one thing said, and the way out: not "up" first, then "stopped"
         raise CliError(f"nothing listens: {verbs.no_address_reason(st)}"
                        f"{_listen_hint(st, me, running='still runs' in after)}{after}")
+    out(f"awp is up as {st.get('name')}")
+    out(f"  key      {st.get('key')}")
     out(f"  address  {addr}  ← hand this to the other agent")
     others = [a for a in st.get("reachable") or [] if a != addr]
     if others:
@@ -166,11 +166,17 @@ def _tailcat_pending(st: dict) -> bool:
 
 
 def _listen_hint(st: dict, me: str = "awp", running: bool = True) -> str:
-    """How to get going when tailcat is the listener that failed (``me``: how awp was run)."""
+    """How to get going when the listener failed (``me``: how awp was run): a port
+    taken by another program, or tailcat without its relay."""
+    down = f"{me} down && " if running else ""
+    for where, why in (st.get("listen_errors") or {}).items():
+        if "in use" in str(why).lower():
+            host = where.rsplit(":", 1)[0] if where.count(":") >= 2 else "tcp:127.0.0.1"
+            return (f"\nanother program holds that port: pick another, or port 0 for any"
+                    f" free one:\n  {down}{me} up --listen {host}:0")
     if _tailcat_pending(st):
         return f" (tailcat has not come up yet; {me} status shows when it does)"
     if st.get("tailcat_error"):
-        down = f"{me} down && " if running else ""
         return ("\nwithout a tailcat relay, listen on TCP or a Unix socket instead:\n"
                 f"  {down}{me} up --listen tcp:127.0.0.1:7000 --no-tailcat\n"
                 "  (or --listen unix:/tmp/awp.sock; peers then run awp connect with that address)")

@@ -84,6 +84,10 @@ def test_up_fails_when_nothing_listens(homes):
         r = h.run("up", "--listen", f"tcp:127.0.0.1:{port}", "--no-tailcat")
         assert r.returncode == 1, r.stdout
         assert f"awp up: nothing listens: tcp:127.0.0.1:{port}:" in r.stderr
+        # one thing said, with the way out; never "awp is up" first
+        assert "awp is up" not in r.stdout, r.stdout
+        assert "another program holds that port" in r.stderr, r.stderr
+        assert "up --listen tcp:127.0.0.1:0" in r.stderr, r.stderr
         r = h.run("up", "--json")
         assert r.returncode == 1
         assert json.loads(r.stdout)["address"] == ""
