@@ -341,10 +341,17 @@ def topic_ban(topic: str, peer: str, unban: bool, home: str | None, as_json: boo
         f" {label_of(res, topic)}")
 
 
-def subscribe(topics: list[str], once: bool, timeout: str, home: str | None,
+def subscribe(topics: list[str], once: bool, timeout: str | None, home: str | None,
               as_json: bool) -> None:
     """``awp subscribe``."""
-    secs = parse_seconds(timeout, "--timeout")
+    until = None  # following: for ever, unless --timeout
+    if timeout is None and once:
+        timeout = "5m"
+    secs = parse_seconds(timeout, "--timeout") if timeout is not None else STREAM_WAIT
+    if not once and timeout is not None:
+        import time
+
+        until = time.monotonic() + secs
     client = client_for(home, secs if once else STREAM_WAIT)
     # The first subscribe's answer carries the cursor taken before it subscribed:
     # whatever arrives from the subscription on, the backlog the owner sends
@@ -385,16 +392,28 @@ def subscribe(topics: list[str], once: bool, timeout: str, home: str | None,
             note(f"nothing new after {timeout.strip()}")
             raise CliExit(2)
         return
+    got = 0
     try:
         while True:
-            res = client.request("POST", "/v1/board/wait", {**body, "timeout": STREAM_WAIT},
-                                 timeout=STREAM_WAIT + HTTP_SLACK)
+            step = STREAM_WAIT
+            if until is not None:
+                import time
+
+                step = min(STREAM_WAIT, until - time.monotonic())
+                if step <= 0:
+                    break
+            res = client.request("POST", "/v1/board/wait", {**body, "timeout": step},
+                                 timeout=step + HTTP_SLACK)
             assert isinstance(res, dict)
+            got += len(res.get("posts") or [])
             print_posts(res.get("posts") or [], as_json)
             if res.get("cursor") is not None:
                 body["after"] = res["cursor"]
     except KeyboardInterrupt:
         raise CliExit(0) from None
+    if not got:
+        note(f"nothing new after {str(timeout).strip()}")
+        raise CliExit(2)
 
 
 def unsubscribe(topics: list[str], home: str | None, as_json: bool) -> None:
@@ -463,8 +482,8 @@ def reply(args: list[str], code: list[str], lang: str | None, data: list[str], m
 
 
 def get(topic: str, n: int, since: str | None, thread: str | None, save: str | None,
-        wait: str | None, home: str | None, as_json: bool) -> None:
-    """``awp get``."""
+        wait: bool, timeout: str, home: str | None, as_json: bool) -> None:
+    """``awp get`` (``wait``: when nothing matches, wait up to ``timeout`` for a post)."""
     if n < 0:
         raise CliError("-n/--last must be 0 (all) or more", 2)
     body: dict = {"topic": topic, "n": n}
@@ -477,7 +496,7 @@ def get(topic: str, n: int, since: str | None, thread: str | None, save: str | N
             raise CliError(f"--since: {e}", 2) from None
     if thread is not None:
         body["parent"] = thread
-    wait_s = parse_seconds(wait, "--wait") if wait is not None else None
+    wait_s = parse_seconds(timeout, "--timeout") if wait else None
     client = client_for(home, wait_s or 0.0)
     cursor = None
     if wait_s is not None:
@@ -516,7 +535,7 @@ def get(topic: str, n: int, since: str | None, thread: str | None, save: str | N
         for w in render_board.trust_warnings(res["topic"]):
             note(f"warning: {label_of(res, topic)}: {w}")
     if timed_out:
-        note(f"nothing new on {label_of(res, topic)} after {wait.strip() if wait else ''}")
+        note(f"nothing new on {label_of(res, topic)} after {timeout.strip()}")
         raise CliExit(2)
     if not posts and not as_json:
         note(f"no posts on {label_of(res, topic)}" + (" matching" if since or thread else ""))

@@ -226,18 +226,19 @@ def topic_ban(
 def subscribe_cmd(
     topics: list[str] = typer.Argument(..., metavar="TOPIC...", help="PEER/NAME, NAME or ed25519:KEY/NAME"),
     once: bool = typer.Option(False, "--once", help="wait for new posts once, print them, exit"),
-    timeout: str = typer.Option("5m", "--timeout", metavar="DURATION",
-                                help="with --once, give up after this long"),
+    timeout: str = typer.Option(None, "--timeout", metavar="DURATION",
+                                help="stop after this long (with --once: 5m unless given)"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
     """Subscribe to topics, then print the posts others make there as they
-    arrive, until interrupted. Posts already on the topic come in too as
-    this host catches up.
+    arrive, until interrupted or --timeout. Posts already on the topic come
+    in too as this host catches up.
 
     With --once, wait for the first new posts, print them and exit: status 0
-    when something arrived, 2 on timeout (as awp wait). --json prints one post
-    object a line. Subscribing again is harmless.
+    when something arrived, 2 on timeout (as awp wait). Following with
+    --timeout ends after that long: 0 when something arrived, 2 when nothing
+    did. --json prints one post object a line. Subscribing again is harmless.
 
     \b
     Examples:
@@ -355,8 +356,10 @@ def get_cmd(
                                help="only this post and its replies"),
     save: str = typer.Option(None, "--save", metavar="DIR",
                              help="write the files of the posts shown into DIR"),
-    wait: str = typer.Option(None, "--wait", metavar="DURATION",
-                             help="when there is nothing to show, wait this long for a post"),
+    wait: bool = typer.Option(False, "--wait",
+                              help="when there is nothing to show, wait for a post"),
+    timeout: str = typer.Option("5m", "--timeout", metavar="DURATION",
+                                help="with --wait, give up after this long"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
@@ -365,16 +368,17 @@ def get_cmd(
 
     --save writes the file parts of the posts shown into DIR (names made
     safe; an existing file is never replaced). --wait: when nothing matches,
-    wait for the first new post by someone else (exit 2 on timeout).
+    wait up to --timeout for the first new post by someone else (exit 2 on
+    timeout), as awp wait and awp subscribe --once do.
 
     \b
     Examples:
       awp get alice/ops
       awp get alice/ops -n 0 --since 2h
       awp get alice/ops --thread 9f0c4e --save ./in
-      awp get alice/ops --since 10m --wait 5m
+      awp get alice/ops --since 10m --wait --timeout 5m
     """
-    board_verbs.get(topic, n, since, thread, save, wait, home, as_json)
+    board_verbs.get(topic, n, since, thread, save, wait, timeout, home, as_json)
 
 
 # -- edit / delete / hide -------------------------------------------------------------

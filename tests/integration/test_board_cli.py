@@ -252,7 +252,7 @@ def test_get_since_and_wait(homes):
     assert r.returncode == 2 and "neither a duration" in r.stderr
 
     # Nothing since now: --wait waits for the next post, or exits 2.
-    waiting = start(b, "get", "alice/news", "--since", "0s", "--wait", "30s")
+    waiting = start(b, "get", "alice/news", "--since", "0s", "--wait", "--timeout", "30s")
     # Post once bob's daemon counts a waiter (its cursor is taken by then).
     bob_api = LocalClient(os.path.join(b.path, "awp.sock"))
     wait_for(lambda: bob_api.get("/v1/activity")["waits"] > 0, 20, "get --wait waiting")
@@ -260,8 +260,11 @@ def test_get_since_and_wait(homes):
     code, out, err = finish(waiting)
     assert code == 0, err
     assert "fresh news" in out and "old news" not in out
-    r = b.run("get", "alice/news", "--since", "0s", "--wait", "1s")
+    r = b.run("get", "alice/news", "--since", "0s", "--wait", "--timeout", "1s")
     assert r.returncode == 2 and "nothing new on alice/news after 1s" in r.stderr
+    # awp subscribe follows for --timeout, then ends: 2 when nothing came
+    r = b.run("subscribe", "alice/news", "--timeout", "1s")
+    assert r.returncode == 2 and "nothing new after 1s" in r.stderr, r.stderr
 
 
 def test_revoke_stops_new_posts_and_ban(homes):

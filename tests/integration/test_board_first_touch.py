@@ -160,7 +160,7 @@ def test_usage_errors_exit_2_on_both_paths(homes):
     for args in (["topic", "create", "jobs", "--queue", "--lease", "30x"],
                  ["topic", "set", "ops", "--lease", "0s"],
                  ["get", "ops", "--since", "yesterday"],
-                 ["get", "ops", "--wait", "soon"],
+                 ["get", "ops", "--wait", "--timeout", "soon"],
                  ["claim", "ops", "--timeout", "x"],
                  ["send", "bob", "hi", "--wait-ack", "soon"],
                  ["get", "ops", "--bogus"]):

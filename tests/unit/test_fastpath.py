@@ -37,8 +37,9 @@ def test_plain_lines_parse_to_the_typer_parameters():
 
 def test_board_lines():
     assert vals("get", "a/ops", "-n", "0", "--since", "2h") == {
-        "topic": "a/ops", "n": 0, "since": "2h", "thread": None, "save": None, "wait": None,
-        "home": None, "as_json": False}
+        "topic": "a/ops", "n": 0, "since": "2h", "thread": None, "save": None, "wait": False,
+        "timeout": "5m", "home": None, "as_json": False}
+    assert vals("get", "a/ops", "--wait", "--timeout", "10s")["timeout"] == "10s"
     got = vals("topic", "--home", "/h", "create", "jobs", "--queue", "--lease", "5m")
     assert got["home"] == "/h" and got["queue"] is True and got["name"] == "jobs"
     assert vals("topic", "set", "jobs", "--no-queue")["queue"] is False
