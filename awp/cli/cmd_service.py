@@ -54,8 +54,12 @@ def service_cmd(
         res = service.status(h, awp_argv=service.awp_command())
     else:
         raise CliError("action must be install, uninstall or status", 2)
+    # install with nothing enabled (no user systemd, or it refused) did not do the job
+    failed = action == "install" and not res.get("enabled")
     if as_json:
         out_json(res)
+        if failed:
+            raise typer.Exit(1)
         return
     out(f"unit     {res['unit']}")
     out(f"file     {res['unit_path']}")
@@ -68,3 +72,6 @@ def service_cmd(
         out("warning  " + w)
     for n in res.get("notes", []):
         out("note     " + n)
+    if failed:
+        raise CliError(f"the unit file is written ({res['unit_path']}) but systemd did not"
+                       " enable it; the warnings above say how to finish once it can")

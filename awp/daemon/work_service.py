@@ -48,8 +48,17 @@ def worker_unit_name(home: str, words: Sequence[str]) -> str:
     return f"awp-work-{digest[:8]}.service"
 
 
-def worker_unit_text(awp_argv: Sequence[str], home: str, words: Sequence[str]) -> str:
+def worker_unit_text(awp_argv: Sequence[str], home: str, words: Sequence[str],
+                     cwd: str | None = None) -> str:
+    """The worker's unit; ``cwd`` (default: where install runs) is its
+    ``WorkingDirectory=``, so a relative command (``-- ./run-job.sh``) runs
+    where the user meant it to, not in systemd's ``/``."""
     home = service._norm_home(home)
+    cwd = os.path.abspath(cwd or os.getcwd())
+    service._check_text(cwd, "the working directory")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in cwd):
+        raise ValueError(f"a unit cannot name a working directory with control characters:"
+                         f" {cwd!r}")
     daemon = service.unit_name(home)
     topic = words[0].replace("%", "%%")
     stop = int(_grace(words)) + STOP_SLACK_S
@@ -66,6 +75,7 @@ def worker_unit_text(awp_argv: Sequence[str], home: str, words: Sequence[str]) -
         "[Service]",
         "Type=simple",
         "ExecStart=" + service.exec_line([*awp_argv, "work", "--home", home, *words]),
+        "WorkingDirectory=" + cwd.replace("%", "%%"),  # a path to the end of the line
         service._environment_line("AWP_HOME", home),
         "Restart=on-failure",
         "RestartSec=5",

@@ -62,7 +62,10 @@ def test_service_install_writes_a_unit_and_uninstall_removes_it(tmp_home_root):
     run = [sys.executable, "-m", "awp", "service"]
     res = subprocess.run([*run, "install", "--home", home, "--json"], env=env,
                          capture_output=True, text=True, timeout=30)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr  # no systemctl: written, not enabled, and said
+    text_run = subprocess.run([*run, "install", "--home", home], env=env,
+                              capture_output=True, text=True, timeout=30)
+    assert text_run.returncode == 1 and "systemd did not enable it" in text_run.stderr
     import json
 
     info = json.loads(res.stdout)

@@ -516,6 +516,12 @@ def test_a_worker_unit_runs_awp_work_beside_the_daemon(cfg, tmp_path):
         f"/opt/awp/bin/awp work --home {home} alice/jobs --concurrency 4 --grace 1m -- ./run.sh"
         " 50%%"]  # % is systemd's specifier character, written twice
     assert value(s["Service"], "TimeoutStopSec") == ["90"]  # the grace and 30 s more
+    # ./run.sh runs where install ran, not in systemd's /
+    assert value(s["Service"], "WorkingDirectory") == [os.getcwd().replace("%", "%%")]
+    there = work_service.worker_unit_text(AWP, home, words, cwd=str(tmp_path / "50% dir"))
+    assert f"WorkingDirectory={tmp_path}/50%% dir\n" in there
+    with pytest.raises(ValueError):
+        work_service.worker_unit_text(AWP, home, words, cwd="/tmp/bad\ndir")
     assert value(s["Unit"], "Wants") == [service.unit_name(home)]
     # another queue on the same home is another unit; uninstall removes only its own
     other = work_service.worker_unit_name(home, work_service.parse_work("alice/x -- true"))
