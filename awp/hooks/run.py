@@ -24,7 +24,9 @@ Each run, when a daemon answers:
    (``present.text.HOOK_LIMITS``), framed as untrusted input in the
    harness's format, saying how many more wait (``stop``: a one-time block,
    and nothing at all when the input says a stop hook is already active);
-5. only then marks read exactly what it printed (``POST /v1/seen``). A hook
+5. only then marks read exactly what it printed (``POST /v1/seen``), and
+   only when writing and flushing stdout succeeded: a hook whose stdout is a
+   full disk or a pipe with no reader marks nothing and exits 1. A hook
    that gave up on a slow daemon printed nothing and marks nothing; a
    confirm lost after printing shows the same records again next time: a
    duplicate, never a loss.
@@ -33,7 +35,8 @@ A daemon without board routes (404), or one whose board answer fails or comes
 too late, costs the hook its posts only: the messages it already took are
 printed.
 
-Usage errors exit 1, not 2: to Claude Code, exit 2 from a hook means "block".
+Usage errors and an unwritable stdout exit 1, not 2: to Claude Code, exit 2 from a
+hook means "block".
 """
 
 from __future__ import annotations
@@ -298,9 +301,16 @@ def format_output(fmt: str, event: str, hook_event: str, text: str) -> str:
         {"hookSpecificOutput": {"hookEventName": hook_event, "additionalContext": text}})
 
 
-def _write(out: str) -> None:
+def _write(out: str) -> bool:
+    """Write and flush ``out``; ``False`` when it did not all reach stdout.
+
+    Only a write that succeeded may be confirmed: text written into a full
+    disk or a pipe nobody reads never reached the agent. After a failure
+    stdout is pointed at ``/dev/null``, so the interpreter's own flush at
+    exit cannot fail again and print a traceback into the harness.
+    """
     if not out:
-        return
+        return True
     data = (out if out.endswith("\n") else out + "\n").encode("utf-8", "replace")
     try:
         buf = getattr(sys.stdout, "buffer", None)
@@ -311,6 +321,18 @@ def _write(out: str) -> None:
             sys.stdout.write(data.decode("utf-8"))
             sys.stdout.flush()
     except (BrokenPipeError, OSError, ValueError):
+        _silence_stdout()
+        return False
+    return True
+
+
+def _silence_stdout() -> None:
+    """Drop what is left in stdout's buffer and send any later write to ``/dev/null``."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
         pass
 
 
@@ -510,7 +532,11 @@ def main(args: list[str]) -> int:
     try:
         data = parse_input(read_stdin())
         outcome = run(event, fmt, _home(home_flag), data)
-        _write(outcome.text)
+        if not _write(outcome.text):
+            # nothing reached the agent: nothing is marked, and the harness hears it
+            sys.stderr.write("awp hook: could not write the output; nothing was marked"
+                             " read\n")
+            return 1
         outcome.confirm()  # only once printed: a hook that gave up marks nothing
     except Exception as e:  # noqa: BLE001 - a hook must never break its harness
         if os.environ.get("AWP_HOOK_DEBUG"):

@@ -350,3 +350,35 @@ def test_acting_through_awp_records_activity(pair) -> None:
     # Reading status (what a dashboard does) is not acting.
     a.api("GET", "/v1/status")
     assert a.api("GET", "/v1/activity")["source"] == "send"
+
+
+def _hook_into(home: str, stdout: object) -> subprocess.Popen:
+    args = [sys.executable, "-m", "awp", "hook", "inbox", "--format", "claude"]
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=subprocess.PIPE, env=env_for(home), cwd=ROOT)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_hook_whose_output_cannot_be_written_marks_nothing(pair) -> None:
+    """stdout on /dev/full, then a pipe whose reader has closed: the hook exits non-zero
+    and the message stays unread, so the next hook shows it (issue 39.1)."""
+    a, b = pair
+    a.api("POST", "/v1/inbox", {"mark": True})
+    th = deliver(a, b, "written nowhere")
+    with open("/dev/full", "wb") as full:
+        p = _hook_into(a.home, full)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode != 0, err
+    assert [r["th"] for r in unread(a)] == [th]
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the hook writes: EPIPE
+    try:
+        p = _hook_into(a.home, w)
+        _, err = p.communicate(timeout=30)
+    finally:
+        os.close(w)
+    assert p.returncode != 0, err
+    assert [r["th"] for r in unread(a)] == [th]
+    out = hook(a.home, "inbox", "claude", fixture_bytes("claude/post_tool_use.json")).stdout
+    assert "written nowhere" in json.loads(out)["hookSpecificOutput"]["additionalContext"]
+    assert unread(a) == []
