@@ -779,15 +779,16 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("POST", "/v1/board/claim")
     async def claim(req: Request) -> dict:
         body = json_body(req)
+        try:  # every field the ask carries, before anything waits or is sent
+            offers = wb.check_tags(body.get("offers", []), "offers")
+            bid = Bid.check(body.get("bid"))
+            req_id = wb.check_req_id(body.get("req"))
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
         topic = await queue_topic(body)
         timeout = _secs(body, "timeout", 10.0)
         wait = _secs(body, "wait", 0.0)
-        try:
-            offers = wb.check_tags(body.get("offers", []), "offers")
-            bid = Bid.check(body.get("bid"))
-        except wb.BoardError as e:
-            raise _bad(str(e)) from None
-        ask = ClaimAsk(board.queue, topic, _str(body, "req")[:64] or engine.ids.next(),
+        ask = ClaimAsk(board.queue, topic, req_id or engine.ids.next(),
                        offers, bid, timeout)
         try:
             d = await ask.until_given(wait, lambda h: engine.read(
@@ -811,9 +812,10 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         op = _str(body, "op")
         if op not in OPS or op == "claim":
             raise _bad("op is one of renew, release, complete, fail")
-        lease_id = _str(body, "lease").strip()
-        if not lease_id:
-            raise _bad("which lease? (awp claim printed it)")
+        try:  # checked before anything is asked or kept for the owner
+            lease_id = wb.check_lease_id(_str(body, "lease").strip())
+        except wb.BoardError as e:
+            raise _bad(str(e)) from None
         topic = await queue_topic(body)
         try:
             d, _rec = await board.queue.request(topic, op, lease=lease_id,

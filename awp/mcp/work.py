@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ..present.text import FRAMING, render_post
+from ..wire.board import LEASE_MAX
 from .base import MAX_WAIT, WAIT_SLICE, Context, Tool, ToolError, text_arg
 from .board import TOPIC_DESC
 
@@ -110,7 +111,8 @@ def fail(args: dict, ctx: Context) -> str:
 
 _LEASE_ARGS = {
     "topic": {"type": "string", "description": TOPIC_DESC},
-    "lease": {"type": "string", "description": "the lease id awp_claim returned"},
+    "lease": {"type": "string", "maxLength": LEASE_MAX,
+              "description": "the lease id awp_claim returned"},
 }
 
 TOOLS: list[Tool] = [

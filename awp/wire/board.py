@@ -52,6 +52,8 @@ NAME_MAX = 64
 OWNER_KINDS = ("topic", "hide", "lease", "stamp")  # kinds only the topic's owner signs
 MAX_SEQ = 2 ** 53  # a stamp's ``seq`` stays an exact integer in any JSON reader
 LEASE_STATES = ("claimed", "renewed", "released", "done", "failed", "expired")
+LEASE_MAX = 64  # characters of a lease id: what a lease record may carry
+REQ_MAX = 64  # characters of a claim's retry id (SPEC.md, board-claim)
 
 # Policy defaults a topic document may lower (or raise up to the fixed bounds).
 DEFAULT_KEEP = 10_000
@@ -503,6 +505,36 @@ def check_tags(value: object, what: str) -> tuple[str, ...]:
     return tuple(sorted(set(value)))
 
 
+def check_lease_id(value: object) -> str:
+    """A lease id as a local caller gives it, checked before anything is sent or kept.
+
+    An owner only hands out ids a lease record can carry (1 to :data:`LEASE_MAX`
+    printable characters, no spaces), so anything else cannot name a lease:
+    refusing it here keeps an oversized or garbled id from being queued
+    towards the owner, where its line would be refused on every reconnect.
+    """
+    if not isinstance(value, str) or not value:
+        raise BoardError("which lease? (awp claim printed it)")
+    return _opaque_id(value, "lease", LEASE_MAX, "this is not a lease id an owner hands out")
+
+
+def check_req_id(value: object) -> str:
+    """A claim's retry id (``req``) from a local caller: ``""`` (one is made) or a short id."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str):
+        raise BoardError("req must be a string")
+    return _opaque_id(value, "req", REQ_MAX, "the owner keeps no longer retry id")
+
+
+def _opaque_id(value: str, what: str, most: int, why: str) -> str:
+    if len(value) > most:
+        raise BoardError(f"{what}: at most {most} characters ({why})")
+    if not value.isprintable() or any(c.isspace() for c in value):
+        raise BoardError(f"{what}: printable characters without spaces")
+    return value
+
+
 def is_hash(v: object) -> bool:
     """Whether ``v`` is spelled as a record hash (32 lowercase hex characters)."""
     return isinstance(v, str) and bool(_HASH.match(v))
@@ -539,7 +571,7 @@ def _check_kind(kind: str, doc: dict) -> str:
         _canonical_key(doc.get("holder"), "holder")
         if doc.get("state") not in LEASE_STATES:
             raise BoardError("unknown lease state")
-        if not isinstance(doc.get("lease"), str) or not 0 < len(doc["lease"]) <= 64:
+        if not isinstance(doc.get("lease"), str) or not 0 < len(doc["lease"]) <= LEASE_MAX:
             raise BoardError("lease must name the lease")
         try:
             parse_ts(doc.get("until"))  # type: ignore[arg-type]

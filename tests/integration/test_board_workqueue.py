@@ -337,3 +337,34 @@ def test_a_retried_complete_the_owner_committed_answers_done(make_node):
     assert first["state"] == again["state"] == "done"
     assert first["item"]["hash"] == again["item"]["hash"]
     assert [rec["state"] for rec in _leases(a, topic)] == ["claimed", "done"]  # decided once
+
+
+def _pending(node) -> list[tuple]:
+    with sqlite3.connect(node.home + "/awp.db") as con:
+        return con.execute("SELECT lease, op FROM board_pending").fetchall()
+
+
+def test_a_lease_id_no_owner_hands_out_is_refused_before_it_is_kept(make_node):
+    """5 MiB lease ids (and a claim's 1 KiB retry id) from a local caller are refused with
+    a clear error while the owner is away, and nothing is kept to be sent to it (issue
+    39.4): a kept line too long for the link would drop it on every reconnect."""
+    a, b = make_node("a").start(), make_node("b").start()
+    topic = _queue(a, n=1, lease_s=120)
+    b.connect(a)
+    b.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 10})
+    try:
+        b.api("POST", "/v1/board/claim", {"topic": topic, "req": "r" * 1024})
+        raise AssertionError("a 1 KiB req was taken")
+    except ApiFailure as e:
+        assert e.code == "bad_request" and "at most 64 characters" in e.message
+    a.kill()
+    wait_for(lambda: not b.api("GET", "/v1/status")["board"]["links"], 10, "b sees a gone")
+    for op in ("complete", "fail", "release", "renew"):
+        for lease in ("x" * (5 << 20), "abc\ndef", "two words"):
+            try:
+                b.api("POST", "/v1/board/lease", {"topic": topic, "lease": lease, "op": op})
+                raise AssertionError(f"{op} of a bad lease id was taken")
+            except ApiFailure as e:
+                assert e.code == "bad_request" and e.message.startswith("lease:"), e.message
+                assert len(e.message) < 200
+    assert _pending(b) == []

@@ -260,6 +260,21 @@ def test_errors_never_repeat_a_huge_argument(mcp) -> None:
         assert "characters)" in text, (name, text[:300])  # the cut says how long it was
 
 
+def test_queue_tools_refuse_a_lease_no_owner_hands_out(mcp) -> None:
+    """awp_renew with a 1 MiB lease id, awp_complete with 2 MiB: refused by the tool with a
+    clear error before the daemon is asked (issue 39.4, issue 34.7), so nothing is kept to
+    be sent to the queue's owner."""
+    c = mcp()
+    c.initialize()
+    for name, lease in (("awp_renew", "L" * (1 << 20)), ("awp_complete", "L" * (2 << 20)),
+                        ("awp_fail", "L" * 65)):
+        res = c.call(name, {"topic": "alice/jobs", "lease": lease})
+        text = res["content"][0]["text"]
+        assert res["isError"] is True and "lease must be at most 64 characters" in text, (
+            name, text[:300])
+        assert len(text) < 1000
+
+
 # -- every tool ------------------------------------------------------------------------
 
 def test_every_tool(pair, mcp) -> None:
