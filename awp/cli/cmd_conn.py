@@ -411,7 +411,7 @@ def bye(
         out_json({**res, "name": who.get("name")})
         return
     name = who.get("name") or verbs.short(res.get("key", ""))
-    if res.get("connected"):
+    if res.get("said_bye", res.get("connected")):  # "connected": a daemon before said_bye
         out(f"said bye to {name}")
     else:
         out(f"{name} parked (not connected)")

@@ -649,8 +649,9 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
     async def bye(req: Request) -> dict:
         body = _body(req)
         key = await resolve(_str(body, "peer") or "")
-        was = await engine.bye(key, _str(body, "reason") or "")
-        return {"key": key, "connected": was}
+        said = await engine.bye(key, _str(body, "reason") or "")
+        # the state after the call: parked, and not connected (a bye closes the link)
+        return {"key": key, "connected": False, "parked": True, "said_bye": said}
 
     @r.route("GET", "/v1/events")
     async def events(req: Request) -> Stream:

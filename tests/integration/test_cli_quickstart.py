@@ -121,9 +121,13 @@ def test_quickstart_round_trip(homes):
 
     # bye parks the peer; on B it is a notice, counted apart from unread.
     b.ok("tail", "--once")
-    assert a.ok("bye", "w", "--reason", "all done").stdout == "said bye to w\n"
+    res = json.loads(a.ok("bye", "w", "--reason", "all done", "--json").stdout)
+    # the answer is the state after: parked and not connected; a bye went out (issue 40.7)
+    assert (res["connected"], res["parked"], res["said_bye"]) == (False, True, True), res
     wait_for(lambda: "said bye" in a.ok("peers").stdout, 10, "parked")
     assert a.ok("bye", "w").stdout == "w parked (not connected)\n"
+    res = json.loads(a.ok("bye", "w", "--json").stdout)
+    assert (res["connected"], res["said_bye"]) == (False, False), res
     wait_for(lambda: "unread 0, 1 notices" in b.ok("status").stdout, 10, "bye notice")
     # A notice never ends a wait, but is printed with whatever does (or the timeout).
     r = b.run("wait", "--timeout", "1s", "--json")
