@@ -93,6 +93,8 @@ class Limits:
     # Shape of what we parse.
     json_depth: int = 64                    # nesting of any JSON we parse (peer or local)
     api_body_bytes: int = 8 * MiB           # one request body on awp.sock (the web API takes none)
+    mcp_line_bytes: int = 8 * MiB           # one JSON-RPC line to `awp mcp` (no call needs more
+                                            # than a request body on awp.sock can carry)
 
 
 for _f, _k in (
@@ -106,7 +108,7 @@ for _f, _k in (
     ("peer_connections", "count"), ("connections", "count"), ("handshakes", "count"),
     ("peer_unclaimed_blob_bytes", "bytes"), ("unclaimed_blob_ttl", "seconds"),
     ("write_timeout", "seconds"), ("gap_timeout", "seconds"), ("json_depth", "count"),
-    ("api_body_bytes", "bytes"), ("board_subscriptions", "count"),
+    ("api_body_bytes", "bytes"), ("mcp_line_bytes", "bytes"), ("board_subscriptions", "count"),
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),
     ("board_claims_per_minute", "count"), ("board_queue_log", "count"),
     ("board_submits_per_minute", "count"),

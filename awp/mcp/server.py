@@ -22,6 +22,7 @@ confirming shows those records again later (a duplicate, never a loss).
 from __future__ import annotations
 
 import json
+import os
 import queue
 import sys
 import threading
@@ -30,6 +31,7 @@ from typing import Any, BinaryIO
 
 from .. import __version__
 from ..base.echo import cut_message, echo
+from ..base.limits import Limits, limits_from_config
 from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
 from ..wire.strictjson import loads as strict_loads
 from ..wire.strictjson import without_lone_surrogates
@@ -39,8 +41,9 @@ from .seen import SeenBatcher, unread_seqs
 #: Protocol versions we speak, newest first (the first is offered otherwise).
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 
-#: Longest line accepted; a longer one is answered with a parse error.
-MAX_LINE = 64 << 20
+#: Longest line accepted unless config.json's ``limits.mcp_line_bytes`` says
+#: otherwise; a longer one is skipped in pieces and answered with a parse error.
+MAX_LINE = Limits.mcp_line_bytes
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
     -32700, -32600, -32601, -32602, -32603)
@@ -79,10 +82,29 @@ PUSH_LATER = "read them with awp_read"
 SEEN_KEY = "_awp_seen"
 
 
+def line_limit(home: str) -> int:
+    """The longest JSON-RPC line to take: ``limits.mcp_line_bytes`` of the home's config.
+
+    Read here, not from the daemon: the server must bound what it reads before
+    any daemon runs. A config that cannot be read gives the default (the daemon
+    reports what is wrong with it).
+    """
+    try:
+        with open(os.path.join(home, "config.json"), "rb") as f:
+            cfg = json.loads(f.read(1 << 20))
+        raw = cfg.get("limits") if isinstance(cfg, dict) else None
+        lim = limits_from_config(raw if isinstance(raw, dict) else None)
+    except (OSError, ValueError, RecursionError):
+        return MAX_LINE
+    return max(1024, lim.mcp_line_bytes)  # no bound below a handshake's size
+
+
 class Server:
     def __init__(self, home: str, *, channel: bool = False, harness: str = "",
-                 stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+                 stdin: BinaryIO | None = None, stdout: BinaryIO | None = None,
+                 max_line: int | None = None) -> None:
         self.home = home
+        self.max_line = max_line if max_line is not None else line_limit(home)
         self.channel = channel
         self.harness = harness
         self._in = stdin if stdin is not None else sys.stdin.buffer
@@ -193,12 +215,15 @@ class Server:
         """Read and answer messages until stdin closes."""
         try:
             while not self.closed.is_set():
-                line = self._in.readline(MAX_LINE)
+                line = self._in.readline(self.max_line)
                 if not line:
                     break
-                if len(line) >= MAX_LINE and not line.endswith(b"\n"):
+                if len(line) >= self.max_line and not line.endswith(b"\n"):
+                    del line  # not held while the rest is skipped
                     self._skip_rest()
-                    self.send(self.error(None, PARSE_ERROR, "Parse error: message too long"))
+                    self.send(self.error(
+                        None, PARSE_ERROR, f"Parse error: message longer than {self.max_line}"
+                        " bytes (limits.mcp_line_bytes)"))
                     continue
                 if line.strip():
                     self.handle_line(line)
@@ -209,8 +234,9 @@ class Server:
         return 0
 
     def _skip_rest(self) -> None:
+        """Read and drop the rest of a line too long to take, a bounded piece at a time."""
         while True:
-            more = self._in.readline(MAX_LINE)
+            more = self._in.readline(min(self.max_line, 1 << 20))
             if not more or more.endswith(b"\n"):
                 return
 

@@ -275,6 +275,45 @@ def test_queue_tools_refuse_a_lease_no_owner_hands_out(mcp) -> None:
         assert len(text) < 1000
 
 
+def _peak_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
+def test_a_line_past_the_configured_bound_is_refused_and_costs_no_memory(tmp_path) -> None:
+    """limits.mcp_line_bytes bounds one JSON-RPC line: a longer (valid) request gets -32700
+    and the server goes on; a 50 MB line under the default bound is skipped in pieces, so
+    the server's peak memory barely moves (issue 40.7: it grew by 86 MiB)."""
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.json").write_text(json.dumps({"limits": {"mcp_line_bytes": "64KiB"}}))
+    c = McpClient(str(home))
+    try:
+        c.send({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x" * 100_000}})
+        err = c.wait_response(None)["error"]
+        assert err["code"] == -32700 and "65536 bytes (limits.mcp_line_bytes)" in err["message"]
+        assert c.request("ping")["result"] == {}
+    finally:
+        c.close()
+    c = McpClient(str(tmp_path / "fresh"))  # the default bound, 8 MiB
+    try:
+        assert c.request("ping")["result"] == {}
+        before = _peak_rss(c.proc.pid)
+        c.write(b'{"jsonrpc":"2.0","id":7,"method":"ping","params":{"pad":"'
+                + b"y" * (50 * 1000 * 1000) + b'"}}\n')
+        err = c.wait_response(None, 60)["error"]
+        assert err["code"] == -32700 and "8388608 bytes" in err["message"]
+        assert c.request("ping")["result"] == {}
+        grown = _peak_rss(c.proc.pid) - before
+        assert grown < 24 << 20, f"the server grew by {grown >> 20} MiB for one line"
+    finally:
+        c.close()
+
+
 # -- every tool ------------------------------------------------------------------------
 
 def test_every_tool(pair, mcp) -> None:
