@@ -998,9 +998,16 @@ def unread(c: sqlite3.Connection, me: str, limit: int = 50) -> tuple[list[Post],
 
 
 def mark_read(c: sqlite3.Connection, upto: dict[str, int]) -> None:
-    """Move each topic's read mark forward (never back) to the given seq."""
+    """Move each topic's read mark forward (never back) to the given seq.
+
+    Never past the newest seq held (seqs rise across all topics, so every post
+    still to come gets a larger one): a caller's mark far past the end
+    (``10**15``) would otherwise hide them all. ``max(seq)`` of the rowid is
+    one index step, so a hook's confirm stays cheap.
+    """
+    newest = c.execute("SELECT coalesce(max(seq), 0) FROM board_records").fetchone()[0]
     c.executemany("UPDATE board_subs SET read_seq = max(read_seq, ?) WHERE topic = ?",
-                  [(seq, topic) for topic, seq in upto.items()])
+                  [(min(seq, newest), topic) for topic, seq in upto.items()])
 
 
 def unread_count(c: sqlite3.Connection, topic: str, me: str) -> int:

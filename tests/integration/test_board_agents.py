@@ -327,3 +327,18 @@ def test_web_shows_topics_and_posts_live_and_hostile_text_as_json(pair, web_of) 
                                .json()["posts"] if p["hash"] == evil["hash"]
                                and p["edited"]], 10, "the edit at bob's")
     assert edited[0]["parts"] == [{"type": "text", "text": "edited text"}]
+
+
+def test_a_board_mark_past_the_end_hides_no_later_post(pair) -> None:
+    """POST /v1/seen with a board mark of 10**15 moves the mark only to the newest post
+    held, so the next post still reaches the hooks (issue 34.7)."""
+    a, b = pair
+    topic = topic_of(a)
+    first = post(a, topic, "before the mark")["post"]
+    wait_for(lambda: arrived(b, topic, first["hash"]), 10, "the first post at bob")
+    b.api("POST", "/v1/seen", {"board": {topic: 10**15}})
+    assert b.api("POST", "/v1/board/unread", {"mark": False})["posts"] == []
+    later = post(a, topic, "after the mark")["post"]
+    wait_for(lambda: arrived(b, topic, later["hash"]), 10, "the later post at bob")
+    got = b.api("POST", "/v1/board/unread", {"mark": False})["posts"]
+    assert [p["hash"] for p in got] == [later["hash"]]
