@@ -453,6 +453,9 @@ class Files:
                 before = f.read()
         except (OSError, UnicodeDecodeError):
             return text
+        if not before.strip():
+            # the user's file was empty or blank, which reads as {}: give those bytes back
+            return before if data == {} else text
         if before == text or "".join(before.split()) != "".join(text.split()):
             return text
         try:

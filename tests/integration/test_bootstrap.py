@@ -373,6 +373,19 @@ def test_copilot_gets_its_config_file_not_a_command(tmp_path) -> None:
     assert calls(home) == []
 
 
+@pytest.mark.parametrize("mine", ["", "\n", "  \n\n"])
+def test_an_empty_config_comes_back_empty_and_leaves_no_backup(tmp_path, mine: str) -> None:
+    """An empty (or blank) mcp-config.json round-trips byte for byte, and the backup made of
+    it goes once the file is the user's again (issue 39.5; it came back as ``{}``)."""
+    home, fakebin = make_home(tmp_path)
+    write(home, ".copilot/mcp-config.json", mine)
+    bootstrap(home, fakebin, "--harness", "copilot", "--bin", BIN)
+    assert "awp" in json.loads(read(home, ".copilot/mcp-config.json"))["mcpServers"]
+    bootstrap(home, fakebin, "--uninstall", "--harness", "copilot")
+    assert read(home, ".copilot/mcp-config.json") == mine
+    assert not os.path.exists(os.path.join(home, ".copilot/mcp-config.json.awp-backup"))
+
+
 GEMINI_COMMENTED = """{
   // my editor theme
   "theme": "GitHub",      /* keep: the dark one hurts */
