@@ -19,18 +19,22 @@ WAIT_SLICE = 10.0
 
 
 class Reply(str):
-    """A tool's text, with the seqs of the records it shows.
+    """A tool's text, with the seqs of the records it shows and what undoes it.
 
     The server marks those records read (``POST /v1/seen``) only after it
     has written the result to its client: a tool never marks what the model
-    may not get.
+    may not get. ``undo`` gives back what the call obtained (a lease) when
+    the client cancelled it: no one will act on a result nobody receives.
     """
 
     seen: tuple[int, ...]
+    undo: Callable[[], object] | None
 
-    def __new__(cls, text: str, seen: list[int] | tuple[int, ...] = ()) -> Reply:
+    def __new__(cls, text: str, seen: list[int] | tuple[int, ...] = (),
+                undo: Callable[[], object] | None = None) -> Reply:
         obj = super().__new__(cls, text)
         obj.seen = tuple(seen)
+        obj.undo = undo
         return obj
 
 

@@ -366,12 +366,26 @@ class Server:
             with self._calls_lock:
                 self._calls.pop(ident, None)
         if cancelled.is_set():
-            return None  # the client gave up on it: no response (MCP cancellation)
+            # the client gave up on it: no response (MCP cancellation), and what the
+            # call obtained for it (a claimed lease) is given back
+            self._undo(name, text if not res["isError"] else "")
+            return None
         answer = self.result(ident, res)
         seen = getattr(text, "seen", ()) if not res["isError"] else ()
         if seen:
             answer[SEEN_KEY] = list(seen)  # marked read by send(), once written
         return answer
+
+    @staticmethod
+    def _undo(name: str, text: str) -> None:
+        undo = getattr(text, "undo", None)
+        if undo is None:
+            return
+        try:
+            undo()
+        except Exception as e:  # noqa: BLE001 - the lease then runs out on its own
+            sys.stderr.write(f"awp mcp: {name} was cancelled; giving back what it took"
+                             f" failed: {cut_message(str(e))}\n")
 
     # -- channel push -------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..present.text import FRAMING, render_post
 from ..wire.board import LEASE_MAX
-from .base import MAX_WAIT, WAIT_SLICE, Context, Tool, ToolError, text_arg
+from .base import MAX_WAIT, WAIT_SLICE, Context, Reply, Tool, ToolError, text_arg
 from .board import TOPIC_DESC
 
 RESULT_MIME = "application/vnd.awp.work+json"  # as awp work marks its result replies
@@ -55,13 +55,23 @@ def claim(args: dict, ctx: Context) -> str:
                 f" topic={topic} wait_seconds=300, or do other work meanwhile.")
     item = res.get("item") if isinstance(res.get("item"), dict) else {}
     lease = res.get("lease")
-    return "\n".join([
+
+    def release() -> object:
+        """Give the lease back: the call was cancelled, so no one works the item."""
+        return ctx.client(40.0).post("/v1/board/lease",
+                                     {"topic": topic, "lease": lease, "op": "release"})
+
+    if ctx.cancelled():  # cancelled while the wait was in flight: nobody will get this
+        release()
+        return "cancelled: the item that came meanwhile was released"
+    return Reply("\n".join([
         f"You hold item {item.get('id')} of {topic} under lease {lease}, until"
         f" {_until(res.get('until'))}. {FRAMING}", "",
         render_post(item, limit=0), "",
         f"When done: awp_complete topic={topic} lease={lease} result=<what you found>;"
         f" if you cannot do it: awp_fail topic={topic} lease={lease} reason=<why>. For a long"
-        f" job, awp_renew topic={topic} lease={lease} before the lease runs out."])
+        f" job, awp_renew topic={topic} lease={lease} before the lease runs out."]),
+        undo=release)
 
 
 def _lease(args: dict, ctx: Context, op: str) -> dict:

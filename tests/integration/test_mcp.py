@@ -404,6 +404,39 @@ def test_a_waiting_read_counts_as_waiting_and_can_be_cancelled(pair, mcp) -> Non
     assert ident not in c.responses  # no response to a cancelled request
 
 
+def _lease_states(node: Node, topic: str) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(node.home + "/awp.db") as con:
+        return [json.loads(r[0])["state"] for r in con.execute(
+            "SELECT raw FROM board_records WHERE topic = ? AND kind = 'lease' ORDER BY ts, hash",
+            (topic,))]
+
+
+def test_a_cancelled_claim_gives_back_what_its_wait_obtained(pair, mcp) -> None:
+    """Cancel a waiting awp_claim, then post an item while the wait is still in flight: the
+    item claimed for the cancelled call is released at once, not held for the lease's
+    length with no one working it (issue 39.3)."""
+    a, _b = pair
+    a.api("POST", "/v1/board/topic", {"name": "cancelq", "read": "open", "post": "open",
+                                      "queue": True, "lease_s": 600})
+    topic = f"{a.key}/cancelq"
+    c = mcp()
+    c.initialize()
+    ident = 9002
+    c.send({"jsonrpc": "2.0", "id": ident, "method": "tools/call",
+            "params": {"name": "awp_claim", "arguments": {"topic": topic,
+                                                          "wait_seconds": 60}}})
+    assert c.request("ping")["result"] == {}  # the call is being served by now
+    c.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": ident, "reason": "user gave up"}})
+    a.api("POST", "/v1/board/post", {"topic": topic,
+                                     "parts": [{"k": "text", "text": "nobody's job"}]})
+    wait_for(lambda: _lease_states(a, topic) == ["claimed", "released"], 30,
+             "the lease of the cancelled claim to be released")
+    assert ident not in c.responses  # still no response to the cancelled request
+
+
 def test_harness_flag_tells_a_running_daemon(pair, mcp) -> None:
     a, _ = pair
     c = mcp("--harness", "cursor")
