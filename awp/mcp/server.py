@@ -14,7 +14,11 @@ Channel push (``--channel`` / ``AWP_CHANNEL=1``): once the client has sent
 
 Nothing is marked read before it is written: the stream and ``awp_read``
 take records unmarked, and the server confirms what it wrote (flushed) to
-stdout with ``POST /v1/seen`` (:mod:`awp.mcp.seen`). A server stopped or
+stdout with ``POST /v1/seen`` (:mod:`awp.mcp.seen`). A channel push counts
+as delivered only when the client's ``initialize`` declared the
+``claude/channel`` capability: a client without a handler drops the
+notification (the official SDK does), so otherwise a push marks nothing and
+``awp_read`` or a hook shows those records again. A server stopped or
 killed before writing loses nothing; one killed between writing and
 confirming shows those records again later (a duplicate, never a loss).
 """
@@ -116,6 +120,9 @@ class Server:
         self._pusher: threading.Thread | None = None
         self.seen = SeenBatcher()
         self.initialized = False
+        #: Whether the client's ``initialize`` declared the ``claude/channel``
+        #: capability: only then does writing a push count as delivering it.
+        self.client_takes_channel = False
         self.closed = threading.Event()
 
     # -- output -------------------------------------------------------------------------
@@ -309,6 +316,10 @@ class Server:
                 ev.set()
 
     def initialize(self, params: dict) -> dict:
+        caps = params.get("capabilities")
+        extra = caps.get("experimental") if isinstance(caps, dict) else None
+        self.client_takes_channel = isinstance(extra, dict) and isinstance(
+            extra.get("claude/channel"), dict)
         asked = params.get("protocolVersion")
         version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
         return {
@@ -437,18 +448,21 @@ class Server:
                                  else records.get_nowait())
                 except queue.Empty:
                     break
-            note = channel_notification(burst)
+            note = channel_notification(burst, confirm=self.client_takes_channel)
             if note is not None:
                 self.send(note)
 
 
-def channel_notification(records: list[dict]) -> dict | None:
+def channel_notification(records: list[dict], confirm: bool = True) -> dict | None:
     """One ``notifications/claude/channel`` message for a burst of records.
 
     The newest records that fit :data:`PUSH_BYTES` are shown; the rest are
-    counted and stay unread. The seqs shown ride along under ``SEEN_KEY``
-    (taken out by :meth:`Server.send`, which marks them once written).
-    ``None`` when nothing fits.
+    counted and stay unread. With ``confirm`` (the client said it takes
+    channel notifications) the seqs shown ride along under ``SEEN_KEY``
+    (taken out by :meth:`Server.send`, which marks them once written);
+    without it nothing is marked, and ``awp_read`` or a hook shows them
+    again. ``meta.count`` is how many the content shows, ``meta.more`` how
+    many of the burst it leaves out. ``None`` when nothing fits.
     """
     from ..present.text import fit_messages
 
@@ -456,20 +470,25 @@ def channel_notification(records: list[dict]) -> dict | None:
                                   later=PUSH_LATER)
     if not content:
         return None
-    last = records[-1]
+    last = shown[-1]
     peers = list(dict.fromkeys(str(r.get("peer_name") or r.get("peer") or "?")
-                               for r in records))
-    threads = list(dict.fromkeys(t for t in (str(r.get("th") or "") for r in records) if t))
+                               for r in shown))
+    threads = list(dict.fromkeys(t for t in (str(r.get("th") or "") for r in shown) if t))
     # No "source": Claude Code sets that attribute of the channel tag itself,
     # from the server's name, and a meta key of the same name only repeats it.
-    meta = {"count": str(len(records)), "from": ", ".join(peers[:5])}
+    meta = {"count": str(len(shown)), "from": ", ".join(peers[:5])}
+    if len(records) > len(shown):
+        meta["more"] = str(len(records) - len(shown))
     if len(threads) == 1:
         meta["thread"] = threads[0]
-    if len(records) == 1:
+    if len(shown) == 1:
         meta["id"] = str(last.get("id") or "")
         meta["kind"] = str(last.get("t") or "")
-    return {"jsonrpc": "2.0", "method": "notifications/claude/channel",
-            "params": {"content": content, "meta": meta}, SEEN_KEY: unread_seqs(shown)}
+    note: dict = {"jsonrpc": "2.0", "method": "notifications/claude/channel",
+                  "params": {"content": content, "meta": meta}}
+    if confirm:
+        note[SEEN_KEY] = unread_seqs(shown)
+    return note
 
 
 def _tool_result(text: str, is_error: bool) -> dict:

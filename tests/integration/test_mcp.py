@@ -28,6 +28,10 @@ TOOLS = ["awp_listen", "awp_connect", "awp_send", "awp_read", "awp_state", "awp_
          "awp_complete", "awp_fail"]
 
 
+#: What a client that handles channel notifications declares in ``initialize``.
+TAKES_CHANNEL = {"experimental": {"claude/channel": {}}}
+
+
 class McpClient:
     """Speaks to ``awp mcp`` over its stdin/stdout, one JSON message per line."""
 
@@ -85,8 +89,9 @@ class McpClient:
         self.send(msg)
         return self.wait_response(ident, timeout)
 
-    def initialize(self, version: str = "2025-11-25") -> dict:
-        res = self.request("initialize", {"protocolVersion": version, "capabilities": {},
+    def initialize(self, version: str = "2025-11-25", capabilities: dict | None = None) -> dict:
+        res = self.request("initialize", {"protocolVersion": version,
+                                          "capabilities": capabilities or {},
                                           "clientInfo": {"name": "test", "version": "1"}})
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return res
@@ -457,7 +462,7 @@ def test_channel_push_when_a_peer_sends(pair, mcp, how: str) -> None:
     a, b = pair
     a.api("POST", "/v1/inbox", {"mark": True})
     c = mcp("--channel") if how == "flag" else mcp(AWP_CHANNEL="1")
-    c.initialize()
+    c.initialize(capabilities=TAKES_CHANNEL)
     c.text("awp_connect", {"address": b.address})
     time.sleep(0.5)  # the pusher follows the event stream
     res = b.send(a.key, f"pushed via {how}", subject="Channel test")
@@ -479,7 +484,7 @@ def test_a_channel_server_killed_before_writing_loses_nothing(pair, mcp) -> None
     a, b = pair
     a.api("POST", "/v1/inbox", {"mark": True})
     c = mcp("--channel")
-    c.initialize()
+    c.initialize(capabilities=TAKES_CHANNEL)
     c.text("awp_connect", {"address": b.address})
     b.send(a.key, "warm-up", subject="Warm")  # the follower is streaming once this is pushed
     assert "warm-up" in c.notes.get(timeout=15)["params"]["content"]
@@ -497,10 +502,45 @@ def test_a_channel_server_killed_before_writing_loses_nothing(pair, mcp) -> None
 
     # the next session pushes it, and marks it read only once written
     c2 = mcp("--channel")
-    c2.initialize()
+    c2.initialize(capabilities=TAKES_CHANNEL)
     note = c2.notes.get(timeout=15)
     assert "sent while the server was stopped" in note["params"]["content"]
     wait_for(lambda: unread(a) == [], 10, "the second push is marked read")
+
+
+def test_a_push_the_official_sdk_client_drops_stays_unread(pair, tmp_path) -> None:
+    """The official MCP SDK client has no handler for notifications/claude/channel and drops
+    it; it declared no channel capability, so the push marks nothing: awp_read then shows
+    the message (issue 39.2: it said "no unread messages")."""
+    anyio = pytest.importorskip("anyio")
+    pytest.importorskip("mcp")
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    a, b = pair
+    a.api("POST", "/v1/inbox", {"mark": True})
+    b.connect(a)
+    res = b.send(a.key, "pushed to a client that drops it", subject="Dropped push")
+    wait_for(lambda: [r["id"] for r in unread(a)] == [res["id"]], 15, "delivered")
+    tap = tmp_path / "stdout"  # what the server wrote, to know the push went out
+    env = {k: v for k, v in os.environ.items() if k not in HARNESS_VARS}
+    env.update(AWP_HOME=a.home, PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+    params = StdioServerParameters(
+        command="sh", args=["-c", f'exec "$0" -m awp mcp --channel | tee "$1"', sys.executable,
+                            str(tap)], env=env, cwd=ROOT)
+
+    async def session() -> str:
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            with anyio.fail_after(15):
+                while "notifications/claude/channel" not in (
+                        tap.read_text() if tap.exists() else ""):
+                    await anyio.sleep(0.05)
+            out = await s.call_tool("awp_read", {})
+            return out.content[0].text
+
+    text = anyio.run(session)
+    assert "pushed to a client that drops it" in text, text
 
 
 def test_awp_read_is_bounded_and_leaves_the_rest_unread(pair, mcp) -> None:

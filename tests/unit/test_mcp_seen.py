@@ -125,7 +125,15 @@ def test_a_push_is_bounded_and_marks_only_what_it_shows() -> None:
     left = 30 - len(shown)
     assert f"{left} older ones are not shown here and stay unread (read them with awp_read)" \
         in content
-    assert note["params"]["meta"]["count"] == "30"
+    # count is what the content shows, more what it leaves out of the burst (issue 39.2)
+    assert note["params"]["meta"]["count"] == str(len(shown))
+    assert note["params"]["meta"]["more"] == str(left)
+
+
+def test_a_push_to_a_client_that_did_not_declare_channels_marks_nothing() -> None:
+    note = srv.channel_notification([_rec(1, "hello")], confirm=False)
+    assert note is not None and srv.SEEN_KEY not in note
+    assert note["params"]["meta"]["count"] == "1"
 
 
 @pytest.mark.parametrize("n", [1, 3])
