@@ -526,7 +526,7 @@ def test_a_push_the_official_sdk_client_drops_stays_unread(pair, tmp_path) -> No
     env = {k: v for k, v in os.environ.items() if k not in HARNESS_VARS}
     env.update(AWP_HOME=a.home, PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
     params = StdioServerParameters(
-        command="sh", args=["-c", f'exec "$0" -m awp mcp --channel | tee "$1"', sys.executable,
+        command="sh", args=["-c", 'exec "$0" -m awp mcp --channel | tee "$1"', sys.executable,
                             str(tap)], env=env, cwd=ROOT)
 
     async def session() -> str:
