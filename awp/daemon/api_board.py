@@ -144,8 +144,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         # Our own name is what every label of our topics shows (alice/ops on alice).
         if ref in ("me", "self", me) or ref == owner_name_me():
             return me
-        try:
-            return queries.resolve_peer(c, ref)
+        try:  # a topic's owner may be a host we only heard of (two hops away)
+            return queries.resolve_peer(c, ref, heard=True)
         except LookupFailed as e:
             status = 409 if e.code.startswith("ambiguous") else 404
             raise ApiError(status, str(e), e.code) from None
@@ -184,7 +184,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
     def label(c: sqlite3.Connection, topic: str) -> str:
         owner, name = topic.split("/", 1)
-        return f"{owner_name(c, owner)}/{name}"
+        who = engine.config.name or "me" if owner == me else queries.owner_label(c, owner)
+        return f"{who}/{name}"
 
     def owner_name(c: sqlite3.Connection, key: str) -> str:
         return engine.config.name or "me" if key == me else queries.peer_label(c, key)

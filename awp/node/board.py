@@ -893,6 +893,8 @@ class Board(Extension):
         policy = {k: v for k, v in doc.items() if k not in ("k", "topic", "seq", "ts", "sig")}
         policy.update(changes)
         policy = {k: v for k, v in policy.items() if v is not None}
+        if self.engine.config.name:  # signed, so hosts that never met us can call us by it
+            policy["owner_name"] = self.engine.config.name[:64]
         rec = make_topic(self.engine.identity, name, seq, now_ms(), **policy)
         if topic not in self.subs:
             if len(self.subs) >= self.engine.config.limits.board_subscriptions:

@@ -60,10 +60,36 @@ def peer_label(c: sqlite3.Connection, key: str, clashes: set[str] | None = None)
     row = c.execute("SELECT name FROM peers WHERE key = ?", (key,)).fetchone()
     name = clean_name(row[0]) if row else ""
     if not name:
+        if row is None:  # never met: the name it signed elsewhere, marked as heard of
+            from .heard import heard_name
+
+            heard = heard_name(c, key)
+            if heard is not None:
+                return f"{heard[0]} (heard of, {short_key(key)})"
         return short_key(key)
     if clashes is None:
         clashes = name_clashes(c)
     return f"{name} ({short_key(key)})" if name_fold(name) in clashes else name
+
+
+def owner_label(c: sqlite3.Connection, key: str) -> str:
+    """How a topic's owner is written in ``OWNER/NAME``: what the user can type back.
+
+    A met peer as :func:`peer_label`; one only heard of by the bare name it
+    signed, when that name resolves back to it (else its key prefix).
+    """
+    if c.execute("SELECT 1 FROM peers WHERE key = ?", (key,)).fetchone() is not None:
+        return peer_label(c, key)
+    from .heard import heard_name
+
+    heard = heard_name(c, key)
+    if heard is not None:
+        try:
+            if resolve_peer(c, heard[0], heard=True) == key:
+                return heard[0]
+        except LookupFailed:
+            pass
+    return short_key(key)
 
 
 class Labels(dict):
@@ -92,7 +118,8 @@ def _candidates(c: sqlite3.Connection, keys: list[str]) -> str:
     return ", ".join(shown) + more
 
 
-def resolve_peer(c: sqlite3.Connection, text: str, *, introduced: bool = False) -> str:
+def resolve_peer(c: sqlite3.Connection, text: str, *, introduced: bool = False,
+                 heard: bool = False) -> str:
     """A peer's key from a key, alias, announced name, or key prefix (>= 4 chars).
 
     Names match by their fold (UTS #39 skeletons, case, accents), so
@@ -105,7 +132,10 @@ def resolve_peer(c: sqlite3.Connection, text: str, *, introduced: bool = False) 
 
     Names from introductions (another peer saying who a key is) never count
     here, so they cannot shadow or crowd a name; with ``introduced`` (for
-    ``connect`` only) an exact introduced name is the last resort.
+    ``connect`` only) an exact introduced name is the last resort.  With
+    ``heard`` (a topic's owner), a name no met peer has may be one a key
+    signed for itself elsewhere (:mod:`awp.store.heard`): taken when one key
+    claims it, refused, with where each claim came from, when several do.
     """
     ref = text.strip()
     if not ref:
@@ -144,6 +174,18 @@ def resolve_peer(c: sqlite3.Connection, text: str, *, introduced: bool = False) 
                 else f"{echo(ref)} names or is a key prefix of {len(hits)} peers")
         raise LookupFailed(f"{what}: {_candidates(c, hits)}; use a longer key prefix or an"
                            " alias (awp alias KEYPREFIX NICKNAME)", "ambiguous_peer")
+    if heard:
+        from .heard import heard_as
+
+        claims_heard = heard_as(c, ref)
+        if len(claims_heard) == 1:
+            return next(iter(claims_heard))
+        if claims_heard:
+            shown = ", ".join(f"{short_key(k)} (by its {' and '.join(src)})"
+                              for k, src in list(claims_heard.items())[:8])
+            raise LookupFailed(f"{len(claims_heard)} keys this host has heard of call themselves"
+                               f" {echo(ref)}: {shown}; name the one you mean by its key",
+                               "ambiguous_peer")
     intro = introduced_keys(c, ref)
     if introduced and len(intro) == 1:
         return intro[0]

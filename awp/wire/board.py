@@ -45,6 +45,7 @@ TARGETED = ("edit", "delete", "hide", "lease", "stamp")  # kinds that name anoth
 MAX_RECORD = 64 * 1024  # any record's raw bytes: a fixed protocol bound
 MAX_PARTS = 16
 MAX_TITLE = 200
+MAX_OWNER_NAME = 64  # the owner's own name, signed in its topic documents
 MAX_LIST = 256  # entries in a topic's ``revoked`` and ``banned``
 MAX_MEMBERS = 512  # entries in a topic's ``members`` (the document stays within 64 KiB)
 FUTURE_MS = 5 * 60 * 1000  # a record dated further ahead than this is not taken yet
@@ -765,6 +766,9 @@ def check_policy(doc: dict) -> Policy:
     title = doc.get("title", "")
     if not isinstance(title, str) or len(title) > MAX_TITLE:
         raise BoardError(f"title: a string of at most {MAX_TITLE} characters")
+    owner_name = doc.get("owner_name", "")
+    if not isinstance(owner_name, str) or len(owner_name) > MAX_OWNER_NAME:
+        raise BoardError(f"owner_name: a string of at most {MAX_OWNER_NAME} characters")
     revoked: dict[str, int] = {}
     rv = doc.get("revoked", [])
     if not isinstance(rv, list) or len(rv) > MAX_LIST:

@@ -128,3 +128,21 @@ def test_a_claim_two_hops_away_reaches_the_owner_and_its_answer_comes_back(homes
     assert rows[item][1] == "done"
     r = c.run("claim", topic)
     assert r.returncode == 2 and "no open item" in r.stderr, r.stderr
+
+
+def test_a_host_two_hops_away_calls_the_owner_by_its_signed_name(homes):
+    """carol never met alice, yet holds alice's signed topic document: "alice/ops"
+    names it, and the answer says the name is heard of, not met (issue 38)."""
+    a, b, c = line(homes)
+    akey = key_of(a)
+    a.ok("topic", "create", "ops", "--open")
+    a.ok("post", "ops", "hello from alice")
+    known(b, "alice/ops")
+    known(c, f"{akey}/ops")
+    r = c.ok("get", "alice/ops")  # by name, on a host that never met alice
+    assert "hello from alice" in r.stdout, r.stdout + r.stderr
+    shown = json.loads(c.ok("topic", "show", "alice/ops", "--json").stdout)
+    assert shown["topic"] == f"{akey}/ops"
+    assert "heard of" in shown["owner_name"], shown["owner_name"]
+    r = c.run("get", "nobody-by-that-name/ops")
+    assert r.returncode != 0 and "unknown peer" in r.stderr

@@ -234,3 +234,37 @@ def test_introduced_addresses_rank_below_the_peers_own(store):
     assert order == ["tcp:10.0.0.1:7000", "tcp:10.6.6.6:7000"]
     ops.add_address(store, key, "tcp:10.1.1.1:7000", "connect", 50)
     assert ops.ranked_addresses(store, key)[0]["addr"] == "tcp:10.1.1.1:7000"
+
+
+def _heard(c, name: str, via: str) -> str:
+    """A key this host never met, naming itself in presence or in a topic document."""
+    key = Identity.generate().key
+    if via == "presence":
+        c.execute("INSERT INTO presence (origin, name, seq, doc, doc_ts, received)"
+                  " VALUES (?, ?, 1, '{}', 1, 1)", (key, name))
+    else:
+        doc = json.dumps({"k": "topic", "topic": f"{key}/ops", "owner_name": name})
+        c.execute("INSERT INTO board_topics (topic, owner, seq, hash, doc, received)"
+                  " VALUES (?, ?, 1, 'h', ?, 1)", (f"{key}/ops", key, doc))
+    return key
+
+
+def test_names_heard_of_resolve_only_when_asked_and_unambiguous(store):
+    alice = _heard(store, "alice", "topic")
+    with pytest.raises(LookupFailed, match="unknown peer"):
+        queries.resolve_peer(store, "alice")  # send and friends: met peers only
+    assert queries.resolve_peer(store, "alice", heard=True) == alice
+    assert queries.resolve_peer(store, "ALICE", heard=True) == alice  # folded, as met names
+    assert queries.peer_label(store, alice) == f"alice (heard of, {short_key(alice)})"
+    w = _heard(store, "worker", "presence")
+    assert queries.peer_label(store, w).startswith("worker (heard of")
+    # a met peer of that name wins over any key heard of
+    met = _peer(store, "worker")
+    assert queries.resolve_peer(store, "worker", heard=True) == met
+    # two keys heard of by one name: nothing is picked, each shown with its source
+    other = _heard(store, "alice", "presence")
+    with pytest.raises(LookupFailed, match="2 keys this host has heard of") as e:
+        queries.resolve_peer(store, "alice", heard=True)
+    assert e.value.code == "ambiguous_peer"
+    assert short_key(alice) in str(e.value) and short_key(other) in str(e.value)
+    assert "topic document" in str(e.value) and "presence" in str(e.value)
