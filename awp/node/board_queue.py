@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from ..board import perms
-from ..board.market import Bid, needs_of
+from ..board.asks import REPLAYED, AskGuard
+from ..board.market import STANDING_MS, Bid, needs_of
 from ..board.queue import Arbiter, Decision, Event
 from ..store import board as sb
 from ..wire.board import (
@@ -90,10 +91,13 @@ class BoardQueue:
         self._answers: dict[str, tuple[set[str], trio.Event, list[dict], list[int]]] = {}
         # an ask we passed on: our id -> (from, their id, when, branches still to answer)
         self._routes: dict[str, tuple[BoardLink, str, float, list[int]]] = {}
-        self._seen: dict[str, float] = {}  # signatures of asks already decided or passed on
+        self._seen: dict[str, float] = {}  # signatures of asks already passed on (relays)
         # our asks' times: two renews of one lease in one millisecond would otherwise
         # be one signature, and the owner would take the second for the first met again
         self._ask_clock = RisingClock()
+        lim = self.engine.config.limits
+        self.asks = AskGuard(int(lim.board_ask_window * 1000), int(lim.board_ask_reorder * 1000),
+                             lim.board_asks_per_claimant, lim.board_ask_claimants)
         self._wake = trio.Event()
         self.window = AwardWindow(self)  # claims are decided in award windows (the market)
 
@@ -112,6 +116,7 @@ class BoardQueue:
                                                    needs=_needs(c, topic, h)))
             self.arbiters[topic] = arb
         arb.lease_ms, arb.attempts = pol.lease_s * 1000, pol.attempts
+        arb.bar = self.engine.config.limits.board_strikes_bar
         return arb
 
     def _log(self, c: sqlite3.Connection, topic: str, arb: Arbiter,
@@ -367,14 +372,23 @@ class BoardQueue:
                 return
             if ask["topic"] != topic or ask["op"] != op:
                 return
-            if abs(parse_ts(ask["ts"]) - now_ms()) > FUTURE_MS or not self._first_time(ask):
-                return  # stale, or met on another path: decided (or passed on) once
             if not topic.startswith(self.me + "/"):
+                if abs(parse_ts(ask["ts"]) - now_ms()) > FUTURE_MS or not self._first_time(ask):
+                    return  # stale, or met on another path: passed on once
                 await self._pass_on(link, line, ident, ask)
                 return
         who = ask["by"] if ask is not None else link.conn.peer_key
         direct = who == link.conn.peer_key
         why = self._over_rate(link) or await self._may_claim(link, topic, who, direct)
+        if not why and ask is not None:
+            # only now, for a granted claimant: a stranger's asks never take its place
+            seen = self.asks.admit(who, ask["sig"], parse_ts(ask["ts"]), now_ms())
+            if seen == REPLAYED:
+                return  # met on another path, or captured and sent again: decided once
+            if seen:
+                why = (f"the ask is dated {ask['ts']}, more than"
+                       f" {self.asks.window_ms // 1000} s from the queue owner's clock"
+                       " (limits.board_ask_window): check the claimant's clock")
         if why:
             answer, rec = Decision("refused", why=why), None
         else:
@@ -597,13 +611,18 @@ class BoardQueue:
     def lease_view(self, recs: list[Record], pol: Policy | None, now: int) -> dict[str, dict]:
         """What lease records say about each item, for hosts that are not the arbiter."""
         out: dict[str, dict] = {}
+        struck: dict[str, int] = {}  # holder -> its latest strike (the arbiter's standing)
         for r in sorted(recs, key=lambda r: (r.ts, r.hash)):
             if r.kind != "lease":
                 continue
             d = r.doc
             e = out.setdefault(r.of, {"attempts": 0})
             if d["state"] in ("failed", "expired"):
-                e["attempts"] += 1
+                # as the arbiter counts: only a holder in good standing costs an attempt
+                last = struck.get(d["holder"])
+                if last is None or r.ts - last >= STANDING_MS:
+                    e["attempts"] += 1
+                struck[d["holder"]] = r.ts
             until = parse_ts(d["until"])
             held = d["state"] in ("claimed", "renewed") and until > now
             e.update(status="done" if d["state"] == "done" else "claimed" if held else "open",
