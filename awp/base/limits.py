@@ -77,6 +77,10 @@ class Limits:
     #                                         its asks may be dated and still be decided
     board_asks_per_claimant: int = 1024     # ask signatures remembered per claimant (replays)
     board_ask_claimants: int = 4096         # granted claimants whose asks we remember
+    board_queue_seconds: float = 3.0        # our store writer's time one peer's queue requests
+    #                                         may take a minute
+    board_answers_kept: int = 4096          # answers to retried claims and completes kept to
+    #                                         answer them without the writer (each kind)
     board_strikes_bar: int = 3              # a claimant's fails and expiries (its strikes) past
     #                                         which our queues award it nothing (0: never)
 
@@ -125,6 +129,7 @@ for _f, _k in (
     ("board_head_every", "seconds"), ("board_stale_heads", "count"),
     ("board_leases_per_claimant", "count"), ("board_strikes_bar", "count"),
     ("board_ask_window", "seconds"), ("board_ask_reorder", "seconds"),
+    ("board_queue_seconds", "seconds"), ("board_answers_kept", "count"),
     ("board_asks_per_claimant", "count"), ("board_ask_claimants", "count"),
     ("invites", "count"),
     ("ws_handshake_timeout", "seconds"), ("ws_frame_bytes", "bytes"),

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -53,6 +54,7 @@ from ..wire.board import (
 )
 from ..wire.timefmt import RisingClock, now_ms, parse_ts
 from .board_market import AwardWindow
+from .queue_answers import RetryAnswers
 
 if TYPE_CHECKING:
     from .board import Board
@@ -98,6 +100,8 @@ class BoardQueue:
         lim = self.engine.config.limits
         self.asks = AskGuard(int(lim.board_ask_window * 1000), int(lim.board_ask_reorder * 1000),
                              lim.board_asks_per_claimant, lim.board_ask_claimants)
+        self.answers = RetryAnswers(lim.board_answers_kept)  # retries answered off the writer
+        self._spent: dict[str, float] = {}  # writer seconds per claimant, not yet charged
         self._wake = trio.Event()
         self.window = AwardWindow(self)  # claims are decided in award windows (the market)
 
@@ -209,6 +213,7 @@ class BoardQueue:
         self.arbiters.clear()
         self._rows.clear()
         self._lease_ts.clear()
+        self.answers.clear()
 
     def after_stored(self, taken: sb.Taken) -> None:
         """A new lease may need an expiry tick, but only in a queue we arbitrate.
@@ -218,6 +223,7 @@ class BoardQueue:
         plain subscriber stores) do not wake it.
         """
         if any(r.topic in self.arbiters for r in taken.new):
+            self.answers.note([r for r in taken.new if r.topic in self.arbiters])
             self._wake.set()
 
     def _decide(self, c: sqlite3.Connection, topic: str,
@@ -233,14 +239,24 @@ class BoardQueue:
             return Decision("refused", why=f"this claimant holds {cap} leases of this queue"
                             " already (the owner's limits.board_leases_per_claimant): complete"
                             " or release one first"), []
+        t0 = time.perf_counter()
         decisions = self._log(c, topic, arb, ev)
         recs = self._leases(c, topic, decisions, ev.now)
         answer = decisions[-1] if decisions else Decision("refused", why="no answer")
         if answer.again:  # the answer is the record announced with the first answer
-            recs += [r for r in sb.records(c, topic) if r.kind == "lease"
-                     and r.of == answer.item and r.doc.get("lease") == answer.lease
-                     and r.doc.get("state") == answer.state][-1:]
+            recs += self._announced(c, topic, answer)
+        self._spent[ev.who] = self._spent.get(ev.who, 0.0) + time.perf_counter() - t0
         return answer, recs
+
+    def _announced(self, c: sqlite3.Connection, topic: str, answer: Decision) -> list[Record]:
+        """The lease record first sent with ``answer`` (a retry missed by
+        :class:`RetryAnswers`): read by the item's index, a few records, never the topic."""
+        out = []
+        for raw in sb.item_history(c, topic, answer.item)[0]:
+            doc = json.loads(raw)
+            if doc.get("lease") == answer.lease and doc.get("state") == answer.state:
+                out.append(check_record(raw))
+        return sorted(out, key=lambda r: (r.ts, r.hash))[-1:]
 
     async def _arbitrate(self, topic: str, ev: Event) -> tuple[Decision, Record | None]:
         try:
@@ -256,6 +272,7 @@ class BoardQueue:
 
     async def _spread(self, recs: list[Record]) -> None:
         """Send lease records the arbiter just stored to the topic's readers."""
+        self.answers.note(recs)
         by_topic: dict[str, list[Record]] = {}
         for r in recs:
             by_topic.setdefault(r.topic, []).append(r)
@@ -402,8 +419,12 @@ class BoardQueue:
                 bid = Bid.check(src.get("bid"))
             except BoardError as e:
                 offers, bid, why = (), Bid(), str(e)
+            hit = (self.answers.claim(topic, who, req[:64], now_ms()) if op == "claim" else
+                   self.answers.complete(topic, who, lease[:80]) if op == "complete" else None)
             if why:
                 answer, rec = Decision("refused", why=why), None
+            elif hit is not None:  # a retry, answered as before without the writer
+                answer, rec = hit
             elif op == "claim" and self.board._nursery is not None:
                 # Decided when its award window closes: meanwhile this peer's other
                 # lines (and its other claims, which may join the same window) go on.
@@ -414,7 +435,10 @@ class BoardQueue:
                 answer, rec = await self.window.claim(topic, who, req[:64], offers, bid)
             else:
                 ev = Event(op, now_ms(), who=who, req=req[:64], lease=lease[:80])
-                answer, rec = await self._arbitrate(topic, ev)
+                try:
+                    answer, rec = await self._arbitrate(topic, ev)
+                finally:
+                    self._charge(link, who)
         await self._send_answer(link, topic, ident, answer, rec)
 
     async def _claim_for(self, link: BoardLink, topic: str, ident: str, who: str, req: str,
@@ -425,6 +449,8 @@ class BoardQueue:
         except Exception:  # a failing store: the claimant's retry (same req) asks again
             log.exception("queue %s: a claim could not be decided", topic)
             return
+        finally:
+            self._charge(link, who)
         await self._send_answer(link, topic, ident, answer, rec)
 
     async def _send_answer(self, link: BoardLink, topic: str, ident: str, answer: Decision,
@@ -447,11 +473,26 @@ class BoardQueue:
 
     def _over_rate(self, link: BoardLink) -> str:
         """``limits.board_claims_per_minute``: each request the arbiter takes costs a
-        log row and lease records that every subscriber stores."""
-        if not link.claims.take(1, self.engine.config.limits.board_claims_per_minute):
+        log row and lease records that every subscriber stores; and
+        ``limits.board_queue_seconds``: what its requests cost the store's writer, so
+        that cheap-looking requests that are dear to decide cannot hold it either."""
+        lim = self.engine.config.limits
+        if not link.claims.take(1, lim.board_claims_per_minute):
             self.board.stats["claims_refused"] += 1
             return "too many queue requests from this peer: wait a minute"
+        if link.queue_us.left(int(lim.board_queue_seconds * 1e6)) <= 0:
+            self.board.stats["claims_refused"] += 1
+            return (f"this peer's queue requests took {lim.board_queue_seconds:g} s of the"
+                    " owner's store writer this minute (limits.board_queue_seconds): wait a"
+                    " minute")
         return ""
+
+    def _charge(self, link: BoardLink, who: str) -> None:
+        """Count what deciding ``who``'s requests cost the writer against the link."""
+        spent = self._spent.pop(who, 0.0)
+        if spent:
+            link.queue_us.take(int(spent * 1e6),
+                               int(self.engine.config.limits.board_queue_seconds * 1e6))
 
     async def _pass_on(self, link: BoardLink, line: dict, ident: str, ask: dict) -> None:
         """Carry a claimant's ask towards the topic's owner; remember where to answer.
@@ -528,6 +569,7 @@ class BoardQueue:
             answer, rec = await self._arbitrate(topic, ev)
         else:
             answer, rec = await self._ask(owner, topic, op, req, lease, timeout, offers, bid)
+        self._spent.pop(self.me, None)  # the owner's own requests are not bounded here
         if answer.state == "refused":
             raise Refused(answer.why or "refused")
         return answer, rec

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 
 from nodes import wait_for
 from rawpeer import RawPeer
@@ -46,8 +47,8 @@ def _ask(p: RawPeer, topic: str, op: str, **body) -> dict:
                         30)
 
 
-def _peer(owner) -> RawPeer:
-    p = RawPeer(owner.address, Identity.generate())
+def _peer(owner, me: Identity | None = None) -> RawPeer:
+    p = RawPeer(owner.address, me or Identity.generate())
     p.handshake(caps=["chat", "board"])
     p.resume()
     return p
@@ -147,3 +148,59 @@ def test_a_replayed_ask_is_never_decided_again_whatever_strangers_send(make_node
                    ask=wb.make_ask(w, topic, "claim", now_ms() - 400_000, req="r3"))
         assert "board_ask_window" in old["error"]
     assert a.proc.poll() is None
+
+
+def test_retries_are_answered_without_reading_the_topic(make_node):
+    """Issue 34.5: a retried claim (and complete) used to read and parse every record of
+    the topic inside the writer's transaction. On a topic of 3,000 records, 300 retries
+    of one claim and 300 of one complete now cost next to nothing, the owner's own post
+    meanwhile is not held, and after kill -9 (nothing kept in memory) a retry still gets
+    the record first announced, looked up by the item."""
+    a = make_node("a").with_limits(board_claims_per_minute=100000).start()
+    topic = _queue(a, n=2, keep=100000, rate=6000)
+    first = _items(a)[0]["item"]["hash"]
+    for i in range(3000):
+        a.api("POST", "/v1/board/post", {"topic": topic, "parent": first,
+                                         "parts": [{"k": "text", "text": f"note {i}"}]})
+    me = Identity.generate()
+    with _peer(a, me) as p:
+        got = _ask(p, topic, "claim", req="r1")
+        lease = got["doc"]["lease"]
+        other = _ask(p, topic, "claim", req="r2")["doc"]["lease"]
+        assert _ask(p, topic, "complete", lease=other)["doc"]["state"] == "done"
+        t0 = time.monotonic()
+        ids = []
+        for i in range(600):
+            body = ({"op": "claim", "req": "r1"} if i % 2 else {"op": "complete", "lease": other})
+            ids.append(p.send_line({"t": "board-claim", "topic": topic, **body})["id"])
+        t_post = time.monotonic()
+        a.api("POST", "/v1/board/post", {"topic": topic, "parts": [{"k": "text",
+                                                                    "text": "owner's post"}]})
+        post_s = time.monotonic() - t_post
+        answers = {}
+        while len(answers) < len(ids):
+            x = p.recv_until(lambda x: x.get("t") == "board-lease" and x.get("re") in ids, 60)
+            answers[x["re"]] = x
+        spent = time.monotonic() - t0
+        assert all(x["doc"]["lease"] in (lease, other) for x in answers.values())
+        assert spent < 4.0 and post_s < 1.0, (spent, post_s)
+    a.kill()
+    a.start()
+    with _peer(a, me) as p:
+        again = _ask(p, topic, "claim", req="r1")
+        assert again["doc"] == got["doc"]  # the very record first announced
+        done = _ask(p, topic, "complete", lease=other)
+        assert done["doc"]["state"] == "done" and done["doc"]["lease"] == other
+
+
+def test_a_peers_queue_work_is_bounded_by_what_it_costs_the_writer(make_node):
+    """``limits.board_queue_seconds``: past its share of the writer's time in a minute,
+    a peer's queue requests are refused with the reason, however few they were."""
+    a = make_node("a").with_limits(board_queue_seconds=0.000001).start()
+    topic = _queue(a, n=4)
+    with _peer(a) as p:
+        first = _ask(p, topic, "claim", req="r1")
+        assert first["doc"]["state"] == "claimed"
+        over = _ask(p, topic, "claim", req="r2")
+        assert "board_queue_seconds" in over["error"], over
+    assert _items(a)[1]["status"] == "open"
