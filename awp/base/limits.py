@@ -81,7 +81,7 @@ class Limits:
     #                                         may take a minute
     board_answers_kept: int = 4096          # answers to retried claims and completes kept to
     #                                         answer them without the writer (each kind)
-    board_strikes_bar: int = 3              # a claimant's fails and expiries (its strikes) past
+    board_strikes_bar: int = 10             # a claimant's fails and expiries (its strikes) past
     #                                         which our queues award it nothing (0: never)
 
     # Links kept without business of our own (awp/node/business.py).

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from ..wire.board import BoardError, check_tags
 
 STANDING_MS = 10 * 60 * 1000  # how long a worker's strikes count against it
-STRIKE_BAR = 3  # current strikes past which a worker is awarded nothing (limits.board_strikes_bar)
+STRIKE_BAR = 10  # current strikes that bar a worker from awards (limits.board_strikes_bar):
+#                 more than a crashed host holding its 8 leases earns
 NO_BID = 2 ** 53  # the price and time of a claim that bids nothing: after every bid
 
 __all__ = ["STRIKE_BAR", "Ask", "Bid", "BoardError", "Standing", "award_order", "check_tags",
