@@ -134,6 +134,7 @@ class Retrier(threading.Thread):
         super().__init__(daemon=True)
         self.address, self.topic, self.stop = address, topic, stop
         self.answered = 0
+        self.leases = 0  # answers carrying the lease record (the rest: over the rate)
         self.error = ""
 
     def run(self) -> None:
@@ -163,6 +164,7 @@ class Retrier(threading.Thread):
                     if line.get("t") == "board-lease":
                         inflight -= 1
                         self.answered += 1
+                        self.leases += "doc" in line
         except Exception as e:  # reported beside the figures
             self.error = repr(e)
 
@@ -200,11 +202,13 @@ def run_claim_retry(args: argparse.Namespace) -> bool:
             if delay > 0:
                 time.sleep(delay)
         answered = sum(r.answered for r in retriers)
+        leases = sum(r.leases for r in retriers)
         stop.set()
         errors = [r.error for r in retriers if r.error]
         print(f"claim-retry: {args.seconds:g} s, a queue of {args.queue_records:,} records,"
               f" {args.flooders} granted peers retrying one claim and one complete")
-        print(f"  retries answered: {answered:,} ({answered / args.seconds:,.0f}/s)"
+        print(f"  retries answered: {answered:,} ({answered / args.seconds:,.0f}/s), {leases:,}"
+              " with their lease record (the rest refused: board_claims_per_minute)"
               + (f"; errors: {errors}" if errors else ""))
         print(f"  owner's post latency      n={len(lat):4}  p50 {pct(lat, 50):7.1f} ms"
               f"  p99 {pct(lat, 99):7.1f} ms  max {max(lat):7.1f} ms")
