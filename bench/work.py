@@ -246,7 +246,8 @@ def main() -> None:
             kill_ms, owner_kill_ms, held = kills(args, owner, hosts, topic, ideal, t0)
         wait_for(lambda: done_count() >= total, ideal * 6 + 120, "every item done", interval=1.0)
         stop.set()
-        bad.join(30)
+        if not args.no_hostile:
+            bad.join(30)
 
 
         # -- figures -------------------------------------------------------------------
