@@ -24,11 +24,20 @@ It prints five figures, each with its target and ``ok`` or ``MISS``:
 5. **throughput**: the ideal time (sum of durations / worker slots) over the
    time from the first post to the last completion (target >= 0.8).
 
+Beside the three honest hosts, a granted hostile worker (issues 40 and 34,
+:mod:`hostile_worker`; ``--no-hostile`` leaves it out) runs fail loops,
+hoards leases, launders results (a "done" reply, then ``release``) and
+replays its signed asks behind bursts of asks by fresh keys. With it, three
+more figures: items dead (target 0, at ``--attempts`` 3), replayed asks the
+owner decided (target 0) and laundered items completed without an honest
+worker's run (target 0); "done exactly once" counts honest results only.
+
 Times come from the lease records' ``ts`` (the owner's clock) read from the
 owner's store.
 
 Run: python bench/work.py [--items 500] [--long 10] [--long-secs 60] [--lease 10]
 [--concurrency 4] [--kill-at 0.3] [--down 2] [--owner-kill-at 0.55] [--seed 1]
+[--attempts 3] [--no-hostile]
 """
 
 from __future__ import annotations
@@ -43,11 +52,15 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from nodes import ROOT, Node, wait_for  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hostile_worker import HostileWorker  # noqa: E402
 
 from awp.wire.timefmt import parse_ts  # noqa: E402
 
@@ -161,6 +174,9 @@ def main() -> None:
     ap.add_argument("--down", type=float, default=2.0)
     ap.add_argument("--owner-kill-at", type=float, default=0.55)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--attempts", type=int, default=3)
+    ap.add_argument("--no-hostile", action="store_true",
+                    help="no hostile worker beside the honest ones")
     ap.add_argument("--no-kills", action="store_true",
                     help="kill nothing (the figures of a quiet run, for comparison)")
     args = ap.parse_args()
@@ -176,7 +192,8 @@ def main() -> None:
         hosts = [Host(base, "w0", "gpu,linux", topic, args), Host(base, "w1", "linux", topic, args),
                  Host(base, "w2", "linux", topic, args)]
         owner.api("POST", "/v1/board/topic", {"name": "jobs", "queue": True,
-                                              "lease_s": args.lease, "attempts": 10,
+                                              "lease_s": args.lease,
+                                              "attempts": args.attempts,
                                               "rate": 6000, "keep": 100_000})
         for h in hosts:
             h.node.start()
@@ -195,6 +212,10 @@ def main() -> None:
               f" ideal {ideal:.1f}s")
         for h in hosts:
             h.start_worker()
+        stop = threading.Event()
+        bad = HostileWorker(owner.address, topic, stop)
+        if not args.no_hostile:
+            owner.api("POST", "/v1/board/grant", {"topic": "jobs", "peer": bad.key})
         needs: dict[str, list[str]] = {}
         order: list[str] = []
         long_items: set[str] = set()
@@ -211,17 +232,22 @@ def main() -> None:
                     long_items.add(p["hash"])
         total = len(items)
 
-        def done_count() -> int:
+        def done_count() -> int:  # done or dead: nothing more will happen to it
             q = owner.api("GET", "/v1/board/queue", topic="jobs")
-            return sum(1 for it in q["items"] if it["status"] == "done")
+            return sum(1 for it in q["items"] if it["status"] in ("done", "dead"))
 
         t0 = time.monotonic()
+        if not args.no_hostile:
+            bad.start()
         victim = hosts[2]
         kill_ms = owner_kill_ms = 0.0
         held: dict[str, str] = {}  # item -> lease held by the victim at the kill
         if not args.no_kills:
             kill_ms, owner_kill_ms, held = kills(args, owner, hosts, topic, ideal, t0)
         wait_for(lambda: done_count() >= total, ideal * 6 + 120, "every item done", interval=1.0)
+        stop.set()
+        if not args.no_hostile:
+            bad.join(30)
 
 
         # -- figures -------------------------------------------------------------------
@@ -229,11 +255,18 @@ def main() -> None:
         offers = {h.node.key: h.offers for h in hosts}
         res = owner.api("POST", "/v1/board/get", {"topic": "jobs", "n": 0})
         results: dict[str, int] = {}
+        laundered: set[str] = set()  # items the hostile worker "answered"
         for p in res["posts"]:
             for part in p.get("parts", []):
                 if (part.get("k") == "data" and part.get("mime") == RESULT_MIME
                         and part["data"].get("result") == "done"):
-                    results[p["parent"]] = results.get(p["parent"], 0) + 1
+                    if p.get("author") == bad.key:
+                        laundered.add(p["parent"])
+                    else:
+                        results[p["parent"]] = results.get(p["parent"], 0) + 1
+        q_items = owner.api("GET", "/v1/board/queue", topic="jobs")["items"]
+        dead = sum(1 for it in q_items if it["status"] == "dead")
+        bad_claims = sum(1 for d in recs if d["state"] == "claimed" and d["holder"] == bad.key)
         done_at = {d["of"]: d["_ts"] for d in recs if d["state"] == "done"}
         once_short = sum(1 for h in needs if h not in long_items and h in done_at
                          and results.get(h) == 1)
@@ -284,6 +317,14 @@ def main() -> None:
         row("back after a dead worker (max)", f"{worst:.1f}s", f"<= {args.lease + 5}s",
             worst <= args.lease + 5)
         row("throughput / ideal", f"{ratio:.2f}", ">= 0.8", ratio >= 0.8)
+        if not args.no_hostile:
+            print(f"  (hostile worker: {bad.counts}{'; ' + bad.error if bad.error else ''})")
+            row("items dead", str(dead), "0", dead == 0)
+            replays = bad_claims - bad.counts["claimed"]
+            row("replayed asks the owner decided", str(replays), "0", replays == 0)
+            unrun = sum(1 for h in laundered if h in done_at and results.get(h) != 1)
+            row("laundered items done without a run", f"{unrun}/{len(laundered)}", "0",
+                unrun == 0)
     finally:
         for h in hosts:
             h.stop()

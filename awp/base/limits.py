@@ -71,6 +71,18 @@ class Limits:
     #                                         often (0: only when it changed)
     board_stale_heads: int = 3              # a topic whose owner's head is this many heads
     #                                         overdue is stale: said, and asked of every peer
+    board_ask_window: float = 300.0         # a signed queue ask dated further from our clock is
+    #                                         refused
+    board_ask_reorder: float = 5.0          # how far before a claimant's newest ask another of
+    #                                         its asks may be dated and still be decided
+    board_asks_per_claimant: int = 1024     # ask signatures remembered per claimant (replays)
+    board_ask_claimants: int = 4096         # granted claimants whose asks we remember
+    board_queue_seconds: float = 3.0        # our store writer's time one peer's queue requests
+    #                                         may take a minute
+    board_answers_kept: int = 4096          # answers to retried claims and completes kept to
+    #                                         answer them without the writer (each kind)
+    board_strikes_bar: int = 10             # a claimant's fails and expiries (its strikes) past
+    #                                         which our queues award it nothing (0: never)
 
     # Links kept without business of our own (awp/node/business.py).
     kept_peers: int = 64                    # peers redialled only because they were recently
@@ -114,8 +126,12 @@ for _f, _k in (
     ("board_submits_per_minute", "count"),
     ("board_award_window", "seconds"),
     ("kept_peers", "count"), ("warm_for", "seconds"),
-    ("board_leases_per_claimant", "count"), ("invites", "count"),
     ("board_head_every", "seconds"), ("board_stale_heads", "count"),
+    ("board_leases_per_claimant", "count"), ("board_strikes_bar", "count"),
+    ("board_ask_window", "seconds"), ("board_ask_reorder", "seconds"),
+    ("board_queue_seconds", "seconds"), ("board_answers_kept", "count"),
+    ("board_asks_per_claimant", "count"), ("board_ask_claimants", "count"),
+    ("invites", "count"),
     ("ws_handshake_timeout", "seconds"), ("ws_frame_bytes", "bytes"),
     ("ws_message_bytes", "bytes"), ("ws_upgrades_per_ip", "count"),
 ):

@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from ..wire.board import BoardError, check_tags
 
 STANDING_MS = 10 * 60 * 1000  # how long a worker's strikes count against it
+STRIKE_BAR = 10  # current strikes that bar a worker from awards (limits.board_strikes_bar):
+#                 more than a crashed host holding its 8 leases earns
 NO_BID = 2 ** 53  # the price and time of a claim that bids nothing: after every bid
 
-__all__ = ["Ask", "Bid", "BoardError", "Standing", "award_order", "check_tags", "covers",
-           "needs_of", "parse_tags"]
+__all__ = ["STRIKE_BAR", "Ask", "Bid", "BoardError", "Standing", "award_order", "check_tags",
+           "covers", "needs_of", "parse_tags"]
 
 
 def parse_tags(text: str, what: str) -> tuple[str, ...]:
@@ -113,6 +115,15 @@ class Standing:
         if now - last >= STANDING_MS:
             n = 0
         self._strikes[who] = (n + 1, now)
+
+    def count(self, who: str, now: int) -> int:
+        """``who``'s current strikes at ``now`` (0 once they lapsed), changing nothing."""
+        n, last = self._strikes.get(who, (0, 0))
+        return n if n and now - last < STANDING_MS else 0
+
+    def barred_until(self, who: str) -> int:
+        """When ``who``'s strikes lapse (ms): the end of a bar."""
+        return self._strikes.get(who, (0, 0))[1] + STANDING_MS
 
     def set(self, who: str, n: int, last: int) -> None:
         self._strikes[who] = (n, last)

@@ -16,9 +16,17 @@ Lease rules:
   lease.
 * ``renew``, ``release``, ``complete`` and ``fail`` count only from the
   lease's holder, naming the current lease, before it expires.
-* An expired lease, or ``fail``, costs the item one attempt; after
-  ``attempts`` of them it is dead and never handed out again.  ``release``
-  gives it back without costing one.
+* An expired lease, or ``fail``, is a strike against its holder, and costs
+  the item one attempt only when the holder had no current strike before
+  it; after ``attempts`` of them the item is dead and never handed out
+  again.  ``release`` gives it back without costing one.  So a worker's
+  failures cost its standing before they cost the items: one in a bad run
+  (a fail loop, a hoard left to expire) uses up at most one attempt of
+  one item until its strikes lapse, and an item dies only when it has
+  failed for several workers in good standing (or for one, in separate
+  standing periods).
+* A claimant with ``bar`` current strikes or more is refused every claim
+  until they lapse (:data:`awp.board.market.STANDING_MS` after the last).
 * ``remove`` (the item was deleted or hidden) ends any lease on it and
   makes it dead.
 * The market (:mod:`awp.board.market`): a claim takes only an item whose
@@ -41,7 +49,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from dataclasses import asdict, dataclass, field, replace
 
-from .market import Standing, covers
+from ..wire.timefmt import format_ts
+from .market import STANDING_MS, STRIKE_BAR, Standing, covers
 
 OPS = ("add", "remove", "claim", "renew", "release", "complete", "fail", "tick", "restore",
        "standing")
@@ -116,6 +125,7 @@ class _Item:
 class Arbiter:
     lease_ms: int
     attempts: int
+    bar: int = STRIKE_BAR  # current strikes that bar a claimant (0: never barred)
     _items: dict[str, _Item] = field(default_factory=dict)  # every item, finished ones too
     _order: list[tuple[int, str]] = field(default_factory=list)  # (ts, item) of those to do
     _leases: dict[str, str] = field(default_factory=dict)  # current lease -> item
@@ -270,11 +280,13 @@ class Arbiter:
 
     def _end(self, it: _Item, *, failed: bool) -> None:
         del self._leases[it.lease]
+        # the item pays only for a holder in good standing: its strikes pay for the rest
+        charged = failed and not self.standing.count(it.holder, self._clock)
         if failed:
             self.standing.strike(it.holder, self._clock)
         self._reqs.pop((it.holder, it.req), None)
         it.holder, it.lease, it.until, it.req = "", "", 0, ""
-        if failed:
+        if charged:
             it.attempts += 1
             if it.attempts >= self.attempts:
                 self._finish(it, done=False)
@@ -288,6 +300,12 @@ class Arbiter:
             # a retry after a lost answer: the same lease, still current (and
             # nothing new to announce)
             return replace(prev, until=self._items[prev.item].until, again=True)
+        struck = self.standing.count(who, self._clock)
+        if self.bar and struck >= self.bar:
+            return Decision("refused", why=(
+                f"this claimant has {struck} strikes on this queue (fails or expired leases"
+                f" within {STANDING_MS // 60000} minutes of each other): nothing is awarded to"
+                f" it until {format_ts(self.standing.barred_until(who))}"))
         # ``_order`` holds only items still to do: the walk passes over current
         # leases, never over the queue's history
         for _ts, h in self._order:

@@ -54,25 +54,3 @@ def workers(items: list[dict], recs: list[Record], strikes: dict[str, int] | Non
         row(key)["strikes"] = n
     return sorted(rows.values(), key=lambda w: (-len(w["holds"]), w["holder"]))
 
-
-RESULT_MIME = "application/vnd.awp.work+json"  # the data part that marks a worker's result
-
-
-def earlier_results(holders: set[str], replies: list[tuple[str, dict]]) -> list[dict]:
-    """Results already posted for an item by keys that held a lease on it.
-
-    ``replies`` are ``(author, post document)`` of the item's replies. Only
-    a holder's result counts (the holders come from the owner's signed
-    lease records): anyone may reply to an item, and a stranger's "done"
-    must not make a worker skip it.
-    """
-    out = []
-    for author, doc in replies:
-        if author not in holders:
-            continue
-        for p in doc.get("parts") or []:
-            if (isinstance(p, dict) and p.get("k") == "data" and p.get("mime") == RESULT_MIME
-                    and isinstance(p.get("data"), dict)):
-                out.append({"author": author, "result": p["data"].get("result"),
-                            "lease": p["data"].get("lease")})
-    return out

@@ -23,7 +23,7 @@ import trio
 from ..base.echo import clip, echo
 from ..board import market, view
 from ..board.market import Bid
-from ..board.workers import earlier_results, lease_facts
+from ..board.workers import lease_facts
 from ..board.workers import workers as workers_of
 from ..localapi.server import ApiError, Raw, Request, Router, Stream
 from ..node.board import Board, TooMany
@@ -764,18 +764,9 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                 p = sb.post_by_hash(c, topic, d.item)
                 out["item"] = (post_obj(c, p, {}) if p
                                else {"hash": d.item, "id": d.item[:10], "topic": topic})
-            if d.state == "claimed":
-                out["results"] = item_results(c, topic, d.item)
             return out
 
-        return small_read(q)  # one post by its hash, the item's lease records and replies
-
-    def item_results(c: sqlite3.Connection, topic: str, item: str) -> list[dict]:
-        """Results earlier holders of ``item`` posted (a worker killed between its reply and
-        its complete left one: the next need not do the work again)."""
-        leases, replies = sb.item_history(c, topic, item)
-        return earlier_results({json.loads(raw)["holder"] for raw in leases},
-                               [(author, json.loads(raw)) for author, raw in replies])
+        return small_read(q)  # one post by its hash
 
     @r.route("POST", "/v1/board/claim")
     async def claim(req: Request) -> dict:

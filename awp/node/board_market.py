@@ -133,5 +133,6 @@ class AwardWindow:
                 mine = [r for r in recs if r.doc.get("lease") == answer.lease
                         and r.doc.get("state") == answer.state]
                 w.result = (answer, mine[-1] if mine else None)
+                q.answers.claimed(topic, w.ask.who, w.ask.req, answer, w.result[1])
                 w.done.set()
         return True

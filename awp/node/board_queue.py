@@ -30,12 +30,14 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import time
 from typing import TYPE_CHECKING
 
 import trio
 
 from ..board import perms
-from ..board.market import Bid, needs_of
+from ..board.asks import REPLAYED, AskGuard
+from ..board.market import STANDING_MS, Bid, needs_of
 from ..board.queue import Arbiter, Decision, Event
 from ..store import board as sb
 from ..wire.board import (
@@ -52,6 +54,7 @@ from ..wire.board import (
 )
 from ..wire.timefmt import RisingClock, now_ms, parse_ts
 from .board_market import AwardWindow
+from .queue_answers import RetryAnswers
 
 if TYPE_CHECKING:
     from .board import Board
@@ -90,10 +93,16 @@ class BoardQueue:
         self._answers: dict[str, tuple[set[str], trio.Event, list[dict], list[int]]] = {}
         # an ask we passed on: our id -> (from, their id, when, branches still to answer)
         self._routes: dict[str, tuple[BoardLink, str, float, list[int]]] = {}
-        self._seen: dict[str, float] = {}  # signatures of asks already decided or passed on
+        self._seen: dict[str, float] = {}  # signatures of asks already passed on (relays)
         # our asks' times: two renews of one lease in one millisecond would otherwise
         # be one signature, and the owner would take the second for the first met again
         self._ask_clock = RisingClock()
+        lim = self.engine.config.limits
+        self.asks = AskGuard(int(lim.board_ask_window * 1000), int(lim.board_ask_reorder * 1000),
+                             lim.board_asks_per_claimant, lim.board_ask_claimants)
+        self.answers = RetryAnswers(lim.board_answers_kept)  # retries answered off the writer
+        self._spent: dict[str, float] = {}  # writer seconds per claimant, not yet charged
+        self._compact_s = 0.0  # of the request being decided, what compacting took
         self._wake = trio.Event()
         self.window = AwardWindow(self)  # claims are decided in award windows (the market)
 
@@ -112,6 +121,7 @@ class BoardQueue:
                                                    needs=_needs(c, topic, h)))
             self.arbiters[topic] = arb
         arb.lease_ms, arb.attempts = pol.lease_s * 1000, pol.attempts
+        arb.bar = self.engine.config.limits.board_strikes_bar
         return arb
 
     def _log(self, c: sqlite3.Connection, topic: str, arb: Arbiter,
@@ -141,9 +151,11 @@ class BoardQueue:
         """
         if self._rows[topic] <= max(self.engine.config.limits.board_queue_log, 2 * len(arb)):
             return
+        t0 = time.perf_counter()
         events = arb.compact({h for h, _ts in sb.queue_items(c, topic)})
         sb.replace_log(c, topic, events)
         self._rows[topic] = len(events)
+        self._compact_s += time.perf_counter() - t0
 
     def _leases(self, c: sqlite3.Connection, topic: str, decisions: list[Decision],
                 now: int) -> list[Record]:
@@ -204,6 +216,7 @@ class BoardQueue:
         self.arbiters.clear()
         self._rows.clear()
         self._lease_ts.clear()
+        self.answers.clear()
 
     def after_stored(self, taken: sb.Taken) -> None:
         """A new lease may need an expiry tick, but only in a queue we arbitrate.
@@ -213,6 +226,7 @@ class BoardQueue:
         plain subscriber stores) do not wake it.
         """
         if any(r.topic in self.arbiters for r in taken.new):
+            self.answers.note([r for r in taken.new if r.topic in self.arbiters])
             self._wake.set()
 
     def _decide(self, c: sqlite3.Connection, topic: str,
@@ -220,7 +234,7 @@ class BoardQueue:
         pol = self._owned_queue(c, topic)
         if pol is None:
             return Decision("refused", why="not a queue of this host's"), []
-        arb = self._arbiter(c, topic, pol)
+        arb = self._arbiter(c, topic, pol)  # a replay after a restart is nobody's cost
         cap = self.engine.config.limits.board_leases_per_claimant
         if (ev.op == "claim" and cap and not arb.retry_of(ev.who, ev.req)
                 and arb.held_by(ev.who) >= cap):
@@ -228,14 +242,26 @@ class BoardQueue:
             return Decision("refused", why=f"this claimant holds {cap} leases of this queue"
                             " already (the owner's limits.board_leases_per_claimant): complete"
                             " or release one first"), []
+        t0, self._compact_s = time.perf_counter(), 0.0
         decisions = self._log(c, topic, arb, ev)
         recs = self._leases(c, topic, decisions, ev.now)
         answer = decisions[-1] if decisions else Decision("refused", why="no answer")
         if answer.again:  # the answer is the record announced with the first answer
-            recs += [r for r in sb.records(c, topic) if r.kind == "lease"
-                     and r.of == answer.item and r.doc.get("lease") == answer.lease
-                     and r.doc.get("state") == answer.state][-1:]
+            recs += self._announced(c, topic, answer)
+        # a compaction pays for the queue's whole history, not for this request
+        spent = time.perf_counter() - t0 - self._compact_s
+        self._spent[ev.who] = self._spent.get(ev.who, 0.0) + max(0.0, spent)
         return answer, recs
+
+    def _announced(self, c: sqlite3.Connection, topic: str, answer: Decision) -> list[Record]:
+        """The lease record first sent with ``answer`` (a retry missed by
+        :class:`RetryAnswers`): read by the item's index, a few records, never the topic."""
+        out = []
+        for raw in sb.item_history(c, topic, answer.item)[0]:
+            doc = json.loads(raw)
+            if doc.get("lease") == answer.lease and doc.get("state") == answer.state:
+                out.append(check_record(raw))
+        return sorted(out, key=lambda r: (r.ts, r.hash))[-1:]
 
     async def _arbitrate(self, topic: str, ev: Event) -> tuple[Decision, Record | None]:
         try:
@@ -251,6 +277,7 @@ class BoardQueue:
 
     async def _spread(self, recs: list[Record]) -> None:
         """Send lease records the arbiter just stored to the topic's readers."""
+        self.answers.note(recs)
         by_topic: dict[str, list[Record]] = {}
         for r in recs:
             by_topic.setdefault(r.topic, []).append(r)
@@ -367,14 +394,23 @@ class BoardQueue:
                 return
             if ask["topic"] != topic or ask["op"] != op:
                 return
-            if abs(parse_ts(ask["ts"]) - now_ms()) > FUTURE_MS or not self._first_time(ask):
-                return  # stale, or met on another path: decided (or passed on) once
             if not topic.startswith(self.me + "/"):
+                if abs(parse_ts(ask["ts"]) - now_ms()) > FUTURE_MS or not self._first_time(ask):
+                    return  # stale, or met on another path: passed on once
                 await self._pass_on(link, line, ident, ask)
                 return
         who = ask["by"] if ask is not None else link.conn.peer_key
         direct = who == link.conn.peer_key
         why = self._over_rate(link) or await self._may_claim(link, topic, who, direct)
+        if not why and ask is not None:
+            # only now, for a granted claimant: a stranger's asks never take its place
+            seen = self.asks.admit(who, ask["sig"], parse_ts(ask["ts"]), now_ms())
+            if seen == REPLAYED:
+                return  # met on another path, or captured and sent again: decided once
+            if seen:
+                why = (f"the ask is dated {ask['ts']}, more than"
+                       f" {self.asks.window_ms // 1000} s from the queue owner's clock"
+                       " (limits.board_ask_window): check the claimant's clock")
         if why:
             answer, rec = Decision("refused", why=why), None
         else:
@@ -388,8 +424,12 @@ class BoardQueue:
                 bid = Bid.check(src.get("bid"))
             except BoardError as e:
                 offers, bid, why = (), Bid(), str(e)
+            hit = (self.answers.claim(topic, who, req[:64], now_ms()) if op == "claim" else
+                   self.answers.complete(topic, who, lease[:80]) if op == "complete" else None)
             if why:
                 answer, rec = Decision("refused", why=why), None
+            elif hit is not None:  # a retry, answered as before without the writer
+                answer, rec = hit
             elif op == "claim" and self.board._nursery is not None:
                 # Decided when its award window closes: meanwhile this peer's other
                 # lines (and its other claims, which may join the same window) go on.
@@ -400,7 +440,10 @@ class BoardQueue:
                 answer, rec = await self.window.claim(topic, who, req[:64], offers, bid)
             else:
                 ev = Event(op, now_ms(), who=who, req=req[:64], lease=lease[:80])
-                answer, rec = await self._arbitrate(topic, ev)
+                try:
+                    answer, rec = await self._arbitrate(topic, ev)
+                finally:
+                    self._charge(link, who)
         await self._send_answer(link, topic, ident, answer, rec)
 
     async def _claim_for(self, link: BoardLink, topic: str, ident: str, who: str, req: str,
@@ -411,6 +454,8 @@ class BoardQueue:
         except Exception:  # a failing store: the claimant's retry (same req) asks again
             log.exception("queue %s: a claim could not be decided", topic)
             return
+        finally:
+            self._charge(link, who)
         await self._send_answer(link, topic, ident, answer, rec)
 
     async def _send_answer(self, link: BoardLink, topic: str, ident: str, answer: Decision,
@@ -433,11 +478,26 @@ class BoardQueue:
 
     def _over_rate(self, link: BoardLink) -> str:
         """``limits.board_claims_per_minute``: each request the arbiter takes costs a
-        log row and lease records that every subscriber stores."""
-        if not link.claims.take(1, self.engine.config.limits.board_claims_per_minute):
+        log row and lease records that every subscriber stores; and
+        ``limits.board_queue_seconds``: what its requests cost the store's writer, so
+        that cheap-looking requests that are dear to decide cannot hold it either."""
+        lim = self.engine.config.limits
+        if not link.claims.take(1, lim.board_claims_per_minute):
             self.board.stats["claims_refused"] += 1
             return "too many queue requests from this peer: wait a minute"
+        if link.queue_us.left(int(lim.board_queue_seconds * 1e6)) <= 0:
+            self.board.stats["claims_refused"] += 1
+            return (f"this peer's queue requests took {lim.board_queue_seconds:g} s of the"
+                    " owner's store writer this minute (limits.board_queue_seconds): wait a"
+                    " minute")
         return ""
+
+    def _charge(self, link: BoardLink, who: str) -> None:
+        """Count what deciding ``who``'s requests cost the writer against the link."""
+        spent = self._spent.pop(who, 0.0)
+        if spent:
+            link.queue_us.take(int(spent * 1e6),
+                               int(self.engine.config.limits.board_queue_seconds * 1e6))
 
     async def _pass_on(self, link: BoardLink, line: dict, ident: str, ask: dict) -> None:
         """Carry a claimant's ask towards the topic's owner; remember where to answer.
@@ -514,6 +574,7 @@ class BoardQueue:
             answer, rec = await self._arbitrate(topic, ev)
         else:
             answer, rec = await self._ask(owner, topic, op, req, lease, timeout, offers, bid)
+        self._spent.pop(self.me, None)  # the owner's own requests are not bounded here
         if answer.state == "refused":
             raise Refused(answer.why or "refused")
         return answer, rec
@@ -597,13 +658,18 @@ class BoardQueue:
     def lease_view(self, recs: list[Record], pol: Policy | None, now: int) -> dict[str, dict]:
         """What lease records say about each item, for hosts that are not the arbiter."""
         out: dict[str, dict] = {}
+        struck: dict[str, int] = {}  # holder -> its latest strike (the arbiter's standing)
         for r in sorted(recs, key=lambda r: (r.ts, r.hash)):
             if r.kind != "lease":
                 continue
             d = r.doc
             e = out.setdefault(r.of, {"attempts": 0})
             if d["state"] in ("failed", "expired"):
-                e["attempts"] += 1
+                # as the arbiter counts: only a holder in good standing costs an attempt
+                last = struck.get(d["holder"])
+                if last is None or r.ts - last >= STANDING_MS:
+                    e["attempts"] += 1
+                struck[d["holder"]] = r.ts
             until = parse_ts(d["until"])
             held = d["state"] in ("claimed", "renewed") and until > now
             e.update(status="done" if d["state"] == "done" else "claimed" if held else "open",

@@ -84,6 +84,7 @@ class BoardLink:
         self.partial: bytes | None = None
         self.served = MinuteWindow()  # bytes sent on the peer's asking
         self.claims = MinuteWindow()  # queue requests from the peer
+        self.queue_us = MinuteWindow()  # writer time its queue requests took (microseconds)
         self.queue: deque[bytes | Records] = deque()
         self.size = 0
         self.wake = trio.Event()

@@ -99,7 +99,7 @@ def save_parts(parts: list, directory: str, save_bytes: SaveBytes) -> None:
 class Ran:
     """A command that ended: how, its status, its output files and its directory."""
 
-    ended: str  # ok, error, timeout, stopped, lost, already (an earlier holder's result)
+    ended: str  # ok, error, timeout, stopped, lost
     code: int | None
     secs: float
     out: IO[bytes]
@@ -134,13 +134,6 @@ class Job:
     def run(self) -> Outcome:
         return self.report(self.execute())
 
-    def done_before(self) -> str:
-        """The key of an earlier holder that posted a "done" result for this item, or ""."""
-        for r in self.claim.get("results") or []:
-            if isinstance(r, dict) and r.get("result") == "done":
-                return str(r.get("author") or "?")
-        return ""
-
     def execute(self) -> Ran:
         """Run the command to its end, renewing the lease meanwhile (the slot's part)."""
         api = Daemon(self.home)
@@ -150,8 +143,6 @@ class Job:
         directory = tempfile.mkdtemp(prefix=f"awp-item-{h[:10]}-", dir=self.opts.workdir or None)
         out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115  (closed by report)
         try:
-            if self.done_before():
-                return Ran("already", 0, 0.0, out, err, directory)
             save_parts(self.item.get("parts") or [], directory, self.opts.save_bytes)
             ended, code = self._run(api, directory, out, err)
         except BaseException:
@@ -168,10 +159,6 @@ class Job:
         api = Daemon(self.home)
         h = self.item.get("hash", "")
         try:
-            if ran.ended == "already":
-                self._op(api, "complete")
-                return Outcome(h, "done", None, 0.0, f"an earlier holder ({self.done_before()[:20]})"
-                               " had posted its result; completed without running again")
             if ran.ended == "lost":
                 return Outcome(h, "lost", ran.code, ran.secs, "the lease was lost")
             if ran.ended == "stopped":

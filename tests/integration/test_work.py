@@ -194,38 +194,41 @@ def test_sigterm_releases_what_the_worker_holds(homes, tmp_path):
     assert queue(a, "jobs")[h]["attempts"] == 0  # a release costs no attempt
 
 
-def test_a_result_posted_before_a_crash_is_not_worked_again(homes, tmp_path):
-    """bob posted his result and died before completing: when the item comes back, carol's
-    worker completes it without running the command again. A stranger's "result" (dave
-    never held the item) does not count."""
+def test_a_result_reply_is_never_evidence_the_item_is_done(homes, tmp_path):
+    """Issue 40.2, laundered results: bob, a granted holder, replies to his item with a
+    "done" result part and lets the lease go without completing. Only the arbiter's
+    ``done`` record for a lease ends an item, so carol's worker runs the command for it
+    (and for the item a stranger "answered") and completes both itself."""
     a, (b, c, d) = setup(homes, "bob", "carol", "dave", lease="2s")
     marker = tmp_path / "ran"
     job = script(tmp_path, f"""\
         open({str(marker)!r}, "a").write("ran\\n")
         print("worked")
         """)
-    done = posted_hash(a.ok("post", "jobs", "done already", "--json"))
+    laundered = posted_hash(a.ok("post", "jobs", "laundered", "--json"))
     with LocalClient.for_home(b.path, 60) as cl:
         got = cl.post("/v1/board/claim", {"topic": "alice/jobs"})
-        assert got["item"]["hash"] == done
-        cl.post("/v1/board/post", {"parent": done, "parts": [
+        assert got["item"]["hash"] == laundered
+        cl.post("/v1/board/post", {"parent": laundered, "parts": [
             {"k": "text", "text": "bob's answer"},
             {"k": "data", "mime": RESULT_MIME, "data": {"result": "done", "lease": got["lease"]}}]})
-    # bob never completes: his lease runs out and the item comes back
-    wait_for(lambda: queue(a, "jobs")[done]["status"] == "open", 30, "bob's lease expired")
+        cl.post("/v1/board/lease", {"topic": "alice/jobs", "op": "release",
+                                    "lease": got["lease"]})
+    wait_for(lambda: queue(a, "jobs")[laundered]["status"] == "open", 30, "bob's release")
     fake = posted_hash(a.ok("post", "jobs", "not done", "--json"))
     subscribed(d, "alice/jobs")
     with LocalClient.for_home(d.path, 60) as cl:
         cl.post("/v1/board/post", {"parent": fake, "parts": [
             {"k": "text", "text": "trust me"},
             {"k": "data", "mime": RESULT_MIME, "data": {"result": "done"}}]})
-    wait_for(lambda: len(results(c, "alice/jobs").get(done, [])) == 1, 30, "bob's reply at carol")
+    wait_for(lambda: len(results(c, "alice/jobs").get(laundered, [])) == 1, 30,
+             "bob's reply at carol")
     p = worker(c, "alice/jobs", "--max-items", "2", "--", sys.executable, job)
     out, err = p.communicate(timeout=90)
     assert p.returncode == 0, err
-    assert marker.read_text() == "ran\n"  # only for the item nobody had done
+    assert marker.read_text() == "ran\nran\n"  # both items ran: a reply proved nothing
     q = queue(a, "jobs")
-    assert q[done]["status"] == "done" and q[fake]["status"] == "done"
+    assert q[laundered]["status"] == "done" and q[fake]["status"] == "done"
     got = results(a, "jobs")
-    assert [r["text"].split("\n")[0] for r in got[done]] == ["bob's answer"]  # no second
-    assert "completed without running again" in out
+    assert [r["text"].split("\n")[0] for r in got[laundered]] == ["bob's answer", "worked"]
+    assert "without running" not in out

@@ -115,15 +115,3 @@ def test_fails_and_expiries_are_strikes_that_survive_compaction_and_replay():
     # a log row read back from JSON (lists, not tuples) replays the same
     rows = [Event(**json.loads(json.dumps(e.to_json()))) for e in events]
     assert Arbiter.replay(LEASE, 3, rows).snapshot() == b.snapshot()
-
-
-def test_only_a_holders_result_counts_as_done_before():
-    from awp.board.workers import RESULT_MIME, earlier_results
-
-    def reply(result):
-        return {"parts": [{"k": "text", "text": "x"},
-                          {"k": "data", "mime": RESULT_MIME, "data": {"result": result}}]}
-
-    got = earlier_results({"bob"}, [("bob", reply("done")), ("mallory", reply("done")),
-                                     ("bob", {"parts": [{"k": "text", "text": "chat"}]})])
-    assert got == [{"author": "bob", "result": "done", "lease": None}]

@@ -11,6 +11,7 @@ from awp.board.queue import Arbiter, Decision, Event
 LEASE = 10_000
 T0 = 1_790_000_000_000
 ITEMS = [f"{i:032x}" for i in range(1, 9)]
+HASHES = [f"{i:02x}" * 16 for i in range(1, 9)]  # distinct leading bytes: distinct lease ids
 
 
 def _arb(items=ITEMS, attempts=3):
@@ -56,16 +57,92 @@ def test_only_the_holder_before_expiry():
 
 
 def test_failures_cost_attempts_release_does_not():
+    """Each of two workers in good standing pays one attempt; a release pays none."""
     a = _arb(items=ITEMS[:1], attempts=2)
     d = a.apply(Event("claim", T0, who="w", req="1"))[-1]
     a.apply(Event("release", T0 + 1, who="w", lease=d.lease))
     d = a.apply(Event("claim", T0 + 2, who="w", req="2"))[-1]
     a.apply(Event("fail", T0 + 3, who="w", lease=d.lease))
-    d = a.apply(Event("claim", T0 + 4, who="w", req="3"))[-1]
+    d = a.apply(Event("claim", T0 + 4, who="v", req="3"))[-1]
     assert d.state == "claimed"
     assert a.apply(Event("tick", T0 + 4 + LEASE))[0].state == "expired"
     assert a.status(ITEMS[0]) == "dead"
-    assert a.apply(Event("claim", T0 + 5 + LEASE, who="w", req="4"))[-1].state == "empty"
+    assert a.apply(Event("claim", T0 + 5 + LEASE, who="u", req="4"))[-1].state == "empty"
+
+
+def test_a_fail_loop_costs_the_workers_standing_not_the_items():
+    """Issue 40.1: claim 8, fail each at once, again and again. Only the first fail,
+    made in good standing, costs an attempt; once its strikes reach the bar the
+    worker is awarded nothing until they lapse, and an honest worker finds every item
+    alive."""
+    a = _arb(HASHES, attempts=3)
+    now, refused = T0, None
+    for _round in range(10):
+        leases = []
+        for i in range(8):
+            now += 1
+            d = a.apply(Event("claim", now, who="m", req=f"{now}.{i}"))[-1]
+            if d.state == "refused":
+                refused = d
+                break
+            leases.append(d.lease)
+        for lease in leases:
+            now += 1
+            a.apply(Event("fail", now, who="m", lease=lease))
+            last = now
+    assert refused is not None and "strikes on this queue" in refused.why
+    assert "until" in refused.why
+    assert sum(it["attempts"] for it in a.snapshot()) == 1
+    assert {it["status"] for it in a.snapshot()} == {"open"}
+    got = [a.apply(Event("claim", now + 1, who="honest", req=f"h{i}"))[-1] for i in range(8)]
+    assert [d.item for d in got] == HASHES
+    # the bar lasts until the strikes lapse, then the worker is served again
+    from awp.board.market import STANDING_MS
+    for d in got[:-1]:
+        a.apply(Event("complete", now + 2, who="honest", lease=d.lease))
+    a.apply(Event("release", now + 2, who="honest", lease=got[-1].lease))
+    assert a.apply(Event("claim", last + STANDING_MS - 1, who="m", req="x"))[-1].state \
+        == "refused"
+    assert a.apply(Event("claim", last + STANDING_MS, who="m", req="y"))[-1].item == HASHES[-1]
+
+
+def test_a_hoarder_whose_leases_expire_pays_with_its_standing():
+    """Issue 34.6: one claimant takes 8 items and never renews, twice. The 16 expiries
+    are 16 strikes but one attempt (the first, in good standing); past the bar (10)
+    it is refused."""
+    a = _arb(HASHES, attempts=3)
+    assert a.bar == 10
+    for rnd in range(2):
+        t = T0 + rnd * 2 * LEASE
+        for i in range(8):
+            assert a.apply(Event("claim", t + i, who="h", req=f"{rnd}.{i}"))[-1].state \
+                == "claimed"
+        out = a.apply(Event("tick", t + 8 + LEASE))
+        assert [d.state for d in out] == ["expired"] * 8
+    assert [it["attempts"] for it in a.snapshot()] == [1] + [0] * 7
+    assert a.standing.count("h", T0 + 3 * LEASE) == 16
+    assert a.apply(Event("claim", T0 + 3 * LEASE, who="h", req="9"))[-1].state == "refused"
+    # bar 0: never barred, yet the items still pay only for good standing
+    b = _arb(HASHES, attempts=3)
+    b.bar = 0
+    for rnd in range(5):
+        t = T0 + rnd * 2 * LEASE
+        for i in range(8):
+            assert b.apply(Event("claim", t + i, who="h", req=f"{rnd}.{i}"))[-1].state \
+                == "claimed"
+        b.apply(Event("tick", t + 8 + LEASE))
+    assert {it["status"] for it in b.snapshot()} == {"open"}
+    assert sum(it["attempts"] for it in b.snapshot()) == 1
+
+
+def test_an_item_that_fails_for_every_worker_still_dies():
+    """A poison item: three workers in good standing each fail it once, and it is dead."""
+    a = _arb(items=HASHES[:1], attempts=3)
+    for i, w in enumerate(("u", "v", "w")):
+        d = a.apply(Event("claim", T0 + 2 * i, who=w, req="1"))[-1]
+        assert d.state == "claimed"
+        a.apply(Event("fail", T0 + 2 * i + 1, who=w, lease=d.lease))
+    assert a.status(HASHES[0]) == "dead"
 
 
 def test_a_withdrawn_item_is_never_handed_out_and_its_lease_ends():
