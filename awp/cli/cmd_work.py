@@ -94,5 +94,7 @@ def work_cmd(
     note(f"working {t.get('label') or topic} with {concurrency} at a time:"
          f" {' '.join(cmd)}")
     code = w.run()
+    if code == 3:
+        raise CliError("stopped: the daemon was stopped (awp down)", code)
     if code:
         raise CliError(f"the queue {topic} has no open item", code)

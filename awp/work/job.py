@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..base.home import is_down
 from .api import ApiFailure, Daemon, Gone
 from .output import Spool, Tail, drain, result_parts
 from .renewal import OWNER_WAIT_S, RENEW_RETRY_S, Renewal
@@ -58,7 +59,7 @@ class Outcome:
     """How one item ended, for the worker's log line and its counts."""
 
     item: str
-    state: str  # done, failed, released, lost
+    state: str  # done, failed, released, lost, left (the daemon was stopped under it)
     exit: int | None = None
     secs: float = 0.0
     why: str = ""
@@ -101,7 +102,8 @@ def save_parts(parts: list, directory: str, save_bytes: SaveBytes) -> None:
 class Ran:
     """A command that ended: how, its status, what was kept of its output, its directory."""
 
-    ended: str  # ok, error, timeout, stopped, lost, already (an earlier holder's result)
+    ended: str  # ok, error, timeout, stopped, down (awp down), lost, already (an earlier
+    # holder's result)
     code: int | None
     secs: float
     out: Spool
@@ -186,6 +188,9 @@ class Job:
                                " had posted its result; completed without running again")
             if ran.ended == "lost":
                 return Outcome(h, "lost", ran.code, ran.secs, "the lease was lost")
+            if ran.ended == "down":
+                return Outcome(h, "left", ran.code, ran.secs, "the daemon was stopped (awp"
+                               " down); the item goes back when its lease ends")
             if ran.ended == "stopped":
                 self._op(api, "release")
                 return Outcome(h, "released", ran.code, ran.secs, "the worker is stopping")
@@ -268,6 +273,9 @@ class Job:
             if self.renewal.lost.is_set():
                 _stop(proc, watch_w)
                 return "lost"
+            if self.renewal.down.is_set() or is_down(self.home):  # awp down: stop now
+                _stop(proc, watch_w)
+                return "down"
 
     # -- reporting ---------------------------------------------------------------------
 

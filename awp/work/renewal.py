@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 
-from .api import ApiFailure, Daemon, Gone
+from .api import ApiFailure, Daemon, Gone, Stopped
 
 RENEW_RETRY_S = 1.0
 OWNER_WAIT_S = 3.0  # how long the daemon waits for the owner's answer to a lease operation
@@ -25,6 +25,7 @@ class Renewal:
         self.home, self.topic, self.lease = home, topic, lease
         self.until_ms = until_ms
         self.lost = threading.Event()
+        self.down = threading.Event()  # the user stopped the daemon (awp down)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="awp-work-renew", daemon=True)
 
@@ -45,7 +46,11 @@ class Renewal:
         try:
             wait = self._due_in()
             while not self._done.wait(wait):
-                state = self.renew(api)
+                try:
+                    state = self.renew(api)
+                except Stopped:
+                    self.down.set()
+                    return
                 if state == "lost":
                     self.lost.set()
                     return
@@ -54,11 +59,14 @@ class Renewal:
             api.close()
 
     def renew(self, api: Daemon) -> str:
-        """renewed; retry (the owner or our daemon is away for now); lost."""
+        """renewed; retry (the owner or our daemon is away for now); lost.  Raises
+        :class:`Stopped` when the user stopped the daemon."""
         try:
             res = api.call("POST", "/v1/board/lease",
                            {"topic": self.topic, "lease": self.lease, "op": "renew",
                             "timeout": OWNER_WAIT_S}, wait=OWNER_WAIT_S, within=2.0)
+        except Stopped:
+            raise
         except Gone:
             return "retry" if time.time() * 1000 < self.until_ms else "lost"
         except ApiFailure as e:

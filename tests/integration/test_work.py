@@ -344,3 +344,25 @@ def test_output_is_bounded_by_the_topic_and_binary_kept_exactly(homes, tmp_path)
     assert len(files) == 1 and files[0]["mime"] == "application/octet-stream"
     assert base64.b64decode(files[0]["data"]) == bytes(range(256)) * 8
     assert "\ufffd" not in posts[binary]["text"]
+
+
+def test_awp_down_stops_the_worker_and_it_does_not_start_the_daemon_again(homes, tmp_path):
+    """The user's awp down holds: the worker ends its command and exits 3 instead of
+    starting the daemon again; awp up clears it, and a worker started then works."""
+    a, (b,) = setup(homes, "bob")
+    pids = tmp_path / "pids"
+    job = script(tmp_path, ESCAPEE.format(pids=str(pids)))
+    posted_hash(a.ok("post", "jobs", "hang", "--json"))
+    p = worker(b, "alice/jobs", "--", sys.executable, job)
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, 60,
+             "the command started")
+    cmd, kid = map(int, pids.read_text().split())
+    assert b.ok("down").stdout == "awp stopped\n"
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, err
+    assert "the daemon was stopped (awp down)" in err
+    assert not _alive(cmd) and not _alive(kid)
+    assert b.run("status").returncode == 3  # still down: nothing started it again
+    assert not os.path.exists(os.path.join(b.path, "daemon.pid"))
+    b.ok("up")
+    assert not os.path.exists(os.path.join(b.path, "daemon.down"))
