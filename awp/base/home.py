@@ -45,6 +45,30 @@ def path(home: str, name: str) -> str:
     return os.path.join(home, name)
 
 
+DOWN_NAME = "daemon.down"  # written by ``awp down``, removed by the next daemon's start
+
+
+def mark_down(home: str) -> None:
+    """Say the user stopped this home's daemon: long-running clients (``awp work``) must
+    not start it again on their own; an explicit start clears it (:func:`clear_down`)."""
+    try:
+        fd = os.open(path(home, DOWN_NAME), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+    except OSError:
+        pass  # a missing home has no daemon and no worker to tell
+
+
+def is_down(home: str) -> bool:
+    return os.path.exists(path(home, DOWN_NAME))
+
+
+def clear_down(home: str) -> None:
+    try:
+        os.unlink(path(home, DOWN_NAME))
+    except OSError:
+        pass
+
+
 class HomeLock:
     """``daemon.lock``: an flock held for the daemon's lifetime."""
 

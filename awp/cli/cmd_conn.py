@@ -339,11 +339,19 @@ def status(home: str = home_opt(), as_json: bool = json_opt()) -> None:
 def down(home: str = home_opt()) -> None:
     """Stop the daemon. Queued messages stay on disk and go out after the next start.
 
+    Workers of this home (awp work) do not start it again: they stop their
+    commands at once and exit with status 3; the items they held go back
+    to their queues when the leases end. Any other awp command, or awp up,
+    starts the daemon again.
+
     \b
     Example:
       awp down
     """
+    from ..base.home import mark_down
+
     h = home_of(home)
+    mark_down(h)  # before the stop: a worker that loses its daemon must find it
     if not stop_daemon(h, client_if_running(h, 5.0)):
         out("awp is not running")
         return

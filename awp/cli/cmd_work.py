@@ -6,8 +6,6 @@ command line.
 
 from __future__ import annotations
 
-import socket
-
 import typer
 
 from . import board_files
@@ -86,7 +84,7 @@ def work_cmd(
     opts = Options(command=list(cmd),
                    timeout=parse_seconds(timeout, "--timeout") if timeout else 0.0,
                    workdir=workdir or "", keep_dirs=keep_dirs,
-                   max_post=int(pol.get("max_post") or 65536), host=socket.gethostname(),
+                   max_post=int(pol.get("max_post") or 65536),
                    save_bytes=board_files.save_bytes)
     s = Settings(topic=t.get("topic") or topic, home=h, job=opts, concurrency=concurrency,
                  max_items=max_items, once=once, grace=parse_seconds(grace, "--grace"),
@@ -96,5 +94,7 @@ def work_cmd(
     note(f"working {t.get('label') or topic} with {concurrency} at a time:"
          f" {' '.join(cmd)}")
     code = w.run()
+    if code == 3:
+        raise CliError("stopped: the daemon was stopped (awp down)", code)
     if code:
         raise CliError(f"the queue {topic} has no open item", code)

@@ -107,6 +107,7 @@ def run(home: str, flags: Flags) -> int:
         homes.ensure_home(home)
         lock = homes.HomeLock(home)
         lock.acquire()
+        homes.clear_down(home)  # started again: what awp down said no longer holds
     except (homes.HomeError, OSError) as e:
         print(f"awp daemon: {e}", file=sys.stderr)
         return 1

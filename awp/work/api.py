@@ -5,24 +5,31 @@ runs for days: the daemon under it may be restarted (by systemd, by a user,
 after ``kill -9``).  :class:`Daemon` retries a request whose connection
 failed, starting the daemon again on demand as any command would, until a
 deadline; what the daemon answered (an :class:`ApiFailure`) is never
-retried here, since only the caller knows what it means.
+retried here, since only the caller knows what it means.  A daemon the user
+stopped (``awp down``) is the exception: it is not started again, and the
+caller hears :class:`Stopped` (the worker then stops too).
 """
 
 from __future__ import annotations
 
 import time
 
+from ..base.home import is_down
 from ..localapi.client import ApiFailure, DaemonNotRunning, LocalClient
-from ..localapi.daemonctl import DaemonStartError, ensure_daemon
+from ..localapi.daemonctl import DaemonStartError, client_if_running, ensure_daemon
 
 RECONNECT_S = 1.0  # between attempts to reach a daemon that went away
 SLACK_S = 30.0  # HTTP timeout beyond a request's own server-side wait
 
-__all__ = ["ApiFailure", "Daemon", "Gone"]
+__all__ = ["ApiFailure", "Daemon", "Gone", "Stopped"]
 
 
 class Gone(Exception):
     """The daemon could not be reached before the deadline."""
+
+
+class Stopped(Gone):
+    """The daemon is not running because the user stopped it (``awp down``)."""
 
 
 class Daemon:
@@ -34,7 +41,12 @@ class Daemon:
 
     def _connect(self, wait: float) -> LocalClient:
         if self._client is None:
-            self._client = ensure_daemon(self.home, timeout=wait + SLACK_S)
+            if is_down(self.home):
+                self._client = client_if_running(self.home, wait + SLACK_S)
+                if self._client is None:
+                    raise Stopped("the awp daemon was stopped (awp down)")
+            else:
+                self._client = ensure_daemon(self.home, timeout=wait + SLACK_S)
         return self._client
 
     def call(self, method: str, path: str, body: dict | None = None, *, wait: float = 0.0,

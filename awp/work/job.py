@@ -2,17 +2,22 @@
 
 The command gets the item's text on stdin, its files in a fresh directory
 (``AWP_ITEM_DIR``) and ``AWP_TOPIC``, ``AWP_ITEM``, ``AWP_LEASE``,
-``AWP_ITEM_DIR``, ``AWP_POSTED_BY`` in its environment.  While it runs the
-lease is renewed half way through what is left of it, so a job of an
-hour under a ten-minute lease stays held; the renewing is done by this
-process, so a worker that dies stops renewing and the item goes back when
-its lease ends (the command dies with the worker: it is started with a
-parent-death signal where the system has one).
+``AWP_ITEM_DIR``, ``AWP_POSTED_BY`` in its environment.  From the claim to
+the completion the lease is renewed by a thread of this process
+(:mod:`awp.work.renewal`), so a job of an hour under a ten-minute lease
+stays held, and a worker that dies stops renewing: the item goes back when
+its lease ends.
 
-Exit 0: stdout becomes a reply to the item (a text part when it fits the
-topic's ``max_post``, else a file part, else a note saying where it was
-kept) and the lease is completed.  Non-zero, or ``--timeout``: a reply with
-the exit status and the tail of stderr, and the lease fails (the owner's
+The command runs under a keeper (:mod:`awp.work.reaper`) in a session of
+its own: on ``--timeout``, on release and when the worker dies (SIGKILL
+included) the keeper ends every process the command started, ``setsid``
+ones too, and on normal exit what it left running.
+
+Exit 0: stdout becomes a reply to the item (:mod:`awp.work.output`: read
+once and bounded by the topic's ``max_post``; a text part for UTF-8 that
+fits, a file part with the exact bytes otherwise, a note for what was cut)
+and the lease is completed.  Non-zero, or ``--timeout``: a reply with the
+exit status and the tail of stderr, and the lease fails (the owner's
 ``attempts`` decide between another try and a dead item).  Every result
 reply carries a data part (:data:`RESULT_MIME`) that says which, so tools
 can count results without parsing text.
@@ -25,24 +30,28 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO
 
+from ..base.home import is_down
 from .api import ApiFailure, Daemon, Gone
+from .output import Spool, Tail, drain, result_parts
+from .renewal import OWNER_WAIT_S, RENEW_RETRY_S, Renewal
 
 SaveBytes = Callable[[str, object, bytes], str]
 
 RESULT_MIME = "application/vnd.awp.work+json"
-STDERR_TAIL = 2000  # bytes of stderr a failure reply quotes
+STDERR_TAIL = 2000  # bytes of stderr a failure reply quotes (and all that is kept of it)
 RECORD_SLACK = 4096  # a post's bytes besides its parts: keys, grant, signature, topic
 KILL_GRACE_S = 5.0  # between SIGTERM and SIGKILL of a command being stopped
-RENEW_RETRY_S = 1.0
-OWNER_WAIT_S = 3.0  # how long the daemon waits for the owner's answer to a lease operation
+KEEPER_SLACK_S = 5.0  # beyond the grace, for the keeper to end all and exit
 RATE_WAIT_S = 60.0  # a reply over the topic's rate waits this long for room
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+STOP = b"s"  # to the keeper: stop the command (end of file alone means the worker died)
 
 
 @dataclass
@@ -50,7 +59,7 @@ class Outcome:
     """How one item ended, for the worker's log line and its counts."""
 
     item: str
-    state: str  # done, failed, released, lost
+    state: str  # done, failed, released, lost, left (the daemon was stopped under it)
     exit: int | None = None
     secs: float = 0.0
     why: str = ""
@@ -64,17 +73,11 @@ class Options:
     workdir: str = ""  # where item directories are made ("" the system's temp dir)
     keep_dirs: bool = False
     max_post: int = 65536
-    host: str = ""  # named in "kept at HOST:PATH"
 
-
-def _parent_death_signal() -> None:
-    """In the child: die with the worker (Linux), so a killed worker leaves no orphan."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    @property
+    def budget(self) -> int:
+        """What a result reply's parts may take of the topic's ``max_post``."""
+        return max(0, self.max_post - RECORD_SLACK)
 
 
 def item_text(parts: list) -> str:
@@ -97,13 +100,13 @@ def save_parts(parts: list, directory: str, save_bytes: SaveBytes) -> None:
 
 @dataclass
 class Ran:
-    """A command that ended: how, its status, its output files and its directory."""
+    """A command that ended: how, its status, what was kept of its output, its directory."""
 
-    ended: str  # ok, error, timeout, stopped, lost
+    ended: str  # ok, error, timeout, stopped, down (awp down), lost
     code: int | None
     secs: float
-    out: IO[bytes]
-    err: IO[bytes]
+    out: Spool
+    err: Tail
     directory: str
 
 
@@ -116,8 +119,8 @@ class Job:
     home: str
     stop: threading.Event  # the worker is stopping: finish within the grace, then release
     grace_until: list[float] = field(default_factory=list)  # set when stop is set
-    until_ms: int = 0
     started: float = 0.0
+    renewal: Renewal | None = None
 
     @property
     def topic(self) -> str:
@@ -131,27 +134,37 @@ class Job:
     def item(self) -> dict:
         return self.claim.get("item") or {}
 
+    @property
+    def until_ms(self) -> int:
+        return self.renewal.until_ms if self.renewal else int(self.claim.get("until") or 0)
+
     def run(self) -> Outcome:
         return self.report(self.execute())
 
     def execute(self) -> Ran:
-        """Run the command to its end, renewing the lease meanwhile (the slot's part)."""
-        api = Daemon(self.home)
-        self.until_ms = int(self.claim.get("until") or 0)
+        """Run the command to its end (the slot's part); the lease is renewed from here
+        until :meth:`report` is through."""
+        self.renewal = Renewal(self.home, self.topic, self.lease,
+                               int(self.claim.get("until") or 0)).start()
         self.started = time.monotonic()
         h = self.item.get("hash", "")
-        directory = tempfile.mkdtemp(prefix=f"awp-item-{h[:10]}-", dir=self.opts.workdir or None)
-        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115  (closed by report)
+        out = err = None
+        directory = ""
         try:
+            directory = tempfile.mkdtemp(prefix=f"awp-item-{h[:10]}-",
+                                         dir=self.opts.workdir or None)
+            out = Spool(self.opts.budget, self.opts.workdir)
+            err = Tail(STDERR_TAIL)
             save_parts(self.item.get("parts") or [], directory, self.opts.save_bytes)
-            ended, code = self._run(api, directory, out, err)
+            ended, code = self._run(directory, out, err)
         except BaseException:
-            out.close()
-            err.close()
-            self._drop(directory)
+            self.renewal.finish()
+            for s in (out, err):
+                if s is not None:
+                    s.close()
+            if directory:
+                self._drop(directory)
             raise
-        finally:
-            api.close()
         return Ran(ended, code, time.monotonic() - self.started, out, err, directory)
 
     def report(self, ran: Ran) -> Outcome:
@@ -161,6 +174,9 @@ class Job:
         try:
             if ran.ended == "lost":
                 return Outcome(h, "lost", ran.code, ran.secs, "the lease was lost")
+            if ran.ended == "down":
+                return Outcome(h, "left", ran.code, ran.secs, "the daemon was stopped (awp"
+                               " down); the item goes back when its lease ends")
             if ran.ended == "stopped":
                 self._op(api, "release")
                 return Outcome(h, "released", ran.code, ran.secs, "the worker is stopping")
@@ -170,6 +186,8 @@ class Job:
                    else f"exit status {ran.code}")
             return self._fail(api, ran.err, ran.code, ran.secs, why)
         finally:
+            if self.renewal is not None:
+                self.renewal.finish()
             api.close()
             ran.out.close()
             ran.err.close()
@@ -188,61 +206,62 @@ class Job:
                    AWP_POSTED_BY=str(self.item.get("author", "")))
         return env
 
-    def _run(self, api: Daemon, directory: str, out, err) -> tuple[str, int | None]:
-        """Run the command to its end; (how it ended, its exit status)."""
+    def _run(self, directory: str, out: Spool, err: Tail) -> tuple[str, int | None]:
+        """Run the command under its keeper to its end; (how it ended, its exit status)."""
+        watch_r, watch_w = os.pipe()
+        argv = [sys.executable, "-I", REAPER, str(watch_r), f"{KILL_GRACE_S:g}",
+                "" if self.opts.keep_dirs else directory, "--", *self.opts.command]
         try:
-            proc = subprocess.Popen(self.opts.command, stdin=subprocess.PIPE, stdout=out,
-                                    stderr=err, env=self._env(directory),
-                                    start_new_session=True, preexec_fn=_parent_death_signal)
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=self._env(directory),
+                                    pass_fds=(watch_r,), start_new_session=True)
         except OSError as e:
-            err.write(f"cannot run {self.opts.command[0]}: {e}\n".encode())
+            os.close(watch_w)
+            err.take(f"cannot run {self.opts.command[0]}: {e}\n".encode())
             return "error", 127
+        finally:
+            os.close(watch_r)
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [drain(proc.stdout, out), drain(proc.stderr, err)]
         threading.Thread(target=_feed, args=(proc, item_text(self.item.get("parts") or [])),
                          daemon=True).start()
+        try:
+            ended = self._wait(proc, watch_w)
+        finally:
+            os.close(watch_w)  # without a stop first: the keeper reads the worker as gone
+            if proc.poll() is None:
+                _kill_group(proc)
+        for t in readers:  # the keeper ended every writer: the pipes are at their end
+            t.join(KILL_GRACE_S)
+        code = proc.returncode
+        return ended or ("ok" if code == 0 else "error"), code
+
+    def _wait(self, proc: subprocess.Popen, watch_w: int) -> str:
+        """Wait for the command's end, a timeout, the worker's stop or a lost lease;
+        "" when the command ended by itself."""
         deadline = self.started + self.opts.timeout if self.opts.timeout else 0.0
-        next_renew = self._renew_due()
+        assert self.renewal is not None
         while True:
             now = time.monotonic()
-            wake = min(x for x in (next_renew, deadline or next_renew, now + 0.5))
+            wake = min(deadline or now + 0.5, now + 0.5)
             try:
-                code = proc.wait(timeout=max(0.0, wake - now))
-                return ("ok" if code == 0 else "error"), code
+                proc.wait(timeout=max(0.0, wake - now))
+                return ""
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
             if deadline and now >= deadline:
-                _stop(proc)
-                return "timeout", proc.returncode
+                _stop(proc, watch_w)
+                return "timeout"
             if self.stop.is_set() and self.grace_until and now >= self.grace_until[0]:
-                _stop(proc)
-                return "stopped", proc.returncode
-            if now >= next_renew:
-                state = self._renew(api)
-                if state == "lost":
-                    _stop(proc)
-                    return "lost", proc.returncode
-                next_renew = self._renew_due() if state == "renewed" else now + RENEW_RETRY_S
-
-    def _renew_due(self) -> float:
-        """Half way through the lease's remaining time: the other half is the margin for an
-        owner that is restarting, or a daemon that is."""
-        left = max(0.0, self.until_ms / 1000 - time.time())
-        return time.monotonic() + max(0.5, left / 2)
-
-    def _renew(self, api: Daemon) -> str:
-        """renewed; retry (the owner or our daemon is away for now); lost."""
-        try:
-            res = api.call("POST", "/v1/board/lease",
-                           {"topic": self.topic, "lease": self.lease, "op": "renew",
-                            "timeout": OWNER_WAIT_S}, wait=OWNER_WAIT_S, within=2.0)
-        except Gone:
-            return "retry" if time.time() * 1000 < self.until_ms else "lost"
-        except ApiFailure as e:
-            if e.code == "refused" or time.time() * 1000 >= self.until_ms:
+                _stop(proc, watch_w)
+                return "stopped"
+            if self.renewal.lost.is_set():
+                _stop(proc, watch_w)
                 return "lost"
-            return "retry"
-        self.until_ms = int(res.get("until") or self.until_ms)
-        return "renewed"
+            if self.renewal.down.is_set() or is_down(self.home):  # awp down: stop now
+                _stop(proc, watch_w)
+                return "down"
 
     # -- reporting ---------------------------------------------------------------------
 
@@ -281,26 +300,13 @@ class Job:
                 **more}
         return {"k": "data", "mime": RESULT_MIME, "data": data}
 
-    def _succeed(self, api: Daemon, out, secs: float) -> Outcome:
+    def _succeed(self, api: Daemon, out: Spool, secs: float) -> Outcome:
         h = self.item.get("hash", "")
-        out.seek(0, os.SEEK_END)
-        size = out.tell()
-        budget = self.opts.max_post - RECORD_SLACK
-        out.seek(0)
-        data = out.read(budget + 1) if size <= budget else b""
-        tries: list[list[dict]] = []
-        if data and len(data) <= budget:
-            text = data.decode("utf-8", "replace")
-            if len(text.encode("utf-8")) <= budget:
-                tries.append([{"k": "text", "text": text}])
-            if len(base64.b64encode(data)) <= budget:
-                tries.append([{"k": "file", "name": "output.txt", "mime": "text/plain",
-                               "size": len(data), "data": base64.b64encode(data).decode()}])
-        elif size == 0:
-            tries.append([{"k": "text", "text": "(no output)"}])
-        for parts in tries:
+        tries = result_parts(out.kept(), out.total, self.opts.budget, self.opts.max_post)
+        for parts, shown in tries:
             try:
-                self._reply(api, [*parts, self._result("done", 0, secs, bytes=size)])
+                self._reply(api, [*parts, self._result("done", 0, secs, bytes=out.total,
+                                                       posted=shown)])
                 break
             except ApiFailure as e:
                 if e.status != 413:
@@ -308,40 +314,20 @@ class Job:
             except Gone as e:
                 return self._fail_to_report(api, h, secs, str(e))
         else:
-            where = self._keep_output(out, h)
-            out.seek(0)
-            head = out.read(1000).decode("utf-8", "replace")
-            note = (f"output of {size} bytes is larger than this topic's posts"
-                    f" ({self.opts.max_post} bytes); kept at {self.opts.host}:{where}."
-                    f" It begins:\n{head}")
-            try:
-                self._reply(api, [{"k": "text", "text": note},
-                                  self._result("done", 0, secs, bytes=size, kept=where)])
-            except (ApiFailure, Gone) as e:
-                return self._fail_to_report(api, h, secs, str(e))
+            return self._fail_to_report(api, h, secs, "not even a note fits this topic's posts")
         self._op(api, "complete")
         return Outcome(h, "done", 0, secs)
-
-    def _keep_output(self, out, h: str) -> str:
-        base = self.opts.workdir or tempfile.gettempdir()
-        fd, path = tempfile.mkstemp(prefix=f"awp-output-{h[:10]}-", suffix=".txt", dir=base)
-        out.seek(0)
-        with os.fdopen(fd, "wb") as f:
-            shutil.copyfileobj(out, f)
-        return path
 
     def _fail_to_report(self, api: Daemon, h: str, secs: float, why: str) -> Outcome:
         self._op(api, "fail")
         return Outcome(h, "failed", 0, secs, f"the result could not be posted: {why}")
 
-    def _fail(self, api: Daemon, err, code: int | None, secs: float, why: str) -> Outcome:
-        err.seek(0, os.SEEK_END)
-        size = err.tell()
-        err.seek(max(0, size - STDERR_TAIL))
-        tail = err.read().decode("utf-8", "replace")
+    def _fail(self, api: Daemon, err: Tail, code: int | None, secs: float,
+              why: str) -> Outcome:
+        tail = err.kept().decode("utf-8", "replace")
         text = f"failed: {why} after {secs:.1f}s"
         if tail.strip():
-            text += f"\nstderr (last {min(size, STDERR_TAIL)} bytes):\n{tail}"
+            text += f"\nstderr (last {len(err.kept())} of {err.total} bytes):\n{tail}"
         try:
             self._reply(api, [{"k": "text", "text": text},
                               self._result("failed", code, secs, why=why)])
@@ -361,15 +347,23 @@ def _feed(proc: subprocess.Popen, text: str) -> None:
         pass
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the command's process group, SIGKILL it if it is still there after a grace."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+def _stop(proc: subprocess.Popen, watch_w: int) -> None:
+    """Ask the keeper to end the command (SIGTERM, SIGKILL after the grace, everything the
+    command started included); a keeper that does not exit in time is killed with its
+    group, and the command dies with it (its parent-death signal)."""
+    try:
+        os.write(watch_w, STOP)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=KILL_GRACE_S + KEEPER_SLACK_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.wait()

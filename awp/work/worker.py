@@ -13,6 +13,9 @@ after which they are stopped and their items released (which costs no
 attempt).  A daemon that goes away meanwhile is waited for (and started
 again on demand): the worker outlives a daemon restart, and what it could
 not report while the owner was away its daemon keeps and sends later.
+Except when the user stopped it (``awp down``): then the worker stops its
+commands at once and exits with status 3, and does not start the daemon
+again behind the user's back.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .api import ApiFailure, Daemon, Gone
+from .api import ApiFailure, Daemon, Gone, Stopped
 from .job import Job, Options, Outcome, Ran
 
 LONG_POLL_S = 10.0  # one claim request's wait; also how long a stop may wait for the claimer
@@ -56,6 +59,7 @@ class Worker:
         self.outcomes: list[Outcome] = []
         self.started = 0
         self.nothing = False  # --once found the queue empty
+        self.down = False  # the user stopped the daemon (awp down)
         self.reporting: list[threading.Thread] = []  # results being posted
 
     # -- signals -----------------------------------------------------------------------
@@ -64,6 +68,17 @@ class Worker:
         if not self.stop.is_set():
             self.grace_until.append(time.monotonic() + self.s.grace)
             self.stop.set()
+
+    def daemon_down(self) -> None:
+        """The user stopped the daemon: stop now, no grace (nothing could be reported)."""
+        with self.lock:
+            if self.down:
+                return
+            self.down = True
+        print("awp work: the daemon was stopped (awp down): stopping; run awp up and"
+              " awp work again to go on", file=sys.stderr, flush=True)
+        self.grace_until.insert(0, time.monotonic())
+        self.stop.set()
 
     def install_signals(self) -> None:
         signal.signal(signal.SIGTERM, self.request_stop)
@@ -87,6 +102,8 @@ class Worker:
             if not reporting:
                 break
             reporting[0].join(0.2)
+        if self.down:
+            return 3
         return 2 if self.s.once and self.nothing else 0
 
     def _reserve(self) -> bool:
@@ -142,6 +159,9 @@ class Worker:
         try:
             res = api.call("POST", "/v1/board/claim", body, wait=wait + 10.0,
                            within=float("inf"))
+        except Stopped:
+            self.daemon_down()
+            return None
         except ApiFailure as e:
             if e.code in ("no_owner", "timeout"):
                 if not self.s.once:
@@ -166,6 +186,8 @@ class Worker:
             self._ended(Outcome(item.get("hash", ""), "failed", None, 0.0, str(e)))
             print(f"awp work: {e}", file=sys.stderr, flush=True)
             return
+        if ran.ended == "down":
+            self.daemon_down()
         t = threading.Thread(target=self._report, args=(job, ran), daemon=True)
         with self.lock:
             self.reporting = [r for r in self.reporting if r.is_alive()] + [t]

@@ -232,3 +232,140 @@ def test_a_result_reply_is_never_evidence_the_item_is_done(homes, tmp_path):
     got = results(a, "jobs")
     assert [r["text"].split("\n")[0] for r in got[laundered]] == ["bob's answer", "worked"]
     assert "without running" not in out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+ESCAPEE = """\
+    import os, subprocess, sys, time
+    # the command's own child, in a session of its own (out of the command's group)
+    kid = subprocess.Popen(["setsid", sys.executable, "-c", "import time; time.sleep(600)"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    open({pids!r}, "a").write(f"{{os.getpid()}} {{kid.pid}}\\n")
+    time.sleep(600)
+    """
+
+
+def test_a_timeout_ends_the_command_and_the_child_it_setsid(homes, tmp_path):
+    """--timeout: the command and its setsid child are gone, the item failed, the item's
+    directory and the temp folder empty."""
+    a, (b,) = setup(homes, "bob")
+    pids = tmp_path / "pids"
+    job = script(tmp_path, ESCAPEE.format(pids=str(pids)))
+    work, tmp = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    tmp.mkdir()
+    b.env["TMPDIR"] = str(tmp)
+    h = posted_hash(a.ok("post", "jobs", "hang", "--json"))
+    p = worker(b, "alice/jobs", "--once", "--timeout", "3s", "--workdir", str(work), "--",
+               sys.executable, job)
+    out, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    cmd, kid = map(int, pids.read_text().split())
+    assert not _alive(cmd) and not _alive(kid)
+    assert [r["result"] for r in results(a, "jobs")[h]] == ["failed"]
+    assert "timed out after 3s" in out
+    assert os.listdir(work) == [] and os.listdir(tmp) == []
+
+
+def test_sigkill_of_the_worker_ends_the_command_and_its_setsid_child(homes, tmp_path):
+    a, (b,) = setup(homes, "bob")
+    pids = tmp_path / "pids"
+    job = script(tmp_path, ESCAPEE.format(pids=str(pids)))
+    work = tmp_path / "work"
+    work.mkdir()
+    posted_hash(a.ok("post", "jobs", "hang", "--json"))
+    p = worker(b, "alice/jobs", "--workdir", str(work), "--", sys.executable, job)
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, 60,
+             "the command and its child started")
+    cmd, kid = map(int, pids.read_text().split())
+    assert _alive(cmd) and _alive(kid)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    wait_for(lambda: not _alive(cmd) and not _alive(kid), 15, "the command and its child gone")
+    wait_for(lambda: os.listdir(work) == [], 15, "the item's directory removed")
+
+
+def test_output_is_bounded_by_the_topic_and_binary_kept_exactly(homes, tmp_path):
+    """With posts of 16 KiB: 50 MB of text stdout is cut to what fits (a note says so), 4 MB
+    of stderr costs nothing on disk, binary stdout comes back byte for byte as a file part,
+    and nothing stays in the temp folder; the spool never grows past the post's size."""
+    import base64
+
+    a, (b,) = setup(homes, "bob")
+    a.ok("topic", "set", "jobs", "--max-post", "16KiB")
+    spooled = tmp_path / "spooled"
+    job = script(tmp_path, f"""\
+        import os, stat, sys
+        what = sys.stdin.read()
+        if "big" in what:
+            sys.stderr.buffer.write(b"e" * 4_000_000)
+            for _ in range(50):
+                sys.stdout.buffer.write(b"x" * 1_000_000)
+            sys.stdout.flush()
+            # the largest file this command and the processes above it hold open now
+            # (the spool is one of them, unlinked): the topic's size, not the output's
+            biggest, pid = 0, os.getpid()
+            for _ in range(3):
+                for fd in os.listdir(f"/proc/{{pid}}/fd"):
+                    try:
+                        st = os.stat(f"/proc/{{pid}}/fd/{{fd}}")
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        biggest = max(biggest, st.st_size)
+                with open(f"/proc/{{pid}}/stat") as f:
+                    pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            open({str(spooled)!r}, "w").write(str(biggest))
+        else:
+            sys.stdout.buffer.write(bytes(range(256)) * 8)
+        """)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    b.env["TMPDIR"] = str(tmp)
+    big = posted_hash(a.ok("post", "jobs", "big", "--json"))
+    binary = posted_hash(a.ok("post", "jobs", "binary", "--json"))
+    p = worker(b, "alice/jobs", "--max-items", "2", "--", sys.executable, job)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert os.listdir(tmp) == []
+    assert int(spooled.read_text()) <= 16384
+    posts = {q["parent"]: q for q in json.loads(a.ok("get", "jobs", "-n", "0", "--json").stdout)
+             ["posts"] if q.get("parent")}
+    got = results(a, "jobs")
+    assert [r["result"] for r in got[big]] == [r["result"] for r in got[binary]] == ["done"]
+    assert got[big][0]["bytes"] == 50_000_000 and 8000 < got[big][0]["posted"] <= 16384
+    assert "[output cut: the command wrote 50000000 bytes" in posts[big]["text"]
+    assert set(posts[big]["text"].split("\n")[0]) == {"x"}
+    files = [x for x in posts[binary]["parts"] if x.get("k") == "file"]
+    assert len(files) == 1 and files[0]["mime"] == "application/octet-stream"
+    assert base64.b64decode(files[0]["data"]) == bytes(range(256)) * 8
+    assert "\ufffd" not in posts[binary]["text"]
+
+
+def test_awp_down_stops_the_worker_and_it_does_not_start_the_daemon_again(homes, tmp_path):
+    """The user's awp down holds: the worker ends its command and exits 3 instead of
+    starting the daemon again; awp up clears it, and a worker started then works."""
+    a, (b,) = setup(homes, "bob")
+    pids = tmp_path / "pids"
+    job = script(tmp_path, ESCAPEE.format(pids=str(pids)))
+    posted_hash(a.ok("post", "jobs", "hang", "--json"))
+    p = worker(b, "alice/jobs", "--", sys.executable, job)
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, 60,
+             "the command started")
+    cmd, kid = map(int, pids.read_text().split())
+    assert b.ok("down").stdout == "awp stopped\n"
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, err
+    assert "the daemon was stopped (awp down)" in err
+    assert not _alive(cmd) and not _alive(kid)
+    assert b.run("status").returncode == 3  # still down: nothing started it again
+    assert not os.path.exists(os.path.join(b.path, "daemon.pid"))
+    b.ok("up")
+    assert not os.path.exists(os.path.join(b.path, "daemon.down"))
