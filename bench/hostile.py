@@ -32,9 +32,20 @@ writer's transaction: 100 of them held the owner's post for 12 s).  Everything i
 bounded: ``--seconds`` of traffic per case, then every socket and daemon is
 closed and the homes removed.
 
+The withholding case (issue 34.3; ``--cases``): ``v`` owns an open topic and
+posts to it ``--rate`` times a second.  ``--flooders`` raw relays subscribe
+at ``v`` and take everything it sends, asking again (a ``board-sub``, so a
+digest) every 100 ms, and pass nothing on; one of them is a subscriber
+``s``'s only path, and hands ``s`` the topic document and one head, then
+nothing, heads included.  Printed: the owner's post latency under it
+(target p99 <= 100 ms), how long ``s`` took to call the topic stale after
+the last head (the owner promises one every ``board_head_every``, 1 s here;
+stale after three promises), and, once ``s`` is linked to ``v`` directly,
+how long until it holds every post and its view is fresh again.
+
 Run: python bench/hostile.py [--seconds 20] [--flooders 4] [--sizes 100,1000000]
 [--crowd 100] [--rate 20] [--warm 5] [--limits '{"peer_bytes_per_second": "16MiB"}']
-[--cases flood,claim-retry] [--queue-records 9500]
+[--cases flood,claim-retry,withholding] [--queue-records 9500]
 """
 
 from __future__ import annotations
@@ -114,7 +125,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=20.0, help="honest msgs a second")
     ap.add_argument("--warm", type=float, default=5.0, help="seconds left out of 'steady'")
     ap.add_argument("--limits", default="", help="JSON for v's config.json 'limits'")
-    ap.add_argument("--cases", default="flood,claim-retry")
+    ap.add_argument("--cases", default="flood,claim-retry,withholding")
     ap.add_argument("--queue-records", type=int, default=9500)
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
@@ -124,6 +135,8 @@ def main() -> int:
         met += [run_case(args, int(size)) for size in args.sizes.split(",") if size.strip()]
     if "claim-retry" in cases:
         met.append(run_claim_retry(args))
+    if "withholding" in cases:
+        met.append(run_withholding(args))
     return 0 if all(met) else 1
 
 
@@ -218,6 +231,142 @@ def run_claim_retry(args: argparse.Namespace) -> bool:
     finally:
         stop.set()
         v.kill()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class Withholder(threading.Thread):
+    """A raw relay: subscribed at the owner, it takes everything and passes nothing on.
+
+    Given ``victim`` (a subscriber's address), it is that subscriber's only
+    path: it hands over the topic document and the first head it got, then
+    keeps silent, heads included.
+    """
+
+    def __init__(self, owner_addr: str, topic: str, stop: threading.Event,
+                 victim: str = "") -> None:
+        super().__init__(daemon=True)
+        self.owner_addr, self.topic, self.stop, self.victim = owner_addr, topic, stop, victim
+        self.identity = Identity.generate()
+        self.lines = 0
+        self.last_head_sent = 0.0  # monotonic time the victim got its one head
+        self.error = ""
+
+    def run(self) -> None:
+        try:
+            with RawPeer(self.owner_addr, self.identity) as p:
+                p.handshake(caps=["chat", "board"])
+                p.resume()
+                sub = {"t": "board-sub", "topics": [{"topic": self.topic}], "drop": []}
+                p.send_line(sub)
+                doc = head = None
+                while doc is None or (self.victim and head is None):
+                    line = p.recv_line(10)
+                    if line is None:
+                        raise RuntimeError("the owner sent no topic document and head")
+                    if line.get("t") == "board-topic":
+                        doc = line["doc"]
+                    elif line.get("t") == "board-head":
+                        head = line["doc"]
+                victim = None
+                if self.victim:
+                    victim = RawPeer(self.victim, self.identity)
+                    victim.handshake(caps=["chat", "board"])
+                    victim.resume()
+                    victim.send_line(sub)
+                    victim.send_line({"t": "board-topic", "hops": 1, "doc": doc})
+                    victim.send_line({"t": "board-head", "hops": 1, "doc": head})
+                    self.last_head_sent = time.monotonic()
+                next_sub = time.monotonic()
+                while not self.stop.is_set():
+                    if time.monotonic() >= next_sub:
+                        p.send_line(sub)  # ask again: a digest of the whole topic each time
+                        next_sub = time.monotonic() + 0.1
+                    if _poll(p, 0.1) is not None:
+                        self.lines += 1
+                    if victim is not None:
+                        _poll(victim, 0.001)  # read what s says, answer nothing
+                if victim is not None:
+                    victim.close()
+        except Exception as e:  # reported beside the figures
+            self.error = repr(e)
+
+
+def _poll(peer: RawPeer, seconds: float) -> dict | None:
+    """The next line within ``seconds``, or None (a quiet peer is what we expect)."""
+    try:
+        return peer.recv_line(seconds)
+    except TimeoutError:
+        return None
+
+
+def run_withholding(args: argparse.Namespace) -> bool:
+    """The withholding case (see the module docstring); True when its target was met."""
+    root = tempfile.mkdtemp(prefix="awph", dir="/tmp")
+    v = Node(os.path.join(root, "v"), "v").with_limits(board_head_every=1)
+    s = Node(os.path.join(root, "s"), "s").with_limits(board_stale_heads=3)
+    stop = threading.Event()
+    try:
+        v.start()
+        s.start()
+        v.api("POST", "/v1/board/topic", {"name": "news", "read": "open", "post": "open",
+                                          "keep": 100_000, "rate": 6000})
+        topic = f"{v.key}/news"
+        v.api("POST", "/v1/board/post", {"topic": "news", "parts": [
+            {"k": "text", "text": "before the relays"}]})
+        s.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 0})
+        relays = [Withholder(v.address, topic, stop, s.address if i == 0 else "")
+                  for i in range(args.flooders)]
+        for r in relays:
+            r.start()
+        lat: list[float] = []
+        stale_after = None
+        t0 = time.monotonic()
+        period, nxt = 1.0 / args.rate, time.monotonic()
+        while time.monotonic() - t0 < args.seconds:
+            nxt += period
+            t = time.monotonic()
+            v.api("POST", "/v1/board/post", {"topic": "news",
+                                             "parts": [{"k": "text", "text": "owner's post"}]})
+            lat.append((time.monotonic() - t) * 1000)
+            if stale_after is None and relays[0].last_head_sent:
+                got = s.api("POST", "/v1/board/get", {"topic": topic, "n": 0})["topic"]
+                if got.get("stale"):
+                    stale_after = time.monotonic() - relays[0].last_head_sent
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        posts = v.api("POST", "/v1/board/get", {"topic": topic, "n": 0})["topic"]["posts"]
+        held = s.api("POST", "/v1/board/get", {"topic": topic, "n": 0})["topic"]["posts"]
+        t1 = time.monotonic()
+        s.api("POST", "/v1/connect", {"target": v.address, "timeout": 20})
+        fresh = None
+        while time.monotonic() - t1 < 60:
+            got = s.api("POST", "/v1/board/get", {"topic": topic, "n": 0})["topic"]
+            if got["posts"] >= posts and not got.get("stale"):
+                fresh = time.monotonic() - t1
+                break
+            time.sleep(0.05)
+        stop.set()
+        errors = [r.error for r in relays if r.error]
+        print(f"withholding: {args.seconds:g} s, {args.flooders} relays taking everything and"
+              f" passing nothing, one of them s's only path"
+              + (f"; errors: {errors}" if errors else ""))
+        print(f"  owner's post latency      n={len(lat):4}  p50 {pct(lat, 50):7.1f} ms"
+              f"  p99 {pct(lat, 99):7.1f} ms  max {max(lat):7.1f} ms")
+        print(f"  the relays took {sum(r.lines for r in relays):,} lines from v")
+        print(f"  s held {held} of {posts} posts through the relay; stale "
+              + (f"{stale_after:.1f} s after the last head" if stale_after is not None
+                 else "NEVER said")
+              + "; linked to v: " + (f"every post and fresh again in {fresh:.2f} s"
+                                     if fresh is not None else "NOT caught up in 60 s"))
+        ok = pct(lat, 99) <= 100 and stale_after is not None and fresh is not None
+        print(f"  target: owner's post p99 <= 100 ms, stale said, caught up"
+              f" {'ok' if ok else 'MISSED'}")
+        return ok
+    finally:
+        stop.set()
+        v.kill()
+        s.kill()
         shutil.rmtree(root, ignore_errors=True)
 
 
