@@ -59,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
@@ -182,6 +183,27 @@ class Retrier(threading.Thread):
             self.error = repr(e)
 
 
+def owner_posts(v: Node, name: str, args: argparse.Namespace,
+                between: Callable[[], None] | None = None) -> list[float]:
+    """The owner posting to its topic ``name`` ``--rate`` times a second for
+    ``--seconds``, as ``awp post`` does: each post's latency in ms."""
+    lat: list[float] = []
+    t0 = time.monotonic()
+    period, nxt = 1.0 / args.rate, time.monotonic()
+    while time.monotonic() - t0 < args.seconds:
+        nxt += period
+        t = time.monotonic()
+        v.api("POST", "/v1/board/post", {"topic": name,
+                                         "parts": [{"k": "text", "text": "owner's post"}]})
+        lat.append((time.monotonic() - t) * 1000)
+        if between is not None:
+            between()
+        delay = nxt - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    return lat
+
+
 def run_claim_retry(args: argparse.Namespace) -> bool:
     """The claim-retry case (see the module docstring); True when its target was met."""
     root = tempfile.mkdtemp(prefix="awph", dir="/tmp")
@@ -202,18 +224,7 @@ def run_claim_retry(args: argparse.Namespace) -> bool:
         for r in retriers:
             r.start()
         time.sleep(1.0)  # the retriers' first claims are in (a fixed part of the scenario)
-        lat: list[float] = []
-        t0 = time.monotonic()
-        period, nxt = 1.0 / args.rate, time.monotonic()
-        while time.monotonic() - t0 < args.seconds:
-            nxt += period
-            t = time.monotonic()
-            v.api("POST", "/v1/board/post", {"topic": "jobs",
-                                             "parts": [{"k": "text", "text": "owner's post"}]})
-            lat.append((time.monotonic() - t) * 1000)
-            delay = nxt - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+        lat = owner_posts(v, "jobs", args)
         answered = sum(r.answered for r in retriers)
         leases = sum(r.leases for r in retriers)
         stop.set()
@@ -318,23 +329,16 @@ def run_withholding(args: argparse.Namespace) -> bool:
                   for i in range(args.flooders)]
         for r in relays:
             r.start()
-        lat: list[float] = []
         stale_after = None
-        t0 = time.monotonic()
-        period, nxt = 1.0 / args.rate, time.monotonic()
-        while time.monotonic() - t0 < args.seconds:
-            nxt += period
-            t = time.monotonic()
-            v.api("POST", "/v1/board/post", {"topic": "news",
-                                             "parts": [{"k": "text", "text": "owner's post"}]})
-            lat.append((time.monotonic() - t) * 1000)
+
+        def look() -> None:
+            nonlocal stale_after
             if stale_after is None and relays[0].last_head_sent:
                 got = s.api("POST", "/v1/board/get", {"topic": topic, "n": 0})["topic"]
                 if got.get("stale"):
                     stale_after = time.monotonic() - relays[0].last_head_sent
-            delay = nxt - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+
+        lat = owner_posts(v, "news", args, between=look)
         posts = v.api("POST", "/v1/board/get", {"topic": topic, "n": 0})["topic"]["posts"]
         held = s.api("POST", "/v1/board/get", {"topic": topic, "n": 0})["topic"]["posts"]
         t1 = time.monotonic()

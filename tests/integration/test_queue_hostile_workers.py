@@ -54,6 +54,17 @@ def _peer(owner, me: Identity | None = None) -> RawPeer:
     return p
 
 
+def _claim_up_to(p, topic: str, n: int, refused: str) -> tuple[list[str], str]:
+    """Up to ``n`` new leases, stopping at the first refusal (then its reason)."""
+    leases = []
+    for _ in range(n):
+        got = _ask(p, topic, "claim", req=p.ids.next())
+        if "error" in got:
+            return leases, got["error"]
+        leases.append(got["doc"]["lease"])
+    return leases, refused
+
+
 def test_a_fail_loop_stops_at_the_worker_and_kills_no_item(make_node):
     """Issue 40.1: claim 8, fail each at once, again. One attempt is used in all (the
     first fail, made in good standing); from then on the worker pays with strikes,
@@ -63,13 +74,7 @@ def test_a_fail_loop_stops_at_the_worker_and_kills_no_item(make_node):
     refused = ""
     with _peer(a) as p:
         for _round in range(5):
-            leases = []
-            for _ in range(8):
-                got = _ask(p, topic, "claim", req=p.ids.next())
-                if "error" in got:
-                    refused = got["error"]
-                    break
-                leases.append(got["doc"]["lease"])
+            leases, refused = _claim_up_to(p, topic, 8, refused)
             for lease in leases:
                 assert _ask(p, topic, "fail", lease=lease)["doc"]["state"] == "failed"
     assert "strikes" in refused and "nothing is awarded" in refused, refused
@@ -96,13 +101,7 @@ def test_a_hoarder_whose_leases_run_out_kills_no_item(make_node):
     refused = ""
     with _peer(a) as p:
         for _round in range(4):
-            leases = []
-            for _ in range(8):
-                got = _ask(p, topic, "claim", req=p.ids.next())
-                if "error" in got:
-                    refused = got["error"]
-                    break
-                leases.append(got["doc"]["lease"])
+            leases, refused = _claim_up_to(p, topic, 8, refused)
             wait_for(lambda ls=leases: {d["lease"] for d in _leases(a, topic)
                                         if d["state"] == "expired"} >= set(ls),
                      20, "the hoard expires")
