@@ -36,7 +36,8 @@ def repair(
     except RepairError as e:
         raise CliError(str(e)) from None
     if found.damage is None:
-        out("awp.db is sound (quick_check ok, every row reads, write-ahead log intact):"
+        out("awp.db is sound (integrity_check ok, every index matches its table, every row"
+            " reads, write-ahead log intact):"
             " nothing to do")
         return
     if found.salvage is None and found.journal is None:

@@ -27,7 +27,7 @@ from ..node.engine import Engine
 from ..node.mirror import Mirror
 from ..node.presence import Presence
 from ..node.serving import Serving
-from ..store import check, ops, queries
+from ..store import check, ops, queries, salvage
 from ..store.db import StoreError, open_store
 from ..transport import streams
 from ..transport.ifaddrs import expand_wildcard
@@ -114,6 +114,9 @@ def run(home: str, flags: Flags) -> int:
     try:
         db_path = homes.path(home, "awp.db")
         seed = load_identity_seed(home)
+        stopped = salvage.interrupted(db_path)
+        if stopped:
+            raise check.StoreDamaged(check.interrupted_message(db_path, stopped, home))
         warning = check.verify(db_path, hint=hint)
         intake.check(home)  # a journal that lost acked lines: awp repair names them first
         settings = resolve(home, flags, remembered_values(db_path))

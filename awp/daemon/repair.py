@@ -36,7 +36,7 @@ class Outcome:
 def repair_home(home: str, *, check_only: bool = False) -> Outcome:
     """Check ``home``'s store; unless ``check_only``, rebuild a damaged one."""
     db = os.path.join(home, "awp.db")
-    if not os.path.exists(db):
+    if not os.path.exists(db) and not salvage.interrupted(db):
         raise RepairError(f"no store in {home}")
     lock = HomeLock(home)
     try:
@@ -44,8 +44,14 @@ def repair_home(home: str, *, check_only: bool = False) -> Outcome:
     except HomeError as e:
         raise RepairError(f"{e}: stop it first (awp down)") from None
     try:
+        stopped = salvage.interrupted(db)
+        if stopped:  # a killed repair: finish it before anything else
+            found = Outcome(check.interrupted_message(db, stopped, home))
+            if not check_only:
+                found.salvage = _salvage(db)
+            return found
         try:
-            check.verify(db)
+            check.verify(db, everything=True)
         except check.StoreDamaged as e:
             damage: str | None = str(e)
         except StoreError as e:
@@ -60,12 +66,19 @@ def repair_home(home: str, *, check_only: bool = False) -> Outcome:
             lost = None
         if check_only or (damage is None and lost is None):
             return Outcome(damage or lost)
-        found = Outcome(damage or lost, salvage.repair(db) if damage else None)
+        found = Outcome(damage or lost, _salvage(db) if damage else None)
         if lost:
             found.journal = _repair_journal(home, db)
         return found
     finally:
         lock.release()
+
+
+def _salvage(db: str) -> salvage.Salvage:
+    try:
+        return salvage.repair(db)
+    except (OSError, StoreError) as e:
+        raise RepairError(f"repair stopped: {e}; run it again once that is fixed") from None
 
 
 def _repair_journal(home: str, db: str) -> intake.JournalRepair | None:

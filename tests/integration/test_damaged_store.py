@@ -9,6 +9,7 @@ what can be read.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import struct
@@ -321,3 +322,139 @@ def test_eight_bytes_changed_in_a_row_under_a_running_daemon_are_store_damaged(m
     assert any("store damaged" in x for x in lines), lines[-5:]
     assert not any("Traceback" in x for x in lines), lines[-20:]
     assert b.proc is not None and b.proc.poll() is None
+
+
+def _leaf_of_index(db: str, name: str) -> int:
+    """A leaf page (1-based) in the middle of index ``name``'s B-tree."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        page = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
+                           (name,)).fetchone()[0]
+    finally:
+        con.close()
+    size = _page_size(db)
+    with open(db, "rb") as f:
+        while True:
+            f.seek((page - 1) * size)
+            data = f.read(size)
+            if data[0] == 0x0A:  # an index leaf
+                return page
+            assert data[0] == 0x02, data[0]  # an index interior page
+            n = struct.unpack(">H", data[3:5])[0]
+            k = n // 2
+            cell = struct.unpack(">H", data[12 + 2 * k:14 + 2 * k])[0]
+            page = struct.unpack(">I", data[cell:cell + 4])[0]
+
+
+def _flip_a_key_of(db: str, index: str, peer: str) -> None:
+    """Eight bytes flipped inside a key of a leaf of ``index`` (in the text
+    of ``peer``): the B-tree stays well formed, its keys no longer match."""
+    size = _page_size(db)
+    page = _leaf_of_index(db, index)
+    with open(db, "r+b") as f:
+        f.seek((page - 1) * size)
+        data = f.read(size)
+        at = data.index(peer.encode(), size // 3)
+        f.seek((page - 1) * size + at + 10)
+        f.write(bytes(b ^ 0xFF for b in data[at + 10:at + 18]))
+
+
+def _count_by_thread(db: str, peer: str) -> tuple[int, int]:
+    """Inbound rows from ``peer`` found through the index, and by a table scan."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        ths = [r[0] for r in con.execute("SELECT DISTINCT th FROM log NOT INDEXED"
+                                          " WHERE peer = ?", (peer,))]
+        via = sum(con.execute("SELECT count(*) FROM log INDEXED BY log_thread WHERE peer = ?"
+                              " AND th = ?", (peer, th)).fetchone()[0] for th in ths)
+        scan = con.execute("SELECT count(*) FROM log NOT INDEXED WHERE peer = ?",
+                           (peer,)).fetchone()[0]
+        return via, scan
+    finally:
+        con.close()
+
+
+def test_a_damaged_index_refuses_to_start_and_repair_keeps_every_row(make_node):
+    a, b = _fill(make_node)
+    b.stop()  # a clean stop: no WAL, the rows are in awp.db
+    db = os.path.join(b.home, "awp.db")
+    _flip_a_key_of(db, "log_thread", a.key)
+    via, scan = _count_by_thread(db, a.key)
+    assert via < scan, (via, scan)  # lookups through the index miss rows
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    assert con.execute("PRAGMA quick_check").fetchall() == [("ok",)]  # SQLite's quick look sees nothing
+    con.close()
+
+    line = _start_fails(b)
+    assert line.startswith("awp daemon: awp.db is damaged ("), line
+    assert "log_thread" in line and f"awp repair --home {b.home}" in line, line
+    r = _repair(b, "--check")
+    assert r.returncode == 1 and "log_thread" in r.stderr, (r.stdout, r.stderr)
+
+    r = _repair(b)
+    assert r.returncode == 0, r.stderr
+    assert "unreadable" not in r.stdout, r.stdout  # an index is rebuilt, no row lost
+    via, scan = _count_by_thread(db, a.key)
+    assert via == scan == MSGS, (via, scan)
+    b.start()
+    assert len(b.inbound(peer=a.key)) == MSGS
+    b.stop()
+    r = _repair(b, "--check")
+    assert r.returncode == 0 and "sound" in r.stdout, (r.stdout, r.stderr)
+
+
+def _grow(db: str, peer: str, n: int) -> None:
+    """``n`` more inbound rows from ``peer`` in one thread, written straight
+    into the stopped store (so a repair takes long enough to be killed)."""
+    con = sqlite3.connect(db, isolation_level=None)
+    try:
+        th = con.execute("SELECT th FROM log WHERE peer = ? LIMIT 1", (peer,)).fetchone()[0]
+        con.execute("BEGIN")
+        for i in range(n):
+            mid = f"01ZZ{i:022d}"
+            line = json.dumps({"t": "msg", "id": mid, "ts": "2026-12-07T00:00:00.000Z",
+                               "th": th, "parts": [{"k": "text", "text": f"{i} {TEXT}"}]})
+            con.execute("INSERT INTO log (peer, dir, t, id, th, ts, at, line, acked)"
+                        " VALUES (?, 'in', 'msg', ?, ?, ?, ?, ?, 1)",
+                        (peer, mid, th, 1_800_000_000_000 + i, 1_800_000_000_000 + i, line))
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def test_a_repair_killed_mid_way_keeps_the_daemon_off_until_repair_finishes(make_node):
+    a, b = _fill(make_node)
+    b.stop()
+    db = os.path.join(b.home, "awp.db")
+    _grow(db, a.key, 60_000)
+    total = MSGS + 60_000
+    _flip_a_key_of(db, "log_thread", a.key)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("AWP_HOME", None)
+    proc = subprocess.Popen([sys.executable, "-m", "awp", "repair", "--home", b.home],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            cwd=ROOT)
+    try:
+        # Mid-way: the files moved aside, the new store half made.
+        wait_for(lambda: os.path.exists(db + ".repair-new") and proc.poll() is None
+                 or proc.poll() is not None, 60, "the repair copying rows", interval=0.002)
+        assert proc.poll() is None, "the repair finished before it could be killed"
+        proc.kill()
+    finally:
+        proc.wait(10)
+    assert os.path.exists(db + ".repairing")
+
+    line = _start_fails(b)
+    assert "a repair was stopped before it finished" in line, line
+    assert f"awp repair --home {b.home}" in line, line
+    r = _repair(b, "--check")
+    assert r.returncode == 1 and "a repair was stopped" in r.stderr, (r.stdout, r.stderr)
+
+    r = _repair(b)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert not os.path.exists(db + ".repairing") and not os.path.exists(db + ".repair-new")
+    aside = [n for n in os.listdir(b.home) if n.startswith("awp.db.damaged-")
+             and not n.endswith(("-wal", "-shm"))]
+    assert len(aside) == 1, os.listdir(b.home)  # the damaged file, kept once
+    b.start()
+    assert len(b.inbound(peer=a.key)) == total
