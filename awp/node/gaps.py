@@ -14,7 +14,10 @@ acked; after that it is sent again on the same connection (receivers drop
 duplicates by id and ack again).  A line already sent again is not sent a
 third time on this connection: a peer that never acks it (one that ignores
 the line type, say) costs one duplicate per connection, and the line stays
-queued for the next resume.
+queued for the next resume.  A line sent again gets ``gap_timeout`` of its
+own to be acked: without that clock, a resend lost too was given up only
+when some later line's ack overtook it, so on a connection with nothing
+more to send it waited for good with no word in the log.
 
 Pure bookkeeping, no I/O and no clock of its own: the connection passes the
 time in and does the sending.
@@ -36,6 +39,7 @@ class AckGaps:
         self._acked_n = 0  # highest send number acked so far
         self._since: float | None = None  # when an ack first overtook an older line
         self._cut = 0  # lines numbered below this were overtaken at ``_since``
+        self._resent_by: dict[str, float] = {}  # a line sent again -> its ack's deadline
 
     def __len__(self) -> int:
         return len(self._sent)
@@ -58,10 +62,13 @@ class AckGaps:
         """The peer acked (or refused) ``ident``; True when that newly shows a gap."""
         sent = self._sent
         if sent and next(iter(sent)) == ident:  # the oldest, as acks mostly come
+            if self._resent_by:
+                self._resent_by.pop(ident, None)
             n = sent.popitem(last=False)[1][0]
             if n > self._acked_n:
                 self._acked_n = n
             return False
+        self._resent_by.pop(ident, None)
         entry = sent.pop(ident, None)
         if entry is None:
             return False
@@ -75,10 +82,16 @@ class AckGaps:
         """These need no ack any more (the peer's resume says it has them)."""
         for i in idents:
             self._sent.pop(i, None)
+            self._resent_by.pop(i, None)
 
     def due(self) -> float | None:
-        """When the overtaken lines are to be sent again, if any are."""
-        return None if self._since is None else self._since + self.timeout
+        """When the overtaken lines are to be sent again, or a line sent again
+        is to be given up, if any are."""
+        due = None if self._since is None else self._since + self.timeout
+        if self._resent_by:
+            first = min(self._resent_by.values())
+            due = first if due is None else min(due, first)
+        return due
 
     def take_overdue(self, now: float) -> tuple[list[str], list[str]]:
         """At :meth:`due`: ``(to send again, given up)``, both dropped from tracking.
@@ -88,16 +101,26 @@ class AckGaps:
         """
         again: list[str] = []
         given_up: list[str] = []
-        for ident, (n, resent) in self._sent.items():
-            if n >= self._cut:
-                break
-            (given_up if resent else again).append(ident)
-        for i in again + given_up:
-            del self._sent[i]
-        self._since = None
-        first = next(iter(self._sent.values()), None)
-        if first is not None and first[0] < self._acked_n:
-            self._since, self._cut = now, self._acked_n
+        if self._since is not None and now >= self._since + self.timeout:
+            for ident, (n, resent) in self._sent.items():
+                if n >= self._cut:
+                    break
+                (given_up if resent else again).append(ident)
+            for i in again + given_up:
+                del self._sent[i]
+            self._since = None
+            first = next(iter(self._sent.values()), None)
+            if first is not None and first[0] < self._acked_n:
+                self._since, self._cut = now, self._acked_n
+        for ident in given_up:
+            self._resent_by.pop(ident, None)
+        for ident, by in list(self._resent_by.items()):
+            if by <= now:  # sent again a timeout ago, still not acked
+                del self._resent_by[ident]
+                if self._sent.pop(ident, None) is not None:
+                    given_up.append(ident)
+        for ident in again:  # to be sent again now: their own clock starts
+            self._resent_by[ident] = now + self.timeout
         return again, given_up
 
 

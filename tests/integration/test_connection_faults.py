@@ -314,3 +314,24 @@ def test_a_big_message_on_a_slow_link_gets_the_whole_write_timeout(make_node, sh
         assert proxy.accepted == 1, a.tail_log(30)
         assert "stalled" not in a.tail_log(200)
     a.kill()
+
+
+def test_a_line_lost_twice_with_nothing_sent_after_is_given_up_with_a_log_line(make_node):
+    # The line's resend is lost too and nothing more goes to the peer: no ack
+    # ever overtakes it again, and it waited for good without a word.
+    node = _configure(make_node, "a", gap_timeout="1s")
+    p = _raw(node)
+    try:
+        one = node.send(p.key, "one", wait_ack=0)
+        first = p.expect("msg", DELIVERY)  # never acked
+        two = node.send(p.key, "two", th=one["th"], wait_ack=0)
+        assert p.expect("msg", DELIVERY)["id"] == two["id"]
+        p.send_line({"t": "ack", "th": one["th"], "re": two["id"]})
+        assert p.expect("msg", DELIVERY) == first  # sent again, and "lost" again
+        wait_for(lambda: "sent twice" in node.tail_log(50), DELIVERY, "given up on one")
+        p.ping()
+        assert not [x for x in p.skipped if x.get("t") == "msg"], p.skipped  # no third copy
+        assert node.peer_state(p.key).startswith("connected")
+        assert _queued(node, p.key) == 1  # still queued for the next resume
+    finally:
+        p.close()

@@ -27,7 +27,7 @@ def test_a_later_ack_starts_the_clock_for_the_older_lines():
     assert g.answered("a", 12.0) is False
     assert g.take_overdue(15.0) == (["b"], [])
     assert len(g) == 1  # "d" still waits, but was sent after the acked "c"
-    assert g.due() is None
+    assert g.due() == 20.0  # "b", about to be sent again, gets its own timeout
 
 
 def test_a_line_is_sent_again_once_then_left_for_resume():
@@ -75,3 +75,24 @@ def test_line_id_reads_our_own_lines():
         text = compact_json({"t": t, "id": "01M8N80000000000000000000A", "ts": "x", "th": "y"})
         assert line_id(text) == "01M8N80000000000000000000A"
     assert line_id('{"t":"msg","ts":"x"}') is None
+
+
+def test_a_resend_lost_too_is_given_up_a_timeout_later_with_nothing_more_sent():
+    g = AckGaps(2.0)
+    _sent(g, "a", "b")
+    g.answered("b", 0.0)
+    assert g.take_overdue(2.0) == (["a"], [])
+    g.sent("a", resent=True)  # and lost again; nothing else is sent
+    assert g.due() == 4.0  # before: None, the line waited for good without a word
+    assert g.take_overdue(4.0) == ([], ["a"])
+    assert len(g) == 0 and g.due() is None
+
+
+def test_a_resend_acked_in_time_is_not_given_up():
+    g = AckGaps(2.0)
+    _sent(g, "a", "b")
+    g.answered("b", 0.0)
+    assert g.take_overdue(2.0) == (["a"], [])
+    g.sent("a", resent=True)
+    assert g.answered("a", 2.5) is False
+    assert g.due() is None
