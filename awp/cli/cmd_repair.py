@@ -22,6 +22,8 @@ def repair(
     The damaged files are renamed to awp.db.damaged-<time> (with -wal and
     -shm) and kept; every row that can still be read goes into a new awp.db.
     The daemon must be stopped (it refuses to start on a damaged store anyway).
+    Safe to interrupt: until a repair has finished the daemon will not start,
+    and running awp repair again finishes it.
 
     \b
     Example:
