@@ -97,6 +97,8 @@ def repair(db_path: str) -> Salvage:
         _sync_dir(db_path)
     else:
         result = Salvage(wal=check.check_wal(base) if os.path.exists(base) else None)
+        if not os.path.exists(state):  # it was damaged: written again, whole
+            write_private(state, json.dumps({"aside": base}) + "\n")
     if not os.path.exists(base):
         move_aside(db_path, base[len(db_path) + len(".damaged-"):])
     result.moved = [base + s for s in ("", "-wal", "-shm") if os.path.exists(base + s)]
@@ -121,9 +123,16 @@ def _resume(db_path: str) -> str | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError):
-        # Killed while writing the record: nothing had moved yet.
+        # The record is written whole or not at all (a rename), so this is
+        # damage to it.  With the store still in place, repair from the start;
+        # without, the newest files moved aside are the ones to copy from.
         os.unlink(state_path(db_path))
-        return None
+        if os.path.exists(db_path):
+            return None
+        folder, name = os.path.split(db_path)
+        kept = sorted(n for n in os.listdir(folder or ".") if n.startswith(name + ".damaged-")
+                      and not n.endswith(("-wal", "-shm")))
+        return os.path.join(folder, kept[-1]) if kept else None
     if not isinstance(base, str) or not base.startswith(db_path + ".damaged-"):
         raise OSError(f"{state_path(db_path)} names {base!r}, not a file beside {db_path}")
     return base

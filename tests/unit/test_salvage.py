@@ -146,3 +146,14 @@ def test_an_autoincrement_counter_past_the_kept_rows_does_not_go_back(tmp_path):
     con = sqlite3.connect(db)
     assert con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'").fetchone() == (top,)
     con.close()
+
+
+def test_a_damaged_record_after_the_files_moved_still_repairs_from_them(tmp_path):
+    db = str(tmp_path / "awp.db")
+    _build(db, 150)
+    base = _stopped_at(db, "moved")
+    with open(salvage.state_path(db), "w") as f:
+        f.write("\xff not json")
+    salvage.repair(db)
+    assert _rows(db) == 150 and os.path.exists(base)
+    assert not salvage.interrupted(db)
