@@ -501,7 +501,8 @@ def test_bye_via_api_parks_until_new_traffic(make_node):
     wait_for(lambda: _ids(a, b.key), DELIVERY, "reply")
 
     out = a.api("POST", "/v1/bye", {"peer": b.key, "reason": "done"})
-    assert out["connected"] is True
+    # the state after the call: the bye went out on the live link, and b is parked
+    assert out["connected"] is False and out["said_bye"] is True and out["parked"] is True
     wait_for(lambda: a.peer_state(b.key) == "said bye", 8, "a parks b")
     wait_for(lambda: b.peer_state(a.key) == "said bye", 8, "b parks a")
     notes = [r for r in b.api("POST", "/v1/inbox", {"mark": False})["records"]
@@ -543,7 +544,7 @@ def test_daemon_bye_is_sent_and_closes_after_our_bye(node, peer):
     peer.send_line({"t": "bye", "reason": "done", "re": bye["id"]})
     assert peer.closed(3), "daemon did not close after the bye exchange"
     t.join(10)
-    assert out["result"]["connected"] is True
+    assert out["result"]["said_bye"] is True and out["result"]["connected"] is False
     assert out["at"] - start < 3  # it did not wait out the 5 s linger
     assert not [x for x in peer.skipped if x["t"] not in ("ping",)], peer.skipped
     wait_for(lambda: node.peer_state(peer.key) == "said bye", 5, "parked")
@@ -557,7 +558,7 @@ def test_daemon_bye_unanswered_closes_after_linger(node, peer):
     peer.expect("bye", 5)
     assert peer.closed(8), "daemon did not close within the bye linger"
     t.join(10)
-    assert out["result"]["connected"] is True
+    assert out["result"]["said_bye"] is True and out["result"]["connected"] is False
     wait_for(lambda: node.peer_state(peer.key) == "said bye", 5, "parked")
 
 
