@@ -138,20 +138,20 @@ def s_owner_heads(ctx: Ctx) -> str:
     now = now_ms()
     new, old = o.head(now), o.head(now - 5000)
     o.a.conn.send({"t": "board-head", "hops": 0, "doc": new}, ctx.deadline)
+    t_head = time.monotonic()  # our newest head: silence counts from here
     o.b.conn.expect(lambda x: x.get("t") == "board-head" and isinstance(x.get("doc"), dict)
                     and x["doc"].get("sig") == new["sig"], ctx.deadline,
                     "our head relayed to the second party")
     _gather([o.a.conn], QUIET, ctx.deadline)  # what the subscription set going has come
     o.a.conn.send({"t": "board-head", "hops": 0, "doc": old}, ctx.deadline)
-    t_head = time.monotonic()
     # then silence: past a few promised heads' worth the peer must ask its peers again
     o.a.conn.expect(lambda x: _lists(x, o.topic), ctx.deadline,
                     f"a board-sub listing our topic again once our heads stopped (we promised"
                     f" one every {HEAD_EVERY_MS} ms in the head's every)")
     asked = time.monotonic() - t_head
     if asked < HEAD_EVERY_MS / 1000:
-        raise Fail(f"the peer asked again {asked:.2f}s after our last head, before one promised"
-                   " head was due: that is not staleness")
+        raise Fail(f"the peer asked again {asked:.2f}s after our newest head, before one"
+                   " promised head was due: that is not staleness")
     [lines_b] = _gather([o.b.conn], QUIET, ctx.deadline)
     for line in [*o.b.conn.received, *lines_b]:
         doc = line.get("doc") if line.get("t") == "board-head" else None
