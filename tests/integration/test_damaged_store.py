@@ -70,12 +70,13 @@ def _page_size(db: str) -> int:
     return 65536 if size == 1 else size
 
 
-def _leaf_of_log(db: str, where: float = 0.5) -> int:
-    """A leaf page of the log table's B-tree (1-based number): the one at
-    ``where`` (0 the first, 0.5 the middle) among each interior page's children."""
+def _leaf_of(db: str, name: str, where: float = 0.5) -> int:
+    """A leaf page (1-based number) of the B-tree of table or index ``name``: the one
+    at ``where`` (0 the first, 0.5 the middle) among each interior page's children."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        page = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'log'").fetchone()[0]
+        page = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
+                           (name,)).fetchone()[0]
     finally:
         con.close()
     size = _page_size(db)
@@ -83,13 +84,17 @@ def _leaf_of_log(db: str, where: float = 0.5) -> int:
         while True:
             f.seek((page - 1) * size)
             data = f.read(size)
-            if data[0] == 0x0D:  # a table leaf
+            if data[0] in (0x0D, 0x0A):  # a table leaf, an index leaf
                 return page
-            assert data[0] == 0x05, data[0]  # a table interior page
+            assert data[0] in (0x05, 0x02), data[0]  # a table or index interior page
             n = struct.unpack(">H", data[3:5])[0]
             k = int(n * where)
             cell = struct.unpack(">H", data[12 + 2 * k:14 + 2 * k])[0]
             page = struct.unpack(">I", data[cell:cell + 4])[0]
+
+
+def _leaf_of_log(db: str, where: float = 0.5) -> int:
+    return _leaf_of(db, "log", where)
 
 
 def _smash(db: str, page: int) -> None:
@@ -325,25 +330,7 @@ def test_eight_bytes_changed_in_a_row_under_a_running_daemon_are_store_damaged(m
 
 
 def _leaf_of_index(db: str, name: str) -> int:
-    """A leaf page (1-based) in the middle of index ``name``'s B-tree."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        page = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
-                           (name,)).fetchone()[0]
-    finally:
-        con.close()
-    size = _page_size(db)
-    with open(db, "rb") as f:
-        while True:
-            f.seek((page - 1) * size)
-            data = f.read(size)
-            if data[0] == 0x0A:  # an index leaf
-                return page
-            assert data[0] == 0x02, data[0]  # an index interior page
-            n = struct.unpack(">H", data[3:5])[0]
-            k = n // 2
-            cell = struct.unpack(">H", data[12 + 2 * k:14 + 2 * k])[0]
-            page = struct.unpack(">I", data[cell:cell + 4])[0]
+    return _leaf_of(db, name)
 
 
 def _flip_a_key_of(db: str, index: str, peer: str) -> None:
