@@ -45,6 +45,27 @@ def path(home: str, name: str) -> str:
     return os.path.join(home, name)
 
 
+IDENTITY_NAME = "identity.json"
+
+
+def has_identity(home: str) -> bool:
+    """Whether this home already holds an identity (``awp up`` or a daemon made one).
+
+    Commands other than ``awp up``, ``awp daemon`` and ``awp mcp`` refuse to
+    start a daemon in a home without one: a mistyped ``AWP_HOME`` would
+    otherwise make a new identity and a daemon nobody meant to run.
+    """
+    return os.path.lexists(path(home, IDENTITY_NAME))
+
+
+def no_identity_reason(home: str) -> str:
+    """The one line that says why nothing was started, and the way out."""
+    given = os.environ.get("AWP_HOME")
+    where = f" (AWP_HOME={given})" if given else ""
+    return (f"no awp identity in {home}{where}: nothing was started. "
+            "Check the home, or run `awp up` to create an identity there")
+
+
 DOWN_NAME = "daemon.down"  # written by ``awp down``, removed by the next daemon's start
 
 

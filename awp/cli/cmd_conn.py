@@ -103,7 +103,7 @@ def up(
     started = client is None
     if client is None:
         _check_config(h)
-        client = ensure_daemon(h, flags_args=flags)
+        client = ensure_daemon(h, flags_args=flags, create=True)
     elif given:
         note(f"awp up: the daemon is already running; {', '.join(given)} take"
              f"{'s' if len(given) == 1 else ''} effect from its next start:"

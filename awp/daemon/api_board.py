@@ -855,6 +855,8 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             else:
                 view = board.queue.lease_view(leases, pol, now_ms())
             facts = lease_facts(leases)
+            done_by = {r.of: r.doc["holder"] for r in sorted(leases, key=lambda r: (r.ts, r.hash))
+                       if r.doc["state"] == "done"}
             needs = {} if compact else {
                 h: market.needs_of(json.loads(raw)) or [] for h, raw in c.execute(
                     "SELECT hash, raw FROM board_records WHERE topic = ? AND kind = 'post'"
@@ -868,11 +870,14 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                               "holder": e.get("holder", ""), "lease": e.get("lease", ""),
                               "until": e.get("until", 0), "attempts": e.get("attempts", 0),
                               "since": f.get("since", 0), "renewals": f.get("renewals", 0),
-                              "needs": list(needs.get(h, []))})
+                              "needs": list(needs.get(h, [])),
+                              "done_by": done_by.get(h, "") if e.get("status") == "done"
+                              else ""})
             workers = workers_of(items, leases, strikes if snap is not None else None)
             labels = queries.Labels(c)
             shown = {k: labels[k] for k in {i["holder"] for i in items}
-                     | {w["holder"] for w in workers} if k and k != me}
+                     | {i["done_by"] for i in items} | {w["holder"] for w in workers}
+                     if k and k != me}
             answer = {"topic": topic, "items": items, "arbiter": snap is not None,
                       "workers": workers, "self": me, "names": shown}
             if compact:

@@ -38,6 +38,7 @@ from .. import __version__
 from ..localapi.server import ApiError, Request, Router, Stream
 from ..node.engine import Engine
 from ..store import queries, views
+from ..store.board_seen import board_feed, board_hosts
 from ..store.db import in_one_snapshot
 from ..wire.address import AddressError, parse_address
 from ..wire.keys import KEY_PREFIX
@@ -56,6 +57,7 @@ THREAD_LINES = 2000
 
 #: Most local threads in a state snapshot.
 MAX_THREADS = 5000
+MAX_BOARD_HOSTS = 500  # hosts seen only on the board, in one state snapshot
 
 #: Posts of one topic ``/v1/web/topic`` returns by default, and at most (the newest).
 TOPIC_POSTS = 500
@@ -116,6 +118,14 @@ def _without_file_data(posts: list[dict]) -> list[dict]:
 
 
 def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
+    me = engine.identity.key
+
+    def _topic_label(c: sqlite3.Connection, topic: str) -> str:
+        """``alice/jobs``: the topic as the CLI writes it (our own under our name)."""
+        owner, _, name = topic.partition("/")
+        who = (engine.config.name or "me") if owner == me else queries.owner_label(c, owner)
+        return f"{who}/{name}"
+
     """Register the read-only ``/v1/web/*`` routes."""
 
     def _key(req: Request, name: str = "peer") -> str:
@@ -143,12 +153,16 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
         def q(c: sqlite3.Connection) -> dict:
             cutoff = now - PRESENCE_MAX_AGE_MS
             presence = views.presence_docs(c, cutoff)
+            seen = board_hosts(c, engine.identity.key, MAX_BOARD_HOSTS)
+            for h in seen:
+                h["topics"] = [{"id": t, "label": _topic_label(c, t)} for t in h["topics"]]
             return {
                 "counts": queries.counts(c),
                 "peers": queries.peer_rows(c),
                 "threads": queries.thread_rows(c, limit=MAX_THREADS),
                 "presence": presence,
                 "mirrors": views.mirror_summary(c),
+                "board_hosts": seen,
             }
 
         snap = await engine.read(q)
@@ -189,6 +203,7 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
     async def web_log(req: Request) -> dict:
         after = req.query.get("after")
         mafter = req.query.get("mafter")
+        bafter = req.query.get("bafter")
         tail = min(_int(req, "tail", 0), LOG_BATCH)
         limit = min(_int(req, "limit", LOG_BATCH) or LOG_BATCH, LOG_BATCH)
 
@@ -203,15 +218,25 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
                 mirrors = views.mirror_rows_newest(c, tail) if tail else []
             else:
                 mirrors = views.mirror_rows_after(c, int(mafter), limit)
+            # the board's posts and queue changes, with their topics' labels
+            board_max = c.execute("SELECT coalesce(max(seq), 0) FROM board_records").fetchone()[0]
+            if bafter is None or bafter == "":
+                board = board_feed(c, after=None, limit=tail) if tail else []
+            else:
+                board = board_feed(c, after=int(bafter), limit=limit)
+            for r in board:
+                r["label"] = _topic_label(c, r["topic"])
             pairs = {(r["peer"], r["th"]) for r in records if r["th"]}
             return {"records": _strip_paths(records), "mirrors": mirrors,
                     "subjects": views.subjects(c, pairs), "log_max": log_max,
-                    "mirror_max": mirror_max}
+                    "mirror_max": mirror_max, "board": board, "board_max": board_max}
 
         if after not in (None, ""):
             _int(req, "after", 0)
         if mafter not in (None, ""):
             _int(req, "mafter", 0)
+        if bafter not in (None, ""):
+            _int(req, "bafter", 0)
         # One snapshot: a record committed between reading the rows and the
         # maxima would come with a log_max below it, which the hub takes for a
         # replaced store, so it would read and show that record again.
@@ -307,7 +332,8 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
             items = q.get("items") or []
             for e in items:
                 e["item"] = _without_file_data([e.get("item") or {}])[0]
-            answer["queue"] = {"items": items, "arbiter": q.get("arbiter") is True}
+            answer["queue"] = {"items": items, "arbiter": q.get("arbiter") is True,
+                               "workers": q.get("workers") or []}
         return answer
 
     @router.route("GET", "/v1/web/changes")

@@ -10,7 +10,7 @@ import json
 import os
 
 from ..base.files import write_private
-from ..base.home import HomeError, path
+from ..base.home import IDENTITY_NAME, HomeError, path
 from ..wire.b64 import b64decode_any, b64url
 from ..wire.keys import Identity
 
@@ -19,7 +19,7 @@ MAX_IDENTITY_BYTES = 64 * 1024  # identity.json is read whole, and is never near
 
 def load_identity_seed(home: str) -> bytes:
     """The Ed25519 seed from ``identity.json``, creating one on first start."""
-    file = path(home, "identity.json")
+    file = path(home, IDENTITY_NAME)
     try:
         with open(file, encoding="utf-8") as f:
             text = f.read(MAX_IDENTITY_BYTES + 1)  # ours is about 120 bytes

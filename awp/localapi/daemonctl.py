@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..base.home import is_locked, read_pid
+from ..base.home import has_identity, is_locked, no_identity_reason, read_pid
 from .client import ApiFailure, DaemonNotRunning, LocalClient, ProtocolError
 
 POLL_INTERVAL = 0.05
@@ -31,6 +31,10 @@ LOG_NAME = "daemon.log"
 
 class DaemonStartError(Exception):
     """The daemon could not be started; the message carries its log's tail."""
+
+
+class NoIdentityError(DaemonStartError):
+    """The home has no identity and the caller may not make one: nothing was started."""
 
 
 def _probe(client: LocalClient) -> dict | None:
@@ -157,16 +161,21 @@ def _socket_client(home: str, timeout: float | None) -> LocalClient | None:
 
 def ensure_daemon(
     home: str, *, flags_args: list[str] | None = None, timeout: float | None = 30.0,
-    start_timeout: float = START_TIMEOUT,
+    start_timeout: float = START_TIMEOUT, create: bool = False,
 ) -> LocalClient:
     """A client for the home's daemon, starting the daemon first if needed.
 
     ``flags_args`` are passed to ``awp daemon`` when this call starts it (they
-    are ignored when it is already running). Raises :class:`DaemonStartError`.
+    are ignored when it is already running). Only a caller with ``create``
+    (``awp up``, ``awp mcp``) starts one in a home with no identity yet; the
+    others raise :class:`NoIdentityError`, since a mistyped home would get a
+    new identity nobody asked for. Raises :class:`DaemonStartError`.
     """
     client = _socket_client(home, timeout)
     if client is not None and _listening(client):
         return client
+    if not create and not has_identity(home):
+        raise NoIdentityError(no_identity_reason(home))
     try:
         proc = _spawn(home, list(flags_args or []))
     except OSError as e:

@@ -197,7 +197,7 @@ class Server:
         from ..localapi.daemonctl import ensure_daemon
 
         flags = ["--harness", self.harness] if self.harness else None
-        client = ensure_daemon(self.home, flags_args=flags, timeout=timeout)
+        client = ensure_daemon(self.home, flags_args=flags, timeout=timeout, create=True)
         if not self._told_harness:
             self._told_harness = True
             self._tell_harness(client)

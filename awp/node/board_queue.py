@@ -43,6 +43,7 @@ from ..store import board as sb
 from ..wire.board import (
     FUTURE_MS,
     LEASE_STATES,
+    MAX_OWNER_NAME,
     BoardError,
     Policy,
     Record,
@@ -52,6 +53,7 @@ from ..wire.board import (
     make_ask,
     make_lease,
 )
+from ..wire.names import clean_name
 from ..wire.timefmt import RisingClock, now_ms, parse_ts
 from .board_market import AwardWindow
 from .queue_answers import RetryAnswers
@@ -97,6 +99,9 @@ class BoardQueue:
         # our asks' times: two renews of one lease in one millisecond would otherwise
         # be one signature, and the owner would take the second for the first met again
         self._ask_clock = RisingClock()
+        # claimants' own names, from their signed asks or their hellos: lease records
+        # carry them, so hosts that never met a worker show it by name (issue 38)
+        self.holder_names: dict[str, str] = {}
         lim = self.engine.config.limits
         self.asks = AskGuard(int(lim.board_ask_window * 1000), int(lim.board_ask_reorder * 1000),
                              lim.board_asks_per_claimant, lim.board_ask_claimants)
@@ -177,7 +182,7 @@ class BoardQueue:
             ts = max(now, last + 1)
             self._lease_ts[topic] = ts
             recs.append(make_lease(self.engine.identity, topic, d.item, d.holder, d.state,
-                                   d.lease, d.until, ts))
+                                   d.lease, d.until, ts, self.holder_names.get(d.holder, "")))
         return sb.take(c, recs, now).new if recs else []
 
     def _owned_queue(self, c: sqlite3.Connection, topic: str) -> Policy | None:
@@ -402,6 +407,9 @@ class BoardQueue:
         who = ask["by"] if ask is not None else link.conn.peer_key
         direct = who == link.conn.peer_key
         why = self._over_rate(link) or await self._may_claim(link, topic, who, direct)
+        if not why:
+            self._remember_name(who, ask.get("name") if ask is not None and not direct
+                                else link.conn.peer_name)
         if not why and ask is not None:
             # only now, for a granted claimant: a stranger's asks never take its place
             seen = self.asks.admit(who, ask["sig"], parse_ts(ask["ts"]), now_ms())
@@ -445,6 +453,16 @@ class BoardQueue:
                 finally:
                     self._charge(link, who)
         await self._send_answer(link, topic, ident, answer, rec)
+
+    def _remember_name(self, who: str, name: object) -> None:
+        """Keep a granted claimant's own name (bounded like the asks' claimants)."""
+        name = clean_name(name)[:MAX_OWNER_NAME] if isinstance(name, str) else ""
+        if not name or self.holder_names.get(who) == name:
+            return
+        self.holder_names.pop(who, None)
+        self.holder_names[who] = name
+        while len(self.holder_names) > self.engine.config.limits.board_ask_claimants:
+            self.holder_names.pop(next(iter(self.holder_names)))
 
     async def _claim_for(self, link: BoardLink, topic: str, ident: str, who: str, req: str,
                          offers: tuple[str, ...], bid: Bid) -> None:
@@ -597,7 +615,8 @@ class BoardQueue:
             body["lease"] = lease
         body["ask"] = make_ask(self.engine.identity, topic, op, self._ask_clock.next(),
                                req=body.get("req", ""), lease=lease if op != "claim" else "",
-                               offers=body.get("offers", ()), bid=body.get("bid"))
+                               offers=body.get("offers", ()), bid=body.get("bid"),
+                               name=self.engine.config.name)
         got: list[dict] = []
         done = trio.Event()
         self._answers[ident] = ({lk.conn.peer_key for lk in links}, done, got, [len(links)])

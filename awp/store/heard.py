@@ -18,6 +18,8 @@ from ..wire.names import clean_name, name_fold
 
 PRESENCE = "presence"
 TOPIC = "topic document"
+LEASE = "lease record"  # the name a worker signed in its ask, as the queue's owner passes it on
+LEASE_ROWS = 20  # newest lease records looked at for one key's name
 
 
 def heard_names(c: sqlite3.Connection) -> list[tuple[str, str, str]]:
@@ -59,4 +61,24 @@ def heard_name(c: sqlite3.Connection, key: str) -> tuple[str, str] | None:
             continue
         if isinstance(name, str) and clean_name(name):
             return clean_name(name), TOPIC
+    return _lease_name(c, key)
+
+
+def _lease_name(c: sqlite3.Connection, key: str) -> tuple[str, str] | None:
+    """The holder's name in the newest lease record naming it (display only).
+
+    The worker signed that name in its ask, but the record is the owner's: the
+    name is shown, never used to resolve one typed by the user.
+    """
+    pattern = '%"holder":' + json.dumps(key) + '%'
+    for (raw,) in c.execute("SELECT raw FROM board_records WHERE kind = 'lease' AND raw LIKE ?"
+                            " ORDER BY seq DESC LIMIT ?", (pattern, LEASE_ROWS)):
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue
+        name = doc.get("holder_name") if isinstance(doc, dict) and doc.get("holder") == key \
+            else None
+        if isinstance(name, str) and clean_name(name):
+            return clean_name(name), LEASE
     return None

@@ -115,6 +115,7 @@ QUEUE_COLUMNS: tuple[dict[str, str], ...] = (
     {"key": "id", "title": "item", "kind": "text"},
     {"key": "status", "title": "status", "kind": "status"},
     {"key": "holder", "title": "held by", "kind": "who"},
+    {"key": "done_by", "title": "done by", "kind": "who"},
     {"key": "until", "title": "lease until", "kind": "time"},
     {"key": "since", "title": "held since", "kind": "time"},
     {"key": "renewals", "title": "renewals", "kind": "text"},
@@ -140,17 +141,48 @@ def queue_row(e: dict) -> dict:
             "holder": _s(e.get("holder"), 100) if status == "claimed" else "",
             "until": ts(_int(e.get("until"))) if status == "claimed" else "",
             "since": ts(_int(e.get("since"))) if status == "claimed" and e.get("since") else "",
+            "done_by": _s(e.get("done_by"), 100) if status == "done" else "",
             "renewals": _int(e.get("renewals")) if status == "claimed" else 0,
             "attempts": _int(e.get("attempts")),
             "needs": _s(",".join(n for n in e.get("needs") or [] if isinstance(n, str)), 200),
             "text": _item_text(item)}
 
 
+#: The workers table (as ``awp queue`` prints under the items): one row per key that held
+#: an item, drawn like the queue's columns.
+WORKER_COLUMNS: tuple[dict[str, str], ...] = (
+    {"key": "holder", "title": "worker", "kind": "who"},
+    {"key": "holds", "title": "holds", "kind": "text"},
+    {"key": "since", "title": "since", "kind": "time"},
+    {"key": "renewals", "title": "renewals", "kind": "text"},
+    {"key": "done", "title": "done", "kind": "text"},
+    {"key": "failed", "title": "failed", "kind": "text"},
+    {"key": "expired", "title": "expired", "kind": "text"},
+)
+STRIKES_COLUMN = {"key": "strikes", "title": "strikes", "kind": "text"}
+
+
+def worker_row(w: dict) -> dict:
+    holds = [h for h in w.get("holds") or [] if isinstance(h, str)]
+    row = {"holder": _s(w.get("holder"), 100), "holds": len(holds),
+           "since": ts(_int(w.get("since"))) if holds and w.get("since") else "",
+           "renewals": _int(w.get("renewals")), "done": _int(w.get("done")),
+           "failed": _int(w.get("failed")), "expired": _int(w.get("expired"))}
+    if "strikes" in w:
+        row["strikes"] = _int(w.get("strikes"))
+    return row
+
+
 def queue_view(q: object) -> dict | None:
-    """The queue part of ``/api/topic``: columns, rows (oldest first) and counts by status."""
+    """The queue part of ``/api/topic``: columns, rows (oldest first), counts by status, and
+    the workers summary (``workers``, ``worker_columns``; strikes only from the arbiter)."""
     if not isinstance(q, dict):
         return None
     rows = [queue_row(e) for e in q.get("items") or [] if isinstance(e, dict)]
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in QUEUE_STATUSES}
+    workers = [worker_row(w) for w in q.get("workers") or [] if isinstance(w, dict)]
+    wcols = list(WORKER_COLUMNS) + ([STRIKES_COLUMN] if any("strikes" in w for w in workers)
+                                    else [])
     return {"columns": list(QUEUE_COLUMNS), "rows": rows, "counts": counts,
-            "arbiter": q.get("arbiter") is True}
+            "arbiter": q.get("arbiter") is True, "workers": workers,
+            "worker_columns": wcols}

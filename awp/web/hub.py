@@ -23,7 +23,7 @@ import trio
 
 from ..wire.canonical import compact_json
 from ..wire.timefmt import now_ms
-from . import model
+from . import activity, model
 from .daemon import DaemonDown, DaemonError, DaemonLink
 
 log = logging.getLogger("awp.web")
@@ -86,6 +86,7 @@ class Hub:
         self.self_key = ""
         self._log_after: int | None = None
         self._mirror_after: int | None = None
+        self._board_after = 0  # the board records' seq the feed has read up to
         self._subjects: dict[str, str] = {}
         self._dirty = trio.Event()
         self._hints: list[dict] = []
@@ -240,19 +241,21 @@ class Hub:
             # First contact: seed the feed from the newest records, silently.
             got = await self.link.get("/v1/web/log", {"tail": ACTIVITY_SEED})
             self._subjects.update(got.get("subjects") or {})
-            seeded = [model.activity_from_record(r, self.self_key, self._subject(r))
+            seeded = [activity.activity_from_record(r, self.self_key, self._subject(r))
                       for r in got.get("records") or []]
-            seeded += [model.activity_from_mirror(m) for m in got.get("mirrors") or []]
+            seeded += [activity.activity_from_mirror(m) for m in got.get("mirrors") or []]
+            seeded += [activity.activity_from_board(b) for b in got.get("board") or []]
             seeded = [x for x in seeded if x]
             seeded.sort(key=lambda x: x.get("at") or "")
             self._add_activity(seeded, announce=False)
             self._log_after = int(got.get("log_max") or 0)
             self._mirror_after = int(got.get("mirror_max") or 0)
+            self._board_after = int(got.get("board_max") or 0)
         else:
             await self._read_log(items)
         for hint in hints:
-            items.append(model.activity_from_hint(hint, state, now))
-        items.extend(model.activity_from_diff(self.state, state, now))
+            items.append(activity.activity_from_hint(hint, state, now))
+        items.extend(activity.activity_from_diff(self.state, state, now))
         self._add_activity([x for x in items if x])
         self._set_state(state)
 
@@ -262,14 +265,15 @@ class Hub:
     async def _read_log(self, items: list) -> None:
         while True:
             got = await self.link.get("/v1/web/log", {"after": self._log_after,
-                                                      "mafter": self._mirror_after})
+                                                      "mafter": self._mirror_after,
+                                                      "bafter": self._board_after})
             self._subjects.update(got.get("subjects") or {})
             if len(self._subjects) > 20_000:
                 self._subjects.clear()
             records = got.get("records") or []
             mirrors = got.get("mirrors") or []
             for r in records:
-                items.append(model.activity_from_record(r, self.self_key, self._subject(r)))
+                items.append(activity.activity_from_record(r, self.self_key, self._subject(r)))
                 if r.get("th") and r.get("t") in ("msg", "state", "grant", "introduce",
                                                   "err", "notice"):
                     msg = model.message_from_record(r, self.self_key, blob_url)
@@ -277,7 +281,7 @@ class Hub:
                                                    "message": msg}))
                 self._log_after = max(self._log_after or 0, int(r["seq"]))
             for m in mirrors:
-                items.append(model.activity_from_mirror(m))
+                items.append(activity.activity_from_mirror(m))
                 self.broadcast(sse("message", {"peer": m["sharer"], "th": m["th"],
                                                "message": model.message_from_mirror(m)}))
                 self._mirror_after = max(self._mirror_after or 0, int(m["seq"]))
@@ -286,7 +290,14 @@ class Hub:
                 self._log_after = int(got.get("log_max") or 0)
             if int(got.get("mirror_max") or 0) < (self._mirror_after or 0):
                 self._mirror_after = int(got.get("mirror_max") or 0)
-            if len(records) < 500 and len(mirrors) < 500:
+            board = got.get("board") or []
+            for b in board:
+                items.append(activity.activity_from_board(b))
+            # fewer than a batch: nothing more to show up to board_max (stamps, renewals)
+            board_max = int(got.get("board_max") or 0)
+            self._board_after = (int(board[-1]["seq"]) if len(board) >= 500
+                                 else board_max)
+            if len(records) < 500 and len(mirrors) < 500 and len(board) < 500:
                 return
 
 

@@ -1,9 +1,8 @@
 """What the web API shows, built from the daemon's snapshots.
 
 Pure functions (no I/O), so the rules are easy to test: the State of
-``/api/state`` from a ``/v1/web/state`` snapshot, conversation messages from
-log records and mirrored lines, and activity items from records, change hints
-and the difference between two States.
+``/api/state`` from a ``/v1/web/state`` snapshot, and conversation messages
+from log records and mirrored lines (activity items: :mod:`awp.web.activity`).
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ STALE_MS = 150_000
 FORGET_MS = 10 * 60_000
 #: An agent that acted within this window counts as active.
 ACTIVE_MS = 5 * 60_000
-#: Longest text in an activity item.
-ACTIVITY_TEXT = 300
 
 FINAL = ("done", "failed", "closed")
 RASTER = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/avif")
@@ -62,8 +59,21 @@ def _new_agent(key: str) -> dict[str, Any]:
         "direct": False, "via": "", "hops": None, "seen": None, "last_active": None,
         "listening": False, "transport": "", "rtt_ms": None, "unreachable": "",
         "threads": 0, "active": False, "working": False, "waiting": False, "shares": [],
-        "unread": 0, "outbox": 0,
+        "unread": 0, "outbox": 0, "board": None, "heard": "",
     }
+
+
+BOARD_ROLES = ("owner", "author", "worker")
+
+
+def _board_seen(row: dict) -> dict:
+    """What the board says of a host: its roles and (up to five) topics, as the page shows."""
+    roles = [r for r in row.get("roles") or [] if r in BOARD_ROLES]
+    topics = [{"id": _s(t.get("id"), 300), "label": _s(t.get("label"), 300)}
+              for t in row.get("topics") or [] if isinstance(t, dict)][:5]
+    return {"roles": roles, "topics": topics, "via": _s(row.get("via"), 100),
+            "hops": row.get("hops") if isinstance(row.get("hops"), int) else None,
+            "last": ts(row.get("last") if isinstance(row.get("last"), int) else None)}
 
 
 def build_state(snap: dict, *, at_ms: int | None = None) -> dict:
@@ -95,7 +105,7 @@ def build_state(snap: dict, *, at_ms: int | None = None) -> dict:
     links: dict[tuple[str, str], dict] = {}
 
     def link(x: str, y: str, up: bool, rtt: Any, *, direct: bool = False,
-             transport: str = "", error: str = "") -> None:
+             transport: str = "", error: str = "", board: bool = False) -> None:
         if not x or not y or x == y:
             return
         a, b = (x, y) if x < y else (y, x)
@@ -105,6 +115,8 @@ def build_state(snap: dict, *, at_ms: int | None = None) -> dict:
             item = {"a": a, "b": b, "up": bool(up), "rtt_ms": rtt_ms}
             if direct:
                 item.update({"direct": True, "transport": transport, "error": error})
+            elif board:
+                item["board"] = True  # a path a board record came by, not a known link
             links[(a, b)] = item
             return
         if cur.get("direct"):
@@ -187,6 +199,29 @@ def build_state(snap: dict, *, at_ms: int | None = None) -> dict:
             link(origin, key, up, p.get("rtt"))
             if up and a["status"] == "offline":
                 a["status"] = "online"  # listed as connected by an agent that is online
+
+    # -- hosts seen on the board (owners, authors, workers this host never met)
+    for row in snap.get("board_hosts") or []:
+        key = row.get("key") if isinstance(row, dict) else None
+        if not isinstance(key, str) or not key or key == self_key:
+            continue
+        known = key in agents
+        a = agent(key)
+        seen = _board_seen(row)
+        a["board"] = seen
+        if not a["name"]:
+            a["name"] = _s(row.get("name"), 200)
+            if row.get("name_source") and row.get("name_source") != "met":
+                a["heard"] = _s(row.get("name_source"), 40)  # a name heard of, not met
+        if known and (a["direct"] or a["sharing"] or a["status"] != "offline"):
+            continue  # met or present: the board only adds what it knows
+        last = row.get("last") if isinstance(row.get("last"), int) else 0
+        if a["status"] == "offline" and not a["seen"]:
+            a["status"] = "board"
+            a["seen"] = ts(last) if last else None
+        via = seen["via"]
+        if via and via != key:
+            link(via, key, bool(last) and now - last <= STALE_MS, None, board=True)
 
     # -- threads
     threads: dict[str, dict] = {}
@@ -296,7 +331,7 @@ def build_state(snap: dict, *, at_ms: int | None = None) -> dict:
         if not a["name"]:
             a["name"] = a["short"]
 
-    order = {"self": 0, "connected": 1, "online": 2, "stale": 3, "offline": 4}
+    order = {"self": 0, "connected": 1, "online": 2, "stale": 3, "board": 4, "offline": 5}
     agent_list = sorted(agents.values(), key=lambda a: (order.get(a["status"], 9),
                                                         a["name"].lower(), a["key"]))
     stats = {
@@ -447,134 +482,3 @@ def conversation(found: dict, blob_url=None) -> dict:
             "a": sharer, "b": of, "a_state": a_state, "b_state": b_state,
             "local": False, "shared_by": sharer, "of_name": found.get("of_name", ""),
             "messages": [message_from_mirror(r) for r in lines]}
-
-
-# ------------------------------------------------------------------ activity
-
-
-def _text_of(line: dict) -> str:
-    texts = []
-    for p in line.get("parts") if isinstance(line.get("parts"), list) else []:
-        if not isinstance(p, dict):
-            continue
-        if p.get("k") in ("text", "code") and isinstance(p.get("text"), str):
-            texts.append(p["text"])
-        elif p.get("k") == "blob":
-            texts.append(f"[file {_s(p.get('name'), 200)}]")
-        elif p.get("k") == "data":
-            texts.append(f"[data {_s(p.get('mime'), 100)}]")
-    text = " ".join(" ".join(texts).split())
-    return text[:ACTIVITY_TEXT - 1] + "…" if len(text) > ACTIVITY_TEXT else text
-
-
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text[:ACTIVITY_TEXT - 1] + "…" if len(text) > ACTIVITY_TEXT else text
-
-
-def activity_from_record(rec: dict, self_key: str, subject: str = "") -> dict | None:
-    """One activity item (without ``seq``) for a local log record, or None."""
-    line = rec.get("line") if isinstance(rec.get("line"), dict) else {}
-    t = rec.get("t", "")
-    direction = rec.get("dir", "")
-    peer = rec.get("peer", "")
-    src, dst = (self_key, peer) if direction == "out" else (peer, self_key)
-    at = rec.get("at") or rec.get("ts")
-    item: dict[str, Any] = {"at": ts(at), "kind": "", "from": src, "to": dst,
-                            "th": rec.get("th", ""), "subject": subject, "local": True,
-                            "peer": peer}
-    if t == "msg":
-        item["kind"] = "thread" if isinstance(line.get("subject"), str) else "msg"
-        if line.get("subject") and not subject:
-            item["subject"] = _s(line["subject"], 200)
-        item["text"] = _text_of(line)
-    elif t == "state":
-        item["kind"] = "state"
-        item["state"] = _s(line.get("state"), 40)
-        item["text"] = _clip(_s(line.get("note"), 2000))
-    elif t == "grant":
-        g = line.get("grant") if isinstance(line.get("grant"), dict) else {}
-        caps = g.get("caps") if isinstance(g.get("caps"), list) else []
-        item["kind"] = "grant"
-        item["text"] = ", ".join(c for c in caps if isinstance(c, str))[:200]
-    elif t == "introduce":
-        item["kind"] = "introduce"
-        item["text"] = _s(line.get("name"), 200) or _s(line.get("key"), 100)
-    elif t == "err":
-        item["kind"] = "error"
-        item["text"] = _clip(f"{_s(line.get('code'), 40)}: {_s(line.get('detail'), 500)}")
-    elif t == "notice":
-        kind = line.get("kind")
-        mapped = {"bye": "bye", "blob": "blob", "refused": "error", "private": "thread",
-                  "sharing": "thread"}.get(kind if isinstance(kind, str) else "")
-        if mapped is None:
-            return None
-        item["kind"] = mapped
-        item["from"], item["to"] = peer, self_key
-        item["text"] = _clip(_s(line.get("text"), 2000))
-    else:
-        return None
-    return item
-
-
-def activity_from_mirror(row: dict) -> dict | None:
-    """An activity item for a line shared with this host (``local`` false)."""
-    line = row.get("line") if isinstance(row.get("line"), dict) else {}
-    t = line.get("t")
-    sharer, of = row.get("sharer", ""), row.get("of", "")
-    src, dst = (sharer, of) if row.get("dir") == "out" else (of, sharer)
-    item: dict[str, Any] = {"at": ts(row.get("at")), "kind": "", "from": src, "to": dst,
-                            "th": row.get("th", ""), "subject": _s(row.get("subject"), 200),
-                            "local": False, "peer": sharer, "shared_by": sharer}
-    if t == "msg":
-        item["kind"] = "thread" if isinstance(line.get("subject"), str) else "msg"
-        item["text"] = _text_of(line)
-    elif t == "state":
-        item["kind"] = "state"
-        item["state"] = _s(line.get("state"), 40)
-        item["text"] = _clip(_s(line.get("note"), 2000))
-    else:
-        return None
-    return item
-
-
-def activity_from_hint(hint: dict, state: dict | None, now_ms: int) -> dict | None:
-    """connected / disconnected / joined / left from a daemon change hint."""
-    kind = hint.get("kind")
-    self_key = (state or {}).get("self", "")
-    if kind == "peer" and isinstance(hint.get("peer"), str):
-        up = hint.get("up") is True
-        return {"at": ts(now_ms), "kind": "connected" if up else "disconnected",
-                "from": hint["peer"], "to": self_key, "th": "", "subject": "", "local": True}
-    if kind == "presence" and isinstance(hint.get("origin"), str):
-        if hint.get("left") is True:
-            k = "left"
-        elif hint.get("joined") is True:
-            k = "joined"
-        else:
-            return None
-        return {"at": ts(now_ms), "kind": k, "from": hint["origin"], "to": "", "th": "",
-                "subject": "", "local": False}
-    return None
-
-
-def activity_from_diff(old: dict | None, new: dict, now_ms: int) -> list[dict]:
-    """State changes learned from gossip: threads started, states changed."""
-    if not old:
-        return []
-    before = {t["id"]: t for t in old.get("threads") or []}
-    out = []
-    for t in new.get("threads") or []:
-        if t.get("local") or t.get("shared_by"):
-            continue  # these come first-hand, from the log or the mirrored lines
-        prev = before.get(t["id"])
-        base = {"at": t.get("updated") or ts(now_ms), "th": t["th"],
-                "subject": t.get("subject", ""), "local": False}
-        if prev is None:
-            out.append({**base, "kind": "thread", "from": t["a"], "to": t["b"], "text": ""})
-            continue
-        for side, other, key in (("a", "b", "a_state"), ("b", "a", "b_state")):
-            if t.get(key) != prev.get(key):
-                out.append({**base, "kind": "state", "from": t[side], "to": t[other],
-                            "state": t.get(key, ""), "text": ""})
-    return out

@@ -280,10 +280,15 @@ def make_hide(owner: Identity, of: Record, ts_ms: int) -> Record:
 
 
 def make_lease(owner: Identity, topic: str, item: str, holder: str, state: str,
-               lease: str, until_ms: int, ts_ms: int) -> Record:
-    return sign_record(owner, {"k": "lease", "topic": topic, "author": owner.key,
-                               "ts": format_ts(ts_ms), "of": item, "holder": holder,
-                               "state": state, "lease": lease, "until": format_ts(until_ms)})
+               lease: str, until_ms: int, ts_ms: int, holder_name: str = "") -> Record:
+    """A lease record; ``holder_name`` is the name the holder signed in its ask (or its
+    hello, met directly), so hosts that never met the holder show who works the item."""
+    doc = {"k": "lease", "topic": topic, "author": owner.key, "ts": format_ts(ts_ms),
+           "of": item, "holder": holder, "state": state, "lease": lease,
+           "until": format_ts(until_ms)}
+    if holder_name:
+        doc["holder_name"] = holder_name[:MAX_OWNER_NAME]
+    return sign_record(owner, doc)
 
 
 def make_stamp(owner: Identity, topic: str, of: str, seq: int, ts_ms: int) -> Record:
@@ -574,6 +579,9 @@ def _check_kind(kind: str, doc: dict) -> str:
             raise BoardError("unknown lease state")
         if not isinstance(doc.get("lease"), str) or not 0 < len(doc["lease"]) <= LEASE_MAX:
             raise BoardError("lease must name the lease")
+        name = doc.get("holder_name", "")
+        if not isinstance(name, str) or len(name) > MAX_OWNER_NAME:
+            raise BoardError(f"holder_name: a string of at most {MAX_OWNER_NAME} characters")
         try:
             parse_ts(doc.get("until"))  # type: ignore[arg-type]
         except ValueError:
@@ -603,11 +611,16 @@ MAX_ASK = 2048  # bytes of an ask's canonical JSON
 
 
 def make_ask(identity: Identity, topic: str, op: str, ts_ms: int, *, req: str = "",
-             lease: str = "", offers: Sequence[str] = (), bid: dict | None = None) -> dict:
+             lease: str = "", offers: Sequence[str] = (), bid: dict | None = None,
+             name: str = "") -> dict:
     """A work-queue request signed by its claimant, so that hosts between it and the
-    topic's owner can carry it and the owner knows who asks (SPEC.md, "Work queue")."""
+    topic's owner can carry it and the owner knows who asks (SPEC.md, "Work queue").
+    ``name`` is the claimant's own name, signed with the rest: an owner that never met
+    it still calls it by name."""
     body: dict = {"k": "ask", "topic": topic, "by": identity.key, "ts": format_ts(ts_ms),
                   "op": op}
+    if name:
+        body["name"] = name[:MAX_OWNER_NAME]
     if req:
         body["req"] = req
     if lease:
@@ -631,6 +644,8 @@ def check_ask(obj: object) -> dict:
     for f in ("req", "lease"):
         if f in obj and (not isinstance(obj[f], str) or not 0 < len(obj[f]) <= 80):
             raise BoardError(f"{f}: 1 to 80 characters")
+    if "name" in obj and (not isinstance(obj["name"], str) or len(obj["name"]) > MAX_OWNER_NAME):
+        raise BoardError(f"name: a string of at most {MAX_OWNER_NAME} characters")
     _check_signed(obj, obj["by"], MAX_ASK, "ask")
     return obj
 

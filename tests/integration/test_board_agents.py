@@ -342,3 +342,51 @@ def test_a_board_mark_past_the_end_hides_no_later_post(pair) -> None:
     wait_for(lambda: arrived(b, topic, later["hash"]), 10, "the later post at bob")
     got = b.api("POST", "/v1/board/unread", {"mark": False})["posts"]
     assert [p["hash"] for p in got] == [later["hash"]]
+
+
+def test_web_lists_hosts_seen_on_the_board_and_their_posts_and_queue_changes(
+        make_node, web_of) -> None:
+    """alice - bob - carol: carol works alice's queue through bob. alice's dashboard lists
+    carol among the agents by the name carol signed (never met), with the path its records
+    took, and the feed carries the board post and the queue's claim and done (issue 38)."""
+    env = {k: "" for k in HARNESS_VARS}
+    a = make_node("alice", env=env).start()
+    b = make_node("bob", env=env).start()
+    c = make_node("carol", env=env).start()
+    b.connect(a)
+    c.connect(b)
+    a.api("POST", "/v1/board/topic", {"name": "jobs", "read": "open", "post": "open",
+                                      "queue": True, "lease_s": 120})
+    topic = f"{a.key}/jobs"
+    for n in (b, c):
+        sub = n.api("POST", "/v1/board/subscribe", {"topic": topic, "timeout": 20})
+        assert sub["topic"]["known"] is True
+    job = post(a, topic, "job one")["post"]
+    wait_for(lambda: arrived(c, topic, job["hash"]), 30, "the item at carol")
+    got = c.api("POST", "/v1/board/claim", {"topic": topic, "timeout": 20})
+    assert got["state"] == "claimed", got
+    c.api("POST", "/v1/board/lease", {"op": "complete", "topic": topic, "lease": got["lease"]})
+    note = post(c, topic, "carol was here")["post"]
+    wait_for(lambda: arrived(a, topic, note["hash"]), 30, "carol's post at alice")
+
+    web = web_of(a)
+    st = web.wait_state(lambda st: any(x["key"] == c.key for x in st["agents"]), 20,
+                        "carol among alice's agents")
+    carol = next(x for x in st["agents"] if x["key"] == c.key)
+    assert carol["status"] == "board" and carol["name"] == "carol", carol
+    assert carol["heard"] == "lease record"  # the name carol signed in its ask
+    assert sorted(carol["board"]["roles"]) == ["author", "worker"]
+    assert carol["board"]["topics"] == [{"id": topic, "label": "alice/jobs"}]
+    assert carol["board"]["via"] == b.key
+    path = [x for x in st["links"] if {x["a"], x["b"]} == {b.key, c.key}]
+    assert path and path[0]["board"] is True
+
+    items = web.get("/api/activity").json()["items"]
+    posts = [i for i in items if i["kind"] == "post" and i["from"] == c.key]
+    assert posts and posts[0]["text"] == "carol was here" and posts[0]["topic"] == topic
+    assert {i["state"] for i in items if i["kind"] == "queue" and i["from"] == c.key} == {
+        "claimed", "done"}
+    view = web.get("/api/topic", params={"topic": topic}).json()["queue"]
+    assert view["rows"][0]["status"] == "done" and view["rows"][0]["done_by"] == c.key
+    [w] = view["workers"]
+    assert w["holder"] == c.key and w["done"] == 1

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from nodes import wait_for
-from test_cli_support import ROOT, cli_root_fixture, homes_fixture  # noqa: F401
+from test_cli_support import ROOT, cli_root_fixture, daemon_pids, homes_fixture  # noqa: F401
 
 from awp.wire.b64 import b64url
 from awp.wire.keys import KEY_PREFIX, Identity
@@ -29,7 +29,7 @@ def one_error_line(r: subprocess.CompletedProcess, cmd: str, code: int = 1) -> s
 
 
 def test_usage_errors_exit_2(homes):
-    h = homes("h")
+    h = homes("h", identity=False)  # nothing may make the home
     r = h.run("send", "--bogus", "x")
     assert r.returncode == 2 and "No such option: --bogus" in r.stderr
     r = h.run("alias", "onlyone")
@@ -44,7 +44,7 @@ def test_usage_errors_exit_2(homes):
 
 
 def test_errors_before_the_daemon_is_needed(homes, cli_root):
-    h = homes("h")
+    h = homes("h", identity=False)  # nothing may make the home
     assert one_error_line(h.run("send", "--thread", "", "x"), "send") == \
         "awp send: the thread id is empty"
     assert "name a peer" in one_error_line(h.run("send"), "send")
@@ -67,7 +67,7 @@ def test_errors_before_the_daemon_is_needed(homes, cli_root):
 
 
 def test_status_without_daemon_exits_3(homes):
-    h = homes("h")
+    h = homes("h", identity=False)  # nothing may make the home
     r = h.run("status")
     assert r.returncode == 3
     assert r.stderr == "awp status: daemon not running (start it with awp up)\n"
@@ -308,3 +308,23 @@ def test_endless_inputs_are_refused_not_read_whole(homes):
         f.write("\n  \nlast")
     r = a.ok("post", "jobs", "--lines", lines)
     assert r.stdout.startswith("posted 2501 of 2501"), r.stdout
+
+
+def test_a_home_without_an_identity_starts_nothing_but_up(homes):
+    """A mistyped AWP_HOME used to make a new identity and a daemon retrying tailcat
+    forever behind "unknown peer": now every command but up says so and starts nothing."""
+    h = homes("typo", identity=False)
+    h.env["AWP_HOME"] = h.path
+    for args in (["send", "bob", "hi"], ["peers"], ["threads"], ["connect", "tcp:127.0.0.1:9"]):
+        r = h.run(*args, home=False)
+        line = one_error_line(r, args[0])
+        assert line == (f"awp {args[0]}: no awp identity in {h.path} (AWP_HOME={h.path}):"
+                        " nothing was started. Check the home, or run `awp up` to create an"
+                        " identity there"), line
+    assert not os.path.exists(h.path) and daemon_pids(h.path) == []
+    assert h.run("status", home=False).returncode == 3  # not running, as before
+    # awp up is the way in: it makes the identity, and then the rest work
+    h.ok("up", "--no-tailcat", home=False)
+    assert os.path.exists(os.path.join(h.path, "identity.json"))
+    assert h.ok("peers", home=False).stdout == "no peers yet: awp connect ADDRESS\n"
+    h.ok("down", home=False)

@@ -170,6 +170,7 @@ def test_down_queue_up_delivers(homes):
 
 def test_concurrent_on_demand_starts_make_one_daemon(homes):
     h = homes("race")
+    h.make_identity()  # as `awp up` left it: the race is over who starts the daemon
     env = h.env
     procs = [subprocess.Popen([sys.executable, "-m", "awp", "peers", "--home", h.path],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -52,8 +52,12 @@ def daemon_pids(home: str) -> list[int]:
 class Home:
     """One awp home driven through the CLI."""
 
-    def __init__(self, path: str, *, port: int | None = None, env: dict | None = None) -> None:
+    def __init__(self, path: str, *, port: int | None = None, env: dict | None = None,
+                 identity: bool = True) -> None:
+        """``identity``: give the home an identity before its first command, as ``awp up``
+        would (commands other than ``up`` start no daemon in a home without one)."""
         self.path = path
+        self.identity = identity
         self.port = port or free_port()
         self.address = f"tcp:127.0.0.1:{self.port}"
         self.env = dict(os.environ)
@@ -70,9 +74,20 @@ class Home:
         argv = [sys.executable, "-m", "awp", cmd]
         if home:
             argv += ["--home", self.path]
+            if self.identity:
+                self.make_identity()
         argv += list(args)
         return subprocess.run(argv, input=input, capture_output=True, text=True,
                               timeout=timeout, env=self.env, cwd=cwd or ROOT)
+
+    def make_identity(self) -> None:
+        """The identity a first ``awp up`` makes, unless the home already has one."""
+        from awp.base.home import ensure_home, has_identity
+        from awp.daemon.keyfile import load_identity_seed
+
+        if not has_identity(self.path):
+            ensure_home(self.path)
+            load_identity_seed(self.path)
 
     def ok(self, cmd: str, *args: str, **kw) -> subprocess.CompletedProcess:
         r = self.run(cmd, *args, **kw)

@@ -123,9 +123,11 @@ def test_a_claim_two_hops_away_reaches_the_owner_and_its_answer_comes_back(homes
     assert r.stdout == f"completed {item} (lease {got['lease']})\n", r.stdout
     # a retry of a complete the owner committed (its answer lost, say) is a success too
     assert c.ok("complete", topic, got["lease"]).stdout == r.stdout
-    items = a.ok("queue", "jobs").stdout.split("\n\n")[0]  # the items table, not the workers
+    items, workers = a.ok("queue", "jobs").stdout.split("\n\n")[:2]  # items, then workers
     rows = {ln.split()[0]: ln.split() for ln in items.splitlines()[1:]}
     assert rows[item][1] == "done"
+    # alice never met carol: the name carol signed in its ask names the worker (issue 38)
+    assert "carol (heard of" in workers, workers
     r = c.run("claim", topic)
     assert r.returncode == 2 and "no open item" in r.stderr, r.stderr
 

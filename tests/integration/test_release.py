@@ -98,6 +98,10 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs(releases, tmp_path):
     r = subprocess.run([py, "-m", "pip", "install", "-q", os.path.join(one, wheel)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
+    # installed under its own name (the index's `awp` is another project)
+    shown = subprocess.run([py, "-m", "pip", "show", "awp-peer"], capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0 and "Name: awp-peer" in shown.stdout, shown.stdout
     awp = os.path.join(env_dir, "bin", "awp")
     home = str(tmp_path / "home")
     env = {k: v for k, v in os.environ.items() if k not in ("AWP_HOME", "PYTHONPATH")}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from awp.web import model
+from awp.web import activity, model
 from awp.web.server import host_allowed, is_loopback_host, normalize_allowed, parse_listen
 from awp.wire.timefmt import format_ts
 
@@ -131,21 +131,67 @@ def test_activity_items():
            "ts": NOW, "at": NOW, "line": {"t": "msg", "subject": "S",
                                           "parts": [{"k": "text", "text": "a\n b"},
                                                     {"k": "blob", "name": "f.png"}]}}
-    item = model.activity_from_record(rec, SELF, "")
+    item = activity.activity_from_record(rec, SELF, "")
     assert item["kind"] == "thread" and item["from"] == PEER and item["to"] == SELF
     assert item["text"] == "a b [file f.png]" and item["subject"] == "S"
     out = dict(rec, dir="out", t="state", line={"t": "state", "state": "done", "note": "ok"})
-    item = model.activity_from_record(out, SELF, "S")
+    item = activity.activity_from_record(out, SELF, "S")
     assert (item["kind"], item["from"], item["state"], item["text"]) == ("state", SELF, "done",
                                                                          "ok")
-    assert model.activity_from_record(dict(rec, t="notice", dir="notice", line={
+    assert activity.activity_from_record(dict(rec, t="notice", dir="notice", line={
         "t": "notice", "kind": "bye", "text": "bye"}), SELF)["kind"] == "bye"
-    assert model.activity_from_hint({"kind": "peer", "peer": PEER, "up": True}, {"self": SELF},
+    assert activity.activity_from_hint({"kind": "peer", "peer": PEER, "up": True}, {"self": SELF},
                                     NOW)["kind"] == "connected"
-    assert model.activity_from_hint({"kind": "presence", "origin": FAR, "left": True}, None,
+    assert activity.activity_from_hint({"kind": "presence", "origin": FAR, "left": True}, None,
                                     NOW)["kind"] == "left"
     old = {"threads": [{"id": "i", "th": "t", "a": FAR, "b": GHOST, "a_state": "open",
                         "b_state": "open", "local": False, "shared_by": ""}]}
     new = {"threads": [dict(old["threads"][0], b_state="done")]}
-    (item,) = model.activity_from_diff(old, new, NOW)
+    (item,) = activity.activity_from_diff(old, new, NOW)
     assert item["kind"] == "state" and item["from"] == GHOST and item["local"] is False
+
+
+def test_hosts_seen_only_on_the_board_are_agents_with_their_path():
+    """An owner, author or worker this host never met, nor heard in presence, is listed
+    with what the board says of it, and drawn linked to the neighbour that brought it."""
+    topic = {"id": f"{GHOST}/jobs", "label": "ghost/jobs"}
+    seen = [
+        {"key": GHOST, "name": "ghost", "name_source": "topic document", "roles": ["owner"],
+         "topics": [topic], "last": NOW - 10_000, "via": PEER, "hops": 2},
+        {"key": FAR, "name": "far@x", "name_source": "presence", "roles": ["worker"],
+         "topics": [topic], "last": NOW - 400_000, "via": "", "hops": None},
+        {"key": PEER, "name": "builder", "name_source": "met", "roles": ["author"],
+         "topics": [topic], "last": NOW, "via": PEER, "hops": 1},
+        {"key": SELF, "roles": ["owner"], "topics": []},
+    ]
+    peer = {"key": PEER, "name": "builder", "up": True, "rtt_ms": 3, "transport": "tcp"}
+    st = model.build_state(_snap(peers=[peer], board_hosts=seen))
+    ag = {a["key"]: a for a in st["agents"]}
+    assert ag[GHOST]["status"] == "board" and ag[GHOST]["name"] == "ghost"
+    assert ag[GHOST]["heard"] == "topic document"  # a name heard of, never met
+    assert ag[GHOST]["board"]["roles"] == ["owner"]
+    assert ag[GHOST]["board"]["topics"] == [topic]
+    assert ag[FAR]["status"] == "board" and ag[FAR]["board"]["roles"] == ["worker"]
+    # a met peer keeps its own status; the board only adds its roles
+    assert ag[PEER]["status"] == "connected" and ag[PEER]["heard"] == ""
+    assert ag[PEER]["board"]["roles"] == ["author"]
+    assert ag[SELF]["status"] == "self" and ag[SELF]["board"] is None
+    via = next(x for x in st["links"] if {x["a"], x["b"]} == {PEER, GHOST})
+    assert via["board"] is True and via["up"] is True  # its record came 10 s ago
+    assert not any(GHOST in (x["a"], x["b"]) and SELF in (x["a"], x["b"]) for x in st["links"])
+    assert [a["status"] for a in st["agents"]] == ["self", "connected", "board", "board"]
+
+
+def test_board_posts_and_queue_changes_are_activity():
+    post = {"seq": 3, "topic": f"{GHOST}/jobs", "label": "ghost/jobs", "kind": "post",
+            "author": FAR, "ts": NOW, "of": "", "parent": "", "text": "job one"}
+    item = activity.activity_from_board(post)
+    assert item["kind"] == "post" and item["from"] == FAR and item["text"] == "job one"
+    assert item["topic"] == f"{GHOST}/jobs" and item["subject"] == "ghost/jobs"
+    reply = activity.activity_from_board({**post, "parent": "a" * 32, "text": "ok"})
+    assert reply["text"] == "reply: ok"
+    lease = {**post, "kind": "lease", "state": "done", "holder": PEER, "of": "b" * 32}
+    item = activity.activity_from_board(lease)
+    assert item["kind"] == "queue" and item["from"] == PEER and item["state"] == "done"
+    assert item["text"] == "done item " + "b" * 10
+    assert activity.activity_from_board({**post, "kind": "stamp"}) is None

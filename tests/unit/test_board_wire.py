@@ -221,6 +221,31 @@ def test_an_asks_offers_and_bid_are_under_its_signature():
             check_ask(bad)
 
 
+def test_a_claimants_name_is_under_its_signature_and_bounded():
+    """The name a worker signs in its ask (and the owner copies into lease records) cannot
+    be changed on the way, and is at most 64 characters."""
+    from awp.wire.board import check_ask, make_ask, make_lease
+
+    me = Identity(b"\x07" * 32)
+    owner = Identity(bytes([1]) * 32)
+    topic = owner.key + "/jobs"
+    ask = make_ask(me, topic, "claim", 1_790_000_000_000, req="r1", name="builder")
+    assert check_ask(ask)["name"] == "builder"
+    for bad in (dict(ask, name="mallory"), {k: v for k, v in ask.items() if k != "name"}):
+        with pytest.raises(b.BoardError, match="signature"):
+            check_ask(bad)
+    long = dict(make_ask(me, topic, "claim", 1, req="r1"), name="x" * 65)
+    with pytest.raises(b.BoardError, match="name: a string of at most 64"):
+        check_ask(long)
+    rec = make_lease(owner, topic, "a" * 32, me.key, "claimed", "L1", 2, 1, holder_name="w" * 80)
+    assert json.loads(rec.raw)["holder_name"] == "w" * 64  # cut to the bound when signed
+    doc = dict(json.loads(rec.raw), holder_name=7)
+    doc.pop("sig")
+    doc["sig"] = owner.sign(canonical_bytes(doc))
+    with pytest.raises(b.BoardError, match="holder_name"):
+        b.check_record(compact_json(doc), lambda *a: None)
+
+
 def test_key_and_topic_memories_are_bounded():
     """A crowd of fresh keys grows what a host remembers of checked keys, verifiers and
     topic names only to 4,096 of each; past it they are checked again, as before."""

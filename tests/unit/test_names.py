@@ -268,3 +268,21 @@ def test_names_heard_of_resolve_only_when_asked_and_unambiguous(store):
     assert e.value.code == "ambiguous_peer"
     assert short_key(alice) in str(e.value) and short_key(other) in str(e.value)
     assert "topic document" in str(e.value) and "presence" in str(e.value)
+
+
+def test_a_workers_name_in_a_lease_record_labels_it_but_never_resolves(store):
+    """The name a worker signed in its ask reaches hosts that never met it in the
+    owner's lease records: shown as heard of, never taken for a typed name."""
+    from awp.wire.board import make_lease
+
+    owner, worker = Identity.generate(), Identity.generate()
+    rec = make_lease(owner, f"{owner.key}/jobs", "a" * 32, worker.key, "claimed", "L1",
+                     2_000_000_000_000, 1_900_000_000_000, holder_name="builder\u200b")
+    store.execute("INSERT INTO board_records (topic, hash, kind, author, ts, of, size, raw,"
+                  " received) VALUES (?, ?, 'lease', ?, ?, ?, ?, ?, 1)",
+                  (rec.topic, rec.hash, owner.key, rec.ts, rec.of, len(rec.raw), rec.raw))
+    assert queries.peer_label(store, worker.key) == f"builder (heard of, {short_key(worker.key)})"
+    with pytest.raises(LookupFailed, match="unknown peer"):
+        queries.resolve_peer(store, "builder", heard=True)
+    # a holder that only looks like it (another key) gets no name from that record
+    assert queries.peer_label(store, owner.key) == short_key(owner.key)

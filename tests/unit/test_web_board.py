@@ -91,3 +91,30 @@ def test_queue_view_shows_what_a_worker_holds_since_when_and_what_items_need():
     assert rows[0]["since"].startswith("2027") and rows[0]["renewals"] == 4
     assert rows[0]["needs"] == "gpu,linux"  # what is not a tag is left out
     assert rows[1]["since"] == "" and rows[1]["renewals"] == 0  # only a held item has them
+
+
+def test_queue_view_says_who_did_each_item_and_sums_up_the_workers():
+    """The page shows what `awp queue` prints: who completed a done item, and one row per
+    worker with what it holds and how its leases ended (strikes from the arbiter only)."""
+    from awp.web.board import queue_view
+
+    q = {"arbiter": False, "items": [
+        {"item": {"hash": "a" * 32, "id": "a" * 10, "parts": []}, "status": "done",
+         "holder": "", "done_by": "ed25519:carol"},
+        {"item": {"hash": "b" * 32, "id": "b" * 10, "parts": []}, "status": "open",
+         "done_by": "ed25519:stale"},
+    ], "workers": [
+        {"holder": "ed25519:carol", "holds": ["c" * 32], "since": 1_800_000_000_000,
+         "renewals": 2, "done": 1, "failed": 0, "expired": 1},
+    ]}
+    v = queue_view(q)
+    assert [r["done_by"] for r in v["rows"]] == ["ed25519:carol", ""]  # only a done item
+    assert "done_by" in [c["key"] for c in v["columns"]]
+    assert v["workers"] == [{"holder": "ed25519:carol", "holds": 1,
+                             "since": v["workers"][0]["since"], "renewals": 2, "done": 1,
+                             "failed": 0, "expired": 1}]
+    assert v["workers"][0]["since"].startswith("2027")
+    assert "strikes" not in [c["key"] for c in v["worker_columns"]]
+    q["workers"][0]["strikes"] = 3
+    v = queue_view(q)
+    assert v["workers"][0]["strikes"] == 3 and v["worker_columns"][-1]["key"] == "strikes"

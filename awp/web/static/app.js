@@ -238,7 +238,7 @@
   }
 
   const STATUS_TEXT = { self: 'this host', connected: 'connected', online: 'online',
-    stale: 'stale', offline: 'offline' };
+    stale: 'stale', board: 'on the board', offline: 'offline' };
   function statusPill(a) {
     return h('span', { class: 'status st-' + a.status, title: a.status },
       STATUS_TEXT[a.status] || a.status);
@@ -586,6 +586,17 @@
     cardBox.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'key'), chip(a.key, 'copy the key')));
     if (a.via) cardBox.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'presence via'),
       agentName(a.via), ' · ' + a.hops + (a.hops === 1 ? ' hop' : ' hops') + ', seen ' + ago(a.seen) + ' ago'));
+    if (a.heard) cardBox.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'name'),
+      a.name + ' (heard of, from a ' + a.heard + '; never met)'));
+    if (a.board) {
+      const roles = { owner: 'owns', author: 'posts in', worker: 'works' };
+      cardBox.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'on the board'),
+        (a.board.roles || []).map((r) => roles[r] || r).join(', ') + ': ',
+        (a.board.topics || []).map((t, i) => [i ? ', ' : '',
+          h('a', { href: '#/topic/' + enc(t.id), text: t.label })]),
+        a.board.via && a.board.via !== a.key ? [' · via ', agentName(a.board.via)] : null,
+        a.board.last ? ' · last record ' + ago(a.board.last) + ' ago' : null));
+    }
     if ((a.shares || []).length) cardBox.appendChild(h('div', { class: 'kv' },
       h('span', { class: 'k' }, 'shares with'), a.shares.map((k, i) => [i ? ', ' : '', agentName(k)])));
     if (a.status === 'self') cardBox.appendChild(hostCard());
@@ -608,12 +619,13 @@
 
   const KIND_TEXT = { msg: 'message', state: 'state', thread: 'thread', joined: 'joined', left: 'left',
     connected: 'connected', disconnected: 'disconnected', blob: 'file', grant: 'grant',
-    introduce: 'introduction', bye: 'bye', error: 'error' };
+    introduce: 'introduction', bye: 'bye', error: 'error', post: 'board post', queue: 'queue' };
 
   function activitySig(a) { return a.seq + '|' + nameOf(a.from) + '|' + nameOf(a.to); }
 
   function activityRow(a) {
-    const link = a.th && a.peer ? '#/thread/' + enc(a.peer) + '/' + enc(a.th) : '';
+    const link = a.th && a.peer ? '#/thread/' + enc(a.peer) + '/' + enc(a.th)
+      : (a.topic ? '#/topic/' + enc(a.topic) : '');
     return h('div', { class: 'row act k-' + a.kind + (a.local ? '' : ' remote') + (link ? ' clickable' : ''),
       title: a.local ? null : 'learned from presence or a shared conversation',
       onclick: link ? () => { location.hash = link; } : null },
@@ -752,7 +764,7 @@
       box.appendChild(G.svg);
       const legend = $('net-legend');
       clear(legend);
-      for (const stt of ['self', 'connected', 'online', 'stale', 'offline']) {
+      for (const stt of ['self', 'connected', 'online', 'stale', 'board', 'offline']) {
         legend.appendChild(h('span', { class: 'status st-' + stt }, STATUS_TEXT[stt]));
       }
     }
@@ -774,7 +786,8 @@
       }
       el.line.setAttribute('x1', pa.x.toFixed(1)); el.line.setAttribute('y1', pa.y.toFixed(1));
       el.line.setAttribute('x2', pb.x.toFixed(1)); el.line.setAttribute('y2', pb.y.toFixed(1));
-      el.g.setAttribute('class', 'edge' + (l.up ? ' up' : ' down') + (l.direct ? ' direct' : ''));
+      el.g.setAttribute('class', 'edge' + (l.up ? ' up' : ' down') + (l.direct ? ' direct' : '') +
+        (l.board ? ' board' : ''));
       let label = '';
       if (l.up && typeof l.rtt_ms === 'number') label = Math.max(1, Math.round(l.rtt_ms)) + ' ms';
       else if (!l.up && l.error) label = "can't reach";
@@ -1192,6 +1205,14 @@
       return tr;
     });
     box.appendChild(h('table', { class: 'queue' }, h('thead', {}, head), h('tbody', {}, body)));
+    const workers = q.workers || [];
+    if (!workers.length) return;
+    const wcols = q.worker_columns || [];
+    box.appendChild(h('h2', { text: 'Workers' }));
+    box.appendChild(h('table', { class: 'queue workers' },
+      h('thead', {}, h('tr', {}, wcols.map((col) => h('th', { text: col.title })))),
+      h('tbody', {}, workers.map((w) => h('tr', {}, wcols.map((col) => h('td', { class: 'q-' + col.key },
+        (QUEUE_CELL[col.kind] || QUEUE_CELL.text)(w[col.key] === undefined ? '' : w[col.key]))))))));
   }
 
   function onBoardEvent(d) {
