@@ -122,3 +122,22 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs(releases, tmp_path):
     finally:
         subprocess.run([awp, "down", "--home", home], capture_output=True, timeout=60,
                        cwd=outside, env=env)
+
+
+def test_a_build_from_the_clone_records_its_commit(tmp_path):
+    """`pipx install .` / `pip install .` from a clone builds a wheel there: it carries the
+    commit (awp/COMMIT, written by setup.py's build step), so `awp --version` says it."""
+    import zipfile
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+    assert len(head) == 40, "the suite runs in a git checkout"
+    out = str(tmp_path / "wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                        "-w", out, ROOT], capture_output=True,
+                       text=True, timeout=300, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    [wheel] = [n for n in os.listdir(out) if n.endswith(".whl")]
+    with zipfile.ZipFile(os.path.join(out, wheel)) as z:
+        assert z.read("awp/COMMIT").decode().strip() == head
+    assert not os.path.exists(os.path.join(ROOT, "awp", "COMMIT"))  # the clone is untouched
