@@ -416,6 +416,24 @@ def test_fifty_agents_and_five_hundred_threads(pair):
     assert (time.monotonic() - t0) / 5 < 0.5
 
 
+def test_the_feed_keeps_more_than_a_screenful(pair, web_factory):
+    """The activity feed holds every item up to its bound (2,000 kept, the newest 300 read
+    from the log when awp web starts): 120 messages are 120 items, live and after a
+    restart of awp web, not the last few dozen."""
+    a, b, web = pair
+    sent = _send(b, a.key, "m 0")
+    for i in range(1, 120):
+        _send(b, a.key, f"m {i}", thread=sent["th"])
+    wait_for(lambda: len([i for i in _activity(web) if i["kind"] in ("msg", "thread")
+                          and i["from"] == b.key]) >= 120, 30, "120 items in the live feed")
+    web.stop()
+    again = web_factory(a.home)
+    items = [i for i in _activity(again) if i["kind"] in ("msg", "thread")
+             and i["from"] == b.key]
+    assert len(items) == 120, len(items)
+    assert {i["text"] for i in items} == {f"m {n}" for n in range(120)}
+
+
 # ---------------------------------------------------------------- files
 
 
