@@ -155,6 +155,8 @@ class Rotations:
 
         def job(c: sqlite3.Connection) -> tuple[list[R.Rotation], str]:
             applied, why = store.take_chain(c, chain, now, self._sign)
+            for rot in applied:  # known before any reader can see the commit
+                self.successors[rot.old] = rot.new
             if not why and commit:
                 from ..store import ops
 
@@ -164,7 +166,6 @@ class Rotations:
 
         applied, why = await eng.writer.run(job)
         for rot in applied:
-            self.successors[rot.old] = rot.new
             self.taken += 1
             log.warning("peer %s rotated its key to %s (record seq %d)", rot.old, rot.new, rot.seq)
             self._forget(rot.old)

@@ -63,3 +63,58 @@ def test_rotation_reaches_an_online_peer_and_keeps_one_peer(make_node) -> None:
     ident = json.load(open(os.path.join(a.home, "identity.json")))
     assert ident["key"] == new and ident["rotations"][-1]["old"] == old
     assert old not in json.dumps({k: v for k, v in ident.items() if k != "rotations"})
+
+
+def _seed(node: Node) -> bytes:
+    from awp.wire.b64 import b64decode_any
+
+    with open(os.path.join(node.home, "identity.json")) as f:
+        return b64decode_any(json.load(f)["seed"])
+
+
+def test_old_key_refused_at_hello_with_the_new_key_named(make_node) -> None:
+    from rawpeer import RawPeer
+
+    from awp.wire.keys import Identity
+
+    a = make_node("a").start()
+    b = make_node("b").start()
+    b.connect(a)
+    old_identity = Identity(_seed(a))  # what a thief of the old key would hold
+    new = _rotate(a)["new"]
+    wait_for(lambda: (p := _peer(b, new)) and p["rotated_from"], 20, "b took the rotation")
+    with RawPeer(b.address, old_identity) as p:
+        err = p.handshake()
+    assert err["t"] == "err" and err["code"] == "auth"
+    assert f"rotated to {new}" in err["detail"]
+
+
+def test_rotation_while_the_peer_is_offline_lines_exactly_once(make_node) -> None:
+    """Lines queued on both sides across the rotation arrive once each, under the new key."""
+    a = make_node("a").start()
+    b = make_node("b").start()
+    b.connect(a)
+    th = b.send(a.key, "before", wait_ack=10)["th"]
+    old = a.key
+    a.kill()
+    for i in range(3):  # queued for the old key while a is down
+        b.send(old, f"b queued {i}", th=th)
+    b.kill()
+    a.start()
+    new = _rotate(a)["new"]  # b is offline
+    for i in range(2):
+        a.send(b.key, f"a queued {i}", th=th)
+    b.start()
+    wait_for(lambda: (p := _peer(b, new)) and p["rotated_from"] == [old], 30,
+             "b to take the rotation when a reaches it")
+    want_a = ["before", "b queued 0", "b queued 1", "b queued 2"]
+    wait_for(lambda: _texts(a, b.key) == want_a, 30, "b's queued lines at a")
+    wait_for(lambda: _texts(b, new) == ["a queued 0", "a queued 1"], 30, "a's lines at b")
+    wait_for(lambda: (p := _peer(b, new)) and p["queued"] == 0, 20, "b's outbox drained")
+    assert _peer(b, old) is None
+    assert wait_for(lambda: not a.api("GET", "/v1/key")["owed_to"], 20, "a owes b nothing")
+    # Nothing doubled after another round of reconnects.
+    a.stop()
+    a.start()
+    wait_for(lambda: b.peer_state(new).startswith("connected"), 30, "reconnected")
+    assert _texts(a, b.key) == want_a and _texts(b, new) == ["a queued 0", "a queued 1"]
