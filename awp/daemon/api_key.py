@@ -53,6 +53,11 @@ def add_key_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             return {"old": old, "new": rec["new"], "seq": rec["seq"], "record": rec,
                     "peers": peers, "restarting": True}
 
+    @r.route("GET", "/v1/rotation/conflicts")
+    async def rotation_conflicts(req: Request) -> dict:
+        """Per identity (its current key), the pairs of records that rotated one key twice."""
+        return await engine.read(rotstore.conflicts)
+
     @r.route("POST", "/v1/verify")
     async def verify(req: Request) -> dict:
         body = req.json() if req.body else {}

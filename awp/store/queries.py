@@ -490,6 +490,7 @@ def thread_rows(c: sqlite3.Connection, *, peer: str | None = None, open_only: bo
 
 def peer_rows(c: sqlite3.Connection) -> list[dict]:
     clashes = name_clashes(c)
+    conflicted = rotations.conflicts(c)
     out = []
     for r in c.execute("SELECT * FROM peers ORDER BY last_seen DESC, key").fetchall():
         key = r["key"]
@@ -516,6 +517,8 @@ def peer_rows(c: sqlite3.Connection) -> list[dict]:
             "rotated_from": rotations.history(c, key), "verified": r["verified"],
             "verified_at": r["verified_at"],
         })
+        if key in conflicted:
+            out[-1]["rotation_conflict"] = {k: conflicted[key][k] for k in ("n", "first")}
     _identity_warnings(out)
     return out
 
@@ -533,6 +536,10 @@ def _identity_warnings(rows: list[dict]) -> None:
         if p["name"]:
             by_name.setdefault(name_fold(p["name"]), []).append(p)
     for p in rows:
+        if p.get("rotation_conflict"):
+            p["warning"] = ("ONE OF THIS PEER'S KEYS WAS ROTATED TO TWO DIFFERENT KEYS: both"
+                            " records verify, so its keys signed two histories (see GET"
+                            " /v1/rotation/conflicts)")
         if not p["verified"]:
             continue
         why = []

@@ -56,11 +56,9 @@ def test_rotation_reaches_an_online_peer_and_keeps_one_peer(make_node) -> None:
     assert _texts(b, new) == ["from the new key"]
     threads = b.api("GET", "/v1/threads", peer=new)
     assert [t["th"] for t in threads] == [th]
-    # The old key is refused at hello with the new one named.
-    from rawpeer import RawPeer  # noqa: F401  (the raw peer needs the old seed: see below)
-
     # The home keeps no old seed: only the new one and the next.
-    ident = json.load(open(os.path.join(a.home, "identity.json")))
+    with open(os.path.join(a.home, "identity.json")) as f:
+        ident = json.load(f)
     assert ident["key"] == new and ident["rotations"][-1]["old"] == old
     assert old not in json.dumps({k: v for k, v in ident.items() if k != "rotations"})
 
@@ -118,3 +116,77 @@ def test_rotation_while_the_peer_is_offline_lines_exactly_once(make_node) -> Non
     a.start()
     wait_for(lambda: b.peer_state(new).startswith("connected"), 30, "reconnected")
     assert _texts(a, b.key) == want_a and _texts(b, new) == ["a queued 0", "a queued 1"]
+
+
+def _hs_with_rotation(address: str, identity, rotation: dict | None) -> tuple[object, dict]:
+    """A raw peer's handshake whose auth carries ``rotation``; (the peer, the daemon's answer)."""
+    from rawpeer import RawPeer
+
+    from awp.wire.keys import auth_transcript
+
+    p = RawPeer(address, identity)
+    p.send_hello(caps=["chat", "rotate"])
+    hello = p.read_hello()
+    auth = {"t": "auth", "sig": identity.sign(auth_transcript(p.my_hello, p.peer_hello_raw))}
+    if rotation is not None:
+        auth["rotation"] = rotation
+    p.send_line(auth)
+    line = p.recv_line()
+    if line and line.get("t") == "auth":
+        assert hello["caps"].count("rotate") == 1
+        line = p.recv_line()
+    return p, line
+
+
+def test_forged_replayed_uncommitted_and_conflicting_records_refused(make_node) -> None:
+    from awp.wire import rotation as R
+    from awp.wire.keys import Identity
+
+    b = make_node("b").start()
+    k1, k2, k3, k4, k5 = (Identity(bytes([i]) * 32) for i in range(1, 6))
+    # k1 meets b, announcing its commitment to k2.
+    p, line = _hs_with_rotation(b.address, k1, {"next": R.commitment(k2.key)})
+    assert line["t"] == "resume"
+    p.close()
+    # Forged: k2's half signed by another key.
+    forged = R.make(k1, k2, 1, k3.key, 1796212800000)
+    forged["sig_new"] = k4.sign(R.signed_bytes(forged))
+    p, line = _hs_with_rotation(b.address, k2, {"chain": [forged]})
+    assert line["t"] == "err" and line["code"] == "auth" and "(forged)" in line["detail"]
+    p.close()
+    assert _peer(b, k2.key) is None and _peer(b, k1.key) is not None
+    # Uncommitted: a thief of k1 alone rotates it to a key of its own.
+    stolen = R.make(k1, k4, 1, k5.key, 1796212800000)
+    p, line = _hs_with_rotation(b.address, k4, {"chain": [stolen]})
+    assert line["t"] == "err" and "(uncommitted)" in line["detail"], line
+    p.close()
+    assert _peer(b, k4.key) is None and _peer(b, k1.key) is not None
+    # The real rotation k1 -> k2, committing to k3.
+    good = R.make(k1, k2, 1, k3.key, 1796212800000)
+    p, line = _hs_with_rotation(b.address, k2, {"chain": [good], "next": R.commitment(k3.key)})
+    assert line["t"] == "resume", line
+    p.close()
+    assert _peer(b, k2.key)["rotated_from"] == [k1.key] and _peer(b, k1.key) is None
+    # Replayed older seq: a k2 -> k3 record numbered as if it came first.
+    older = R.make(k2, k3, 1, k4.key, 1796212800001)
+    p, line = _hs_with_rotation(b.address, k3, {"chain": [older]})
+    assert line["t"] == "err" and "(old_seq)" in line["detail"], line
+    p.close()
+    # Replaying the good record itself changes nothing (a duplicate), and k2 stays.
+    p, line = _hs_with_rotation(b.address, k2, {"chain": [good]})
+    assert line["t"] == "resume"
+    p.close()
+    # A second rotation of k1, to k5: refused, and kept as evidence.
+    second = R.make(k1, k5, 1, k4.key, 1796212800002)
+    p, line = _hs_with_rotation(b.address, k5, {"chain": [second]})
+    assert line["t"] == "err" and "(conflict)" in line["detail"], line
+    p.close()
+    assert _peer(b, k5.key) is None
+    status = b.api("GET", "/v1/status")["rotation"]
+    assert status["conflicts"] == 1 and status["refused"] >= 4
+    conflicts = b.api("GET", "/v1/rotation/conflicts")
+    assert conflicts[k2.key]["pairs"][0]["b"]["new"] == k5.key
+    # And the old key is refused at hello.
+    p, line = _hs_with_rotation(b.address, k1, None)
+    assert line["t"] == "err" and f"rotated to {k2.key}" in line["detail"]
+    p.close()
