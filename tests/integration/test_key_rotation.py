@@ -9,8 +9,25 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
-from nodes import Node, wait_for
+from nodes import ROOT, Node, wait_for
+
+
+def awp(node: Node, *args: str) -> subprocess.CompletedProcess:
+    """``awp ARGS --home HOME``, as a user runs it."""
+    env = dict(os.environ)
+    env.pop("AWP_HOME", None)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "awp", *args, "--home", node.home],
+                          capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+
+
+def ok(node: Node, *args: str) -> str:
+    r = awp(node, *args)
+    assert r.returncode == 0, f"awp {' '.join(args)}: {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
 
 
 def _peer(node: Node, key: str) -> dict | None:
@@ -190,3 +207,70 @@ def test_forged_replayed_uncommitted_and_conflicting_records_refused(make_node) 
     p, line = _hs_with_rotation(b.address, k1, None)
     assert line["t"] == "err" and f"rotated to {k2.key}" in line["detail"]
     p.close()
+
+
+def test_kill_9_of_either_side_mid_rotation(make_node) -> None:
+    """The rotating side killed right after the record is written, the other killed right
+    after it stored the record: nothing lost or doubled, both end on the new key."""
+    a = make_node("a").start()
+    b = make_node("b").start()
+    b.connect(a)
+    th = b.send(a.key, "b 0", wait_ack=10)["th"]
+    a.send(b.key, "a 0", th=th, wait_ack=10)
+    old = a.key
+    # a: the rotation's answer is out, then kill -9 before the daemon's own restart ends.
+    res = a.api("POST", "/v1/key/rotate", {})
+    a.kill()
+    new = res["new"]
+    for i in range(1, 4):
+        b.send(old, f"b {i}", th=th)  # queued for the old key
+    a.start()
+    assert a.key == new  # the rename of identity.json was the commit
+    a.send(b.key, "a 1", th=th)
+    # b: killed as soon as the record is committed there (before or after its resume).
+    wait_for(lambda: (p := _peer(b, new)) and p["rotated_from"] == [old], 30, "b took it")
+    b.kill()
+    a.send(b.key, "a 2", th=th)
+    b.start()
+    want_a = [f"b {i}" for i in range(4)]
+    wait_for(lambda: _texts(a, b.key) == want_a, 30, "b's lines at a, once each")
+    wait_for(lambda: _texts(b, new) == ["a 0", "a 1", "a 2"], 30, "a's lines at b, once each")
+    assert _peer(b, old) is None and _peer(b, new)["rotated_from"] == [old]
+    assert wait_for(lambda: not a.api("GET", "/v1/key")["owed_to"], 20, "a owes b nothing")
+    assert b.api("GET", "/v1/status")["rotation"]["conflicts"] == 0
+
+
+def test_cli_rotate_verify_and_loud_warning(make_node) -> None:
+    """From the CLI: one safety number on both sides, the mark kept across a valid
+    rotation, and a loud warning when another key takes a verified peer's name."""
+    from rawpeer import RawPeer
+
+    a = make_node("a").start()
+    b = make_node("b").start()
+    b.connect(a)
+    va = json.loads(ok(a, "verify", b.key, "--json"))
+    vb = json.loads(ok(b, "verify", "a", "--json"))
+    assert va["safety"] == vb["safety"] and len(va["safety"].split()) == 12
+    assert vb["short"] == " ".join(vb["safety"].split()[:4])
+    text = ok(b, "verify", "a", "--mark")
+    assert vb["short"] in text and "marked as verified" in text
+    assert "a: verified" in ok(b, "peers")
+    old = a.key
+    out = ok(a, "key", "rotate")
+    new = json.loads(ok(a, "key", "show", "--json"))["key"]
+    assert new != old and f"rotated {old} -> {new}" in out
+    wait_for(lambda: (p := _peer(b, new)) and p["rotated_from"], 30, "b took the rotation")
+    peers = awp(b, "peers")
+    assert f"a: rotated from {old}" in peers.stdout
+    assert f"a: verified as {old}, carried over by a valid rotation" in peers.stdout
+    assert "WARNING" not in peers.stderr
+    # The safety number changed with the key; both sides still agree.
+    assert json.loads(ok(a, "verify", b.key, "--json"))["safety"] == \
+        json.loads(ok(b, "verify", "a", "--json"))["safety"] != vb["safety"]
+    # Another key calling itself "a", with no record from the verified one.
+    with RawPeer(b.address) as impostor:
+        impostor.name = "a"
+        assert impostor.handshake()["t"] == "resume"
+    peers = awp(b, "peers")
+    assert "WARNING" in peers.stderr and "WITHOUT A VALID ROTATION" in peers.stderr
+    assert "also calls itself 'a'" in peers.stderr
