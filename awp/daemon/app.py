@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import json
@@ -136,9 +137,13 @@ def run(home: str, flags: Flags) -> int:
         gc.collect()
         gc.freeze()
         while True:
-            code = trio.run(_main, home, ident, db_path, settings)
+            bound: dict[str, str] = {}
+            code = trio.run(_main, home, ident, db_path, settings, bound)
             if code != RESTART:
                 return code
+            # Listen where we listened (a port 0 got a port: peers know that one).
+            settings = dataclasses.replace(
+                settings, listen=[bound.get(item, item) for item in settings.listen])
             ident = load_identity(home)  # the rotated key, read back from the home
             log.info("restarting under the rotated key %s", ident.identity.key)
     except (homes.HomeError, StoreError, OSError) as e:
@@ -165,7 +170,8 @@ def run(home: str, flags: Flags) -> int:
 RESTART = -1  # what _main returns when the daemon should run again (a rotated key)
 
 
-async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings) -> int:
+async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings,
+                bound_out: dict[str, str] | None = None) -> int:
     identity = ident.identity
     engine = Engine(identity, db_path, node_config(settings), net=streams)
     engine.rotation = Rotations(engine, ident.rotations, ident.next_key)
@@ -197,6 +203,8 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
                     continue
                 bound = await engine.listen(addr)
                 log.info("listening on %s", bound)
+                if bound_out is not None:
+                    bound_out[item] = str(bound)
             except (AddressError, Exception) as e:
                 state.listen_errors[item] = str(e)
                 log.error("cannot listen on %s: %s", item, e)

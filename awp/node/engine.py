@@ -294,7 +294,7 @@ class Engine(InboundStore, AgentVerbs):
         conn = Connection(self, stream, outbound=True, dialed=addr)
         if check_peer is None and expect_key:
             check_peer = key_check(addr, expect_key)
-        conn.hs.check_peer = check_peer
+        conn.hs.check_peer, conn.hs.expect = check_peer, expect_key or ""
         conn.hs.auth_extra = auth_extra
         assert self._nursery is not None
         self._nursery.start_soon(conn.run)
@@ -358,8 +358,10 @@ class Engine(InboundStore, AgentVerbs):
 
     # -- connection callbacks ---------------------------------------------------------
 
-    async def took_rotation(self, conn: Connection) -> str:
-        """The rotation records in the peer's auth, applied: "" or why it is refused."""
+    def current_key(self, key: str) -> str:  # the key ``key`` rotated to, as far as we know
+        return self.rotation.current(key) if self.rotation is not None else key
+
+    async def took_rotation(self, conn: Connection) -> str:  # "" or why its records are refused
         return await self.rotation.take(conn) if self.rotation is not None else ""
 
     async def admission(self, conn: Connection) -> str:

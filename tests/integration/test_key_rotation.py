@@ -274,3 +274,23 @@ def test_cli_rotate_verify_and_loud_warning(make_node) -> None:
     peers = awp(b, "peers")
     assert "WARNING" in peers.stderr and "WITHOUT A VALID ROTATION" in peers.stderr
     assert "also calls itself 'a'" in peers.stderr
+
+
+def test_peer_that_only_dials_follows_the_rotation(make_node) -> None:
+    """b cannot be dialed (it advertises no address): it redials a's old key, is answered
+    by the new one, and goes on because a's records lead from the key it dialed."""
+    a = make_node("a").start()
+    b = make_node("b", extra=["--advertise", "none"]).start()
+    b.connect(a)
+    th = b.send(a.key, "b 0", wait_ack=10)["th"]
+    assert not [x for x in _peer(a, b.key)["addresses"]]  # a cannot reach b by itself
+    old = a.key
+    b.kill()
+    new = _rotate(a)["new"]
+    a.send(b.key, "a 0", th=th)  # queued: a has no way to b
+    b.start()
+    b.send(old, "b 1", th=th)  # b redials the key it knows
+    wait_for(lambda: (p := _peer(b, new)) and p["rotated_from"] == [old], 30, "b followed")
+    wait_for(lambda: _texts(a, b.key) == ["b 0", "b 1"], 30, "b's lines at a")
+    wait_for(lambda: _texts(b, new) == ["a 0"], 30, "a's line at b")
+    assert b.peer_state(new).startswith("connected (out)")
