@@ -57,6 +57,8 @@ def test_rotation_reaches_an_online_peer_and_keeps_one_peer(make_node) -> None:
     th = sent["th"]
     a.api("POST", "/v1/alias", {"alias": "alice-side", "peer": b.key})
     b.api("POST", "/v1/alias", {"alias": "ay", "peer": a.key})
+    b.api("POST", "/v1/grant", {"peer": a.key, "caps": ["fs:read"], "ttl": 3600})
+    a.api("POST", "/v1/grant", {"peer": b.key, "caps": ["exec"], "ttl": 3600})
     old = a.key
     res = _rotate(a)
     new = res["new"]
@@ -65,6 +67,14 @@ def test_rotation_reaches_an_online_peer_and_keeps_one_peer(make_node) -> None:
                    20, "b to know a under its new key")
     assert _peer(b, old) is None  # one peer, not two
     assert row["aliases"] == ["ay"] and row["name"] == "a"
+    # Grants re-issued on both sides: b's to a names the new key, a's to b is signed by it.
+    issued_b = [g for g in b.api("GET", "/v1/grants") if g["kind"] == "issued"]
+    assert [(g["iss"], g["sub"], g["caps"]) for g in issued_b] == [(b.key, new, ["fs:read"])]
+    assert row["granted"] == ["fs:read"]
+    issued_a = [g for g in a.api("GET", "/v1/grants") if g["kind"] == "issued"]
+    assert [(g["iss"], g["sub"], g["caps"]) for g in issued_a] == [(new, b.key, ["exec"])]
+    wait_for(lambda: any(g["kind"] == "held" and g["iss"] == new
+                         for g in b.api("GET", "/v1/grants")), 20, "a's re-issued grant at b")
     assert wait_for(lambda: b.peer_state(new).startswith("connected"), 20, "b connected to new a")
     # The thread goes on under the new key, both ways.
     b.send("ay", "after rotation", th=th, wait_ack=10)
