@@ -85,6 +85,7 @@ class Rotations:
         def job(c: sqlite3.Connection) -> tuple[int, int, dict[str, str]]:
             owed = store.owe(c, seq, me) if seq else 0
             regranted = store.reissue_own(c, olds, self._sign, now) if seq else 0
+            store.sweep(c, now, self._sign)
             return owed, regranted, store.successors(c)
 
         owed, regranted, self.successors = await eng.writer.run(job)

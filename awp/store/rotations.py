@@ -117,13 +117,16 @@ def conflicts(c: sqlite3.Connection) -> dict[str, dict]:
 
 def rekey(c: sqlite3.Connection, old: str, new: str, now: int, reissue: Reissue | None) -> None:
     """Every row of ``old`` becomes ``new``'s: one peer, carried over."""
-    row = c.execute("SELECT * FROM peers WHERE key = ?", (old,)).fetchone()
-    if row is not None:
-        # A row the new key made before its record arrived holds nothing to keep
-        # over the old one's history; its other rows merge below.
+    row = c.execute("SELECT first_seen FROM peers WHERE key = ?", (old,)).fetchone()
+    have = c.execute("SELECT first_seen FROM peers WHERE key = ?", (new,)).fetchone()
+    if row is not None and (have is None or row[0] < have[0]):
+        # The older record is the peer's history: a row the new key made before its
+        # record arrived gives way to it, and so does nothing else of the new key's.
         c.execute("DELETE FROM peers WHERE key = ?", (new,))
         c.execute("UPDATE peers SET key = ?, rotated_from = ?, next_commit = '' WHERE key = ?",
                   (new, old, old))
+    elif row is not None:  # a row the old key got after it moved (a send that raced the record)
+        c.execute("DELETE FROM peers WHERE key = ?", (old,))
     for table, col in _MOVES:
         c.execute(f"UPDATE OR IGNORE {table} SET {col} = ? WHERE {col} = ?", (new, old))
         c.execute(f"DELETE FROM {table} WHERE {col} = ?", (old,))  # what merged into a row
@@ -171,6 +174,18 @@ def history(c: sqlite3.Connection, key: str, hops: int = 64) -> list[str]:
         key = row[0]
         out.append(key)
     return out
+
+
+def sweep(c: sqlite3.Connection, now: int, reissue: Reissue | None) -> int:
+    """Rows a key rotated away got after its record was taken (a line queued by a call
+    that resolved the old key just before), moved on to its current key."""
+    moved = 0
+    for (old,) in c.execute("SELECT old FROM rotations").fetchall():
+        if any(c.execute(f"SELECT 1 FROM {t} WHERE {col} = ? LIMIT 1", (old,)).fetchone()
+               for t, col in (("peers", "key"), *_MOVES)):
+            rekey(c, old, current(c, old), now, reissue)
+            moved += 1
+    return moved
 
 
 def successors(c: sqlite3.Connection) -> dict[str, str]:
