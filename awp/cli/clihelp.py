@@ -571,13 +571,19 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
                '  ones included; they keep you as the same peer. The daemon restarts in place\n'
                "  under the new key. The old key's secret is not kept.\n"
                '\n'
-               '  Example:\n'
+               '  With --every, nothing rotates now: the running daemon rotates by itself each\n'
+               '  time that long has passed since the last rotation (kept across restarts, so\n'
+               '  service units keep working).\n'
+               '\n'
+               '  Examples:\n'
                '    awp key rotate\n'
+               '    awp key rotate --every 30d\n'
                '\n'
                'Options:\n'
-               '  --home DIR  awp home (default $AWP_HOME, else ~/.awp)\n'
-               '  --json      print machine-readable JSON\n'
-               '  -h, --help  Show this message and exit.\n',
+               '  --every DURATION  rotate unattended this often (e.g. 30d; 0 or off: stop)\n'
+               '  --home DIR        awp home (default $AWP_HOME, else ~/.awp)\n'
+               '  --json            print machine-readable JSON\n'
+               '  -h, --help        Show this message and exit.\n',
  'key show': 'Usage: awp key show [OPTIONS]\n'
              '\n'
              "  Show this home's key, the keys it rotated from, and which peers still wait\n"

@@ -8,7 +8,20 @@ import typer
 
 from ..localapi.daemonctl import client_if_running
 from ..wire.keys import short_key
-from .common import CliError, app, command, daemon, home_of, home_opt, json_opt, note, out, out_json
+from ..wire.timefmt import format_ts
+from .common import (
+    CliError,
+    app,
+    command,
+    daemon,
+    home_of,
+    home_opt,
+    json_opt,
+    note,
+    out,
+    out_json,
+    parse_seconds,
+)
 
 key_app = typer.Typer(
     name="key",
@@ -44,10 +57,17 @@ def key_show(home: str = home_opt(), as_json: bool = json_opt()) -> None:
         out(f"rotation {res['seq']}: " + (f"{len(owed)} peers have not taken it yet"
                                           if owed else "every known peer has taken it"))
     out(f"next key committed: {res.get('next', '')}")
+    plan = res.get("schedule") or {}
+    if plan.get("every"):
+        out(f"rotating unattended every {plan['every']:g}s; next at {format_ts(int(plan['due']))}")
 
 
 @command("rotate", on=key_app, label="key rotate")
-def key_rotate(home: str = home_opt(), as_json: bool = json_opt()) -> None:
+def key_rotate(
+    every: str = typer.Option(None, "--every", metavar="DURATION",
+                              help="rotate unattended this often (e.g. 30d; 0 or off: stop)"),
+    home: str = home_opt(), as_json: bool = json_opt(),
+) -> None:
     """Move this home to a new key, keeping every peer, thread and grant.
 
     The new key is the one the last rotation (or, before any, the first
@@ -56,11 +76,28 @@ def key_rotate(home: str = home_opt(), as_json: bool = json_opt()) -> None:
     offline ones included; they keep you as the same peer. The daemon
     restarts in place under the new key. The old key's secret is not kept.
 
+    With --every, nothing rotates now: the running daemon rotates by itself
+    each time that long has passed since the last rotation (kept across
+    restarts, so service units keep working).
+
     \b
-    Example:
+    Examples:
       awp key rotate
+      awp key rotate --every 30d
     """
     h = home_of(home)
+    if every is not None:
+        secs = 0.0 if every.strip().lower() in ("0", "off", "never") else parse_seconds(
+            every, "--every")
+        plan = daemon(h).post("/v1/key/rotate", {"every": secs})
+        assert isinstance(plan, dict)
+        if as_json:
+            out_json(plan)
+        elif plan.get("every"):
+            out(f"rotating every {every.strip()}; next at {format_ts(int(plan['due']))}")
+        else:
+            out("unattended rotation is off")
+        return
     res = daemon(h).post("/v1/key/rotate", {})
     assert isinstance(res, dict)
     deadline = time.monotonic() + RESTART_WAIT_S

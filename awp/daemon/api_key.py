@@ -11,8 +11,7 @@ that the user compared it.
 
 from __future__ import annotations
 
-import trio
-
+from ..base.durations import MAX_SECONDS
 from ..localapi.server import ApiError, Request, Router
 from ..node.engine import Engine
 from ..store import queries
@@ -21,37 +20,40 @@ from ..store.queries import LookupFailed
 from ..wire import rotation as R
 from ..wire.timefmt import now_ms
 from .app import DaemonState
-from .keyfile import rotate_identity
+from .autorotate import MIN_EVERY_S, Rotator
 
 
-def add_key_routes(r: Router, engine: Engine, state: DaemonState) -> None:
-    rotating = trio.Lock()
+def add_key_routes(r: Router, engine: Engine, state: DaemonState, rotator: Rotator) -> None:
 
     @r.route("GET", "/v1/key")
     async def key_show(req: Request) -> dict:
         rot = engine.rotation
         owed = await engine.read(lambda c: sorted(rotstore.owed(c)))
         return {"key": engine.identity.key, "seq": rot.seq if rot else 0,
+                "schedule": await rotator.plan(),
                 "former_keys": [str(x.get("old")) for x in rot.chain] if rot else [],
                 "next": rot.commit if rot else "", "owed_to": owed,
                 "records": rot.chain if rot else []}
 
     @r.route("POST", "/v1/key/rotate")
     async def key_rotate(req: Request) -> dict:
-        if rotating.locked() or state.restart:
+        body = req.json() if req.body else {}
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object", "bad_request")
+        if "every" in body:  # a schedule, not a rotation now
+            every = body["every"]
+            if (isinstance(every, bool) or not isinstance(every, int | float)
+                    or not (every == 0 or MIN_EVERY_S <= every <= MAX_SECONDS)):
+                raise ApiError(400, f"every must be 0 (off) or {MIN_EVERY_S:g} to"
+                               f" {MAX_SECONDS:.0f} seconds", "bad_request")
+            return await rotator.schedule(float(every))
+        if rotator.lock.locked() or state.restart:
             raise ApiError(409, "a rotation is already under way", "busy")
-        async with rotating:
-            old = engine.identity.key
+        async with rotator.lock:
             try:
-                rec, _ = await trio.to_thread.run_sync(rotate_identity, state.home, now_ms())
-            except Exception as e:
+                return await rotator.rotate()
+            except OSError as e:
                 raise ApiError(500, f"cannot rotate: {e}", "internal") from None
-            peers = await engine.read(lambda c: c.execute(
-                "SELECT count(*) FROM peers WHERE key != ?", (old,)).fetchone()[0])
-            state.restart = True
-            state.stop.set()  # the answer is written before the loop winds down
-            return {"old": old, "new": rec["new"], "seq": rec["seq"], "record": rec,
-                    "peers": peers, "restarting": True}
 
     @r.route("GET", "/v1/rotation/conflicts")
     async def rotation_conflicts(req: Request) -> dict:

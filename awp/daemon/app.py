@@ -230,8 +230,11 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
 
         add_agent_routes(router, engine, state)
         from .api_key import add_key_routes
+        from .autorotate import Rotator
 
-        add_key_routes(router, engine, state)
+        rotator = Rotator(engine, state)
+        add_key_routes(router, engine, state, rotator)
+        nursery.start_soon(rotator.run)  # a key with a lifetime: rotated on time, unattended
         from .damage import guard
 
         guard(router, home)

@@ -304,3 +304,22 @@ def test_peer_that_only_dials_follows_the_rotation(make_node) -> None:
     wait_for(lambda: _texts(a, b.key) == ["b 0", "b 1"], 30, "b's lines at a")
     wait_for(lambda: _texts(b, new) == ["a 0"], 30, "a's line at b")
     assert b.peer_state(new).startswith("connected (out)")
+
+
+def test_unattended_rotation_every(make_node) -> None:
+    """`awp key rotate --every 2s`: the daemon rotates by itself, twice, and the peer
+    follows the chain (the second record must meet the first one's commitment)."""
+    a = make_node("a").start()
+    b = make_node("b").start()
+    b.connect(a)
+    first = a.key
+    assert "rotating every 2s" in ok(a, "key", "rotate", "--every", "2s")
+    def keys_at_b():
+        p = next((p for p in b.api("GET", "/v1/peers") if p["name"] == "a"), None)
+        return p and len(p["rotated_from"]) >= 2 and p
+    row = wait_for(keys_at_b, 30, "two unattended rotations taken at b")
+    assert row["rotated_from"][-1] == first
+    seq = a.api("GET", "/v1/key")["seq"]
+    assert seq >= 2 and a.api("GET", "/v1/key")["schedule"]["every"] == 2.0
+    assert "unattended rotation is off" in ok(a, "key", "rotate", "--every", "off")
+    assert b.api("GET", "/v1/status")["rotation"]["refused"] == 0
