@@ -177,6 +177,8 @@ class Handshake:
         field = self.peer_auth.get("rotation")
         chain = field.get("chain") if isinstance(field, dict) else None
         cur = self.expect
+        if isinstance(chain, list) and len(chain) > rotation.MAX_CHAIN:
+            raise ProtocolError("", f"{self._mismatch} (over {rotation.MAX_CHAIN} records)")
         try:
             for rec in chain if isinstance(chain, list) else []:
                 rot = rotation.check(rec)
