@@ -72,6 +72,7 @@ class Handshake:
     # auth (it writes its own without waiting for ours), and answer only if
     # its rotation records lead from this key to the hello's.
     expect: str = ""
+    max_chain: int = rotation.MAX_CHAIN  # records looked at meanwhile (limits.rotation_chain)
     _mismatch: str = ""
     # Deepest JSON nesting accepted in a line (``Limits.json_depth``), here and after.
     max_depth: int = MAX_DEPTH
@@ -177,8 +178,8 @@ class Handshake:
         field = self.peer_auth.get("rotation")
         chain = field.get("chain") if isinstance(field, dict) else None
         cur = self.expect
-        if isinstance(chain, list) and len(chain) > rotation.MAX_CHAIN:
-            raise ProtocolError("", f"{self._mismatch} (over {rotation.MAX_CHAIN} records)")
+        if isinstance(chain, list) and len(chain) > self.max_chain:
+            raise ProtocolError("", f"{self._mismatch} (over {self.max_chain} records)")
         try:
             for rec in chain if isinstance(chain, list) else []:
                 rot = rotation.check(rec)

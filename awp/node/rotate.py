@@ -115,6 +115,7 @@ class Rotations:
     def bind(self, hs: Handshake) -> None:
         hs.refuse_key = self.refusal
         hs.rotation = self.auth_field
+        hs.max_chain = self.engine.config.limits.rotation_chain
 
     def refusal(self, key: str) -> str:
         """For a hello: why a key we know was rotated away is refused, else ""."""
@@ -140,8 +141,10 @@ class Rotations:
         if not isinstance(field, dict):
             return ""
         chain_in = field.get("chain", [])
-        if not isinstance(chain_in, list) or len(chain_in) > R.MAX_CHAIN:
-            return f"rotation chain must be a list of at most {R.MAX_CHAIN} records"
+        lim = self.engine.config.limits
+        if not isinstance(chain_in, list) or len(chain_in) > lim.rotation_chain:
+            return (f"rotation chain must be a list of at most {lim.rotation_chain} records"
+                    " (limits.rotation_chain)")
         try:
             chain = [R.check(r) for r in chain_in]
         except R.RotationError as e:
@@ -155,7 +158,7 @@ class Rotations:
         eng, now = self.engine, now_ms()
 
         def job(c: sqlite3.Connection) -> tuple[list[R.Rotation], str]:
-            applied, why = store.take_chain(c, chain, now, self._sign)
+            applied, why = store.take_chain(c, chain, now, self._sign, lim.rotation_conflicts)
             for rot in applied:  # known before any reader can see the commit
                 self.successors[rot.old] = rot.new
             if not why and commit:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from ..wire import rotation as R
 
-MAX_CONFLICTS = 16  # pairs kept per old key: one proves the point
+MAX_CONFLICTS = 16  # pairs kept per old key (limits.rotation_conflicts): one proves the point
 
 # Rows keyed by a peer's key that move with it: (table, column).
 _MOVES = (
@@ -74,7 +74,8 @@ def take(c: sqlite3.Connection, rot: R.Rotation, now: int, reissue: Reissue | No
 
 
 def take_chain(c: sqlite3.Connection, chain: list[R.Rotation], now: int,
-               reissue: Reissue | None) -> tuple[list[R.Rotation], str]:
+               reissue: Reissue | None, max_conflicts: int = MAX_CONFLICTS
+               ) -> tuple[list[R.Rotation], str]:
     """Take records oldest first; returns (those applied, the first refusal or "").
 
     A conflict's evidence is kept; the records before a refusal stay taken
@@ -87,17 +88,18 @@ def take_chain(c: sqlite3.Connection, chain: list[R.Rotation], now: int,
                 applied.append(rot)
         except R.RotationError as e:
             if e.kind == "conflict":
-                note_conflict(c, rot, now)
+                note_conflict(c, rot, now, max_conflicts)
             return applied, f"rotation record refused ({e.kind}): {e.detail}"
     return applied, ""
 
 
-def note_conflict(c: sqlite3.Connection, rot: R.Rotation, now: int) -> bool:
+def note_conflict(c: sqlite3.Connection, rot: R.Rotation, now: int,
+                  max_conflicts: int = MAX_CONFLICTS) -> bool:
     held = c.execute("SELECT rec FROM rotations WHERE old = ?", (rot.old,)).fetchone()
     if held is None:
         return False
     n = c.execute("SELECT count(*) FROM rotation_conflicts WHERE old = ?", (rot.old,)).fetchone()[0]
-    if n >= MAX_CONFLICTS:
+    if n >= max_conflicts:
         return False
     return c.execute("INSERT OR IGNORE INTO rotation_conflicts (old, a, b, found)"
                      " VALUES (?, ?, ?, ?)", (rot.old, held[0], rot.text, now)).rowcount > 0
