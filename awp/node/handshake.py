@@ -12,7 +12,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..wire import errors, rotation
+from ..wire import errors
+from ..wire import rotation as rotation_wire
 from ..wire.b64 import b64url
 from ..wire.errors import ProtocolError
 from ..wire.framing import MAX_LINE
@@ -72,7 +73,7 @@ class Handshake:
     # auth (it writes its own without waiting for ours), and answer only if
     # its rotation records lead from this key to the hello's.
     expect: str = ""
-    max_chain: int = rotation.MAX_CHAIN  # records looked at meanwhile (limits.rotation_chain)
+    max_chain: int = rotation_wire.MAX_CHAIN  # records looked at meanwhile (limits.rotation_chain)
     _mismatch: str = ""
     # Deepest JSON nesting accepted in a line (``Limits.json_depth``), here and after.
     max_depth: int = MAX_DEPTH
@@ -160,7 +161,7 @@ class Handshake:
         refusal = self.check_peer(key) if self.check_peer is not None else ""
         caps = obj.get("caps")
         follow = (refusal and self.expect and key != self.expect and isinstance(caps, list)
-                  and rotation.CAP in caps)
+                  and rotation_wire.CAP in caps)
         if refusal and not follow:
             raise ProtocolError("", refusal)
         self.peer = obj
@@ -182,10 +183,10 @@ class Handshake:
             raise ProtocolError("", f"{self._mismatch} (over {self.max_chain} records)")
         try:
             for rec in chain if isinstance(chain, list) else []:
-                rot = rotation.check(rec)
+                rot = rotation_wire.check(rec)
                 if rot.old == cur:
                     cur = rot.new
-        except rotation.RotationError as e:
+        except rotation_wire.RotationError as e:
             raise ProtocolError("", f"{self._mismatch} ({e.detail})") from None
         if cur != self.peer_key:
             raise ProtocolError("", f"{self._mismatch}, and no rotation record leads there")

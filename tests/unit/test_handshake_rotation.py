@@ -80,3 +80,13 @@ def test_retired_key_refused_at_hello() -> None:
     with pytest.raises(ProtocolError) as e:
         hs.receive(old.start()[:-1])
     assert e.value.code == "auth" and f"rotated to {K2.key}" in e.value.detail
+
+
+def test_a_long_chain_is_refused_before_any_signature_check() -> None:
+    rec = R.make(K1, K2, 1, K3.key, 1796212800000)
+    dialer, listener = _pair([rec] * 9)
+    hd, hl = dialer.start(), listener.start()
+    dialer.receive(hl[:-1])
+    with pytest.raises(ProtocolError) as e:
+        dialer.receive(listener.receive(hd[:-1])[:-1])
+    assert "over 8 records" in e.value.detail
