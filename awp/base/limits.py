@@ -92,6 +92,11 @@ class Limits:
     # Invites (awp invite): live ones at once; each is a row a redeemer can spend.
     invites: int = 1000
 
+    # Key rotation (SPEC.md section 11): records of one peer's chain taken from one
+    # auth line (two signature checks each), and pairs of conflicting records kept per key.
+    rotation_chain: int = 8
+    rotation_conflicts: int = 16
+
     # The WebSocket binding (ws:HOST:PORT listeners and ws:// wss:// dials).
     ws_handshake_timeout: float = 10.0      # TCP accept (or dial) to the upgrade answered
     ws_frame_bytes: int = 2 * MiB           # one received data frame (a whole line fits)
@@ -131,7 +136,7 @@ for _f, _k in (
     ("board_ask_window", "seconds"), ("board_ask_reorder", "seconds"),
     ("board_queue_seconds", "seconds"), ("board_answers_kept", "count"),
     ("board_asks_per_claimant", "count"), ("board_ask_claimants", "count"),
-    ("invites", "count"),
+    ("invites", "count"), ("rotation_chain", "count"), ("rotation_conflicts", "count"),
     ("ws_handshake_timeout", "seconds"), ("ws_frame_bytes", "bytes"),
     ("ws_message_bytes", "bytes"), ("ws_upgrades_per_ip", "count"),
 ):

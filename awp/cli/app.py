@@ -17,6 +17,7 @@ from . import (  # noqa: F401  (registers the commands)
     cmd_conn,
     cmd_grants,
     cmd_invite,
+    cmd_key,
     cmd_msg,
     cmd_release,
     cmd_repair,

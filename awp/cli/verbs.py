@@ -32,6 +32,7 @@ from .base import (
     compact,
     daemon,
     home_of,
+    note,
     out,
     out_json,
     parse_seconds,
@@ -561,3 +562,18 @@ def peers(home: str | None, as_json: bool) -> None:
           p.get("state", ""), _link_cell(p.get("sealed")), p.get("queued", 0), p.get("open_threads", 0), p.get("unread", 0),
           ",".join(p.get("granted") or []) or "-", peer_budget_cell(p.get("budget"))]
          for p in rows]))
+    _identity_lines(rows)
+
+
+def _identity_lines(rows: list) -> None:
+    """Below the table: rotations, verified peers, and loudly, a verified key that changed."""
+    for p in rows:
+        who = clip(_peer_name(p), 40)
+        for old in p.get("rotated_from") or []:
+            out(f"{who}: rotated from {old}")
+        verified = p.get("verified") or ""
+        if verified:
+            out(f"{who}: verified" + ("" if verified == p.get("key") else
+                                      f" as {verified}, carried over by a valid rotation"))
+        if p.get("warning"):
+            note(f"WARNING: {who}: {p['warning']}")

@@ -171,6 +171,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                       "written_first": engine.written_first,
                       "intake": engine.intake.status() if engine.intake else None},
             "budgets": engine.budgets.status(),
+            "rotation": engine.rotation.status() if engine.rotation else None,
             **counts, "peers": peer_list,
         }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import json
@@ -26,15 +27,15 @@ from ..node.config import NodeConfig
 from ..node.engine import Engine
 from ..node.mirror import Mirror
 from ..node.presence import Presence
+from ..node.rotate import Rotations
 from ..node.serving import Serving
 from ..store import check, ops, queries, salvage
 from ..store.db import StoreError, open_store
 from ..transport import streams
 from ..transport.ifaddrs import expand_wildcard
 from ..wire.address import AddressError, parse_listen
-from ..wire.keys import Identity
 from .facade import Parts
-from .keyfile import load_identity_seed
+from .keyfile import IdentityFile, load_identity
 from .settings import REMEMBERED, Flags, Settings, resolve
 
 log = logging.getLogger("awp.daemon")
@@ -50,6 +51,9 @@ class DaemonState:
     listen_errors: dict[str, str] = field(default_factory=dict)
     started_ms: int = 0
     stop: trio.Event = field(default_factory=trio.Event)
+    # Set with ``stop`` by ``awp key rotate``: run again in this process under
+    # the new key (the same pid, lock and settings; every part rebuilt).
+    restart: bool = False
     parts: Parts = field(default_factory=Parts)  # the extensions, for the routes
 
 
@@ -113,7 +117,7 @@ def run(home: str, flags: Flags) -> int:
         return 1
     try:
         db_path = homes.path(home, "awp.db")
-        seed = load_identity_seed(home)
+        ident = load_identity(home)
         stopped = salvage.interrupted(db_path)
         if stopped:
             raise check.StoreDamaged(check.interrupted_message(db_path, stopped, home))
@@ -132,7 +136,16 @@ def run(home: str, flags: Flags) -> int:
         # full collection while a backlog's lines churn through.
         gc.collect()
         gc.freeze()
-        return trio.run(_main, home, Identity(seed), db_path, settings)
+        while True:
+            bound: dict[str, str] = {}
+            code = trio.run(_main, home, ident, db_path, settings, bound)
+            if code != RESTART:
+                return code
+            # Listen where we listened (a port 0 got a port: peers know that one).
+            settings = dataclasses.replace(
+                settings, listen=[bound.get(item, item) for item in settings.listen])
+            ident = load_identity(home)  # the rotated key, read back from the home
+            log.info("restarting under the rotated key %s", ident.identity.key)
     except (homes.HomeError, StoreError, OSError) as e:
         print(f"awp daemon: {e}", file=sys.stderr)
         return 1
@@ -154,8 +167,14 @@ def run(home: str, flags: Flags) -> int:
         lock.release()
 
 
-async def _main(home: str, identity: Identity, db_path: str, settings: Settings) -> int:
+RESTART = -1  # what _main returns when the daemon should run again (a rotated key)
+
+
+async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings,
+                bound_out: dict[str, str] | None = None) -> int:
+    identity = ident.identity
     engine = Engine(identity, db_path, node_config(settings), net=streams)
+    engine.rotation = Rotations(engine, ident.rotations, ident.next_key)
     engine.expand = expand_wildcard  # hello.addrs, invites
     engine.extensions.append(Serving(engine, set(settings.serve), settings.root))
     engine.mirror = Mirror(engine)
@@ -184,6 +203,8 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
                     continue
                 bound = await engine.listen(addr)
                 log.info("listening on %s", bound)
+                if bound_out is not None:
+                    bound_out[item] = str(bound)
             except (AddressError, Exception) as e:
                 state.listen_errors[item] = str(e)
                 log.error("cannot listen on %s: %s", item, e)
@@ -208,6 +229,12 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
         from .api_agent import add_agent_routes
 
         add_agent_routes(router, engine, state)
+        from .api_key import add_key_routes
+        from .autorotate import Rotator
+
+        rotator = Rotator(engine, state)
+        add_key_routes(router, engine, state, rotator)
+        nursery.start_soon(rotator.run)  # a key with a lifetime: rotated on time, unattended
         from .damage import guard
 
         guard(router, home)
@@ -236,9 +263,11 @@ async def _main(home: str, identity: Identity, db_path: str, settings: Settings)
 
                 waiters.start_soon(on_signal)
                 waiters.start_soon(on_stop)
-        sd_notify("STOPPING=1")
+        sd_notify("RELOADING=1" if state.restart else "STOPPING=1")
         nursery.cancel_scope.cancel()
     remove_socket_pointer(home)
+    if state.restart:
+        return RESTART
     log.info("stopped; queued messages stay on disk")
     return 0
 

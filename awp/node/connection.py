@@ -68,6 +68,7 @@ class Connection:
                             present=engine.grants_to_present,
                             max_depth=cfg.limits.json_depth, outbound=outbound,
                             seal=seal_for(cfg.seal, stream))
+        engine.rotation and engine.rotation.bind(self.hs)  # retired keys, our records
         self.session = Session(engine.ids, now=trio.current_time(),
                                gap_timeout=cfg.limits.gap_timeout,
                                ping_interval=cfg.ping_interval,
@@ -205,8 +206,9 @@ class Connection:
         self.peer_caps = [c for c in caps if isinstance(c, str)] if isinstance(caps, list) else []
         self.dialer_key = self.engine.identity.key if self.outbound else self.peer_key
 
+        # Rotation records are taken before admission (awp/node/rotate.py).
         refusal = (not self.outbound and self.engine.budgets.admit_key(self)
-                   or await self.engine.admission(self))
+                   or await self.engine.took_rotation(self) or await self.engine.admission(self))
         if refusal:
             self.failure = refusal
             await self._refuse(errors.AUTH, refusal)
@@ -394,6 +396,8 @@ class Connection:
         """The peer's resume is applied: replay may begin."""
         self._may_send.set()
         self.wake()
+        if (rot := self.engine.rotation) is not None and rot.seq:  # it stored our record
+            self.engine.spawn(lambda: rot.delivered(self))
 
     async def send_raw_line(self, data: bytes) -> None:
         """Write one pre-built line (relayed presence keeps the origin's bytes)."""

@@ -48,6 +48,7 @@ from .network import Network, NoNetwork
 from .pausewatch import PauseWatcher
 from .peers import PeerManager
 from .reach import hello_addrs, store_hello_endpoints
+from .rotate import Rotations
 from .verbs import AgentVerbs
 from .wake import looks_waking, looks_waking_text
 
@@ -72,6 +73,7 @@ class Engine(InboundStore, AgentVerbs):
         # transport's lister): what hello.addrs and invites advertise.
         self.expand: Callable[[Address], list[str]] | None = None
         self.invites = Invites(self)
+        self.rotation: Rotations | None = None  # key rotation (the daemon hands in our chain)
         self.shares: list[str] | None = None
         self.started_at = now_ms()
         self._listeners: list[Any] = []
@@ -122,6 +124,8 @@ class Engine(InboundStore, AgentVerbs):
                 nursery.start_soon(self.pause_watch.run)
                 # A restart redials every peer it has business with, former
                 # neighbours included, at once: no backoff, no dial-back grace.
+                if self.rotation is not None:  # owed records are business: before the redials
+                    await self.rotation.start()
                 kept = await self.read(lambda c: self.business.peers(c, now_ms()))
                 for key, why in sorted(kept.items()):
                     log.info("redialing %s at start (%s)", key[:18], why)
@@ -290,7 +294,7 @@ class Engine(InboundStore, AgentVerbs):
         conn = Connection(self, stream, outbound=True, dialed=addr)
         if check_peer is None and expect_key:
             check_peer = key_check(addr, expect_key)
-        conn.hs.check_peer = check_peer
+        conn.hs.check_peer, conn.hs.expect = check_peer, expect_key or ""
         conn.hs.auth_extra = auth_extra
         assert self._nursery is not None
         self._nursery.start_soon(conn.run)
@@ -353,6 +357,12 @@ class Engine(InboundStore, AgentVerbs):
         return conn, conn.peer_key  # (the new connection ended any park)
 
     # -- connection callbacks ---------------------------------------------------------
+
+    def current_key(self, key: str) -> str:  # the key ``key`` rotated to, as far as we know
+        return self.rotation.current(key) if self.rotation is not None else key
+
+    async def took_rotation(self, conn: Connection) -> str:  # "" or why its records are refused
+        return await self.rotation.take(conn) if self.rotation is not None else ""
 
     async def admission(self, conn: Connection) -> str:
         """Empty string to admit; otherwise the reason for ``err auth``."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..wire import errors
+from ..wire import rotation as rotation_wire
 from ..wire.b64 import b64url
 from ..wire.errors import ProtocolError
 from ..wire.framing import MAX_LINE
@@ -61,6 +62,19 @@ class Handshake:
     auth_extra: Callable[[bytes, bytes], dict] | None = None
     # Grants to show the peer in our auth, looked up once its key is known.
     present: Callable[[str], list[dict]] | None = None
+    # Why a hello's key is refused although it verifies (a key rotated away:
+    # "KEY rotated to KEY"), or "" (awp/node/rotate.py).
+    refuse_key: Callable[[str], str] | None = None
+    # Our auth's ``rotation`` field for this peer's hello, or None (only peers
+    # that list the ``rotate`` cap get one).
+    rotation: Callable[[dict], dict | None] | None = None
+    # Dialing a known key: the key we expect.  A hello with another key that
+    # lists the ``rotate`` cap is not refused at once: we wait for the peer's
+    # auth (it writes its own without waiting for ours), and answer only if
+    # its rotation records lead from this key to the hello's.
+    expect: str = ""
+    max_chain: int = rotation_wire.MAX_CHAIN  # records looked at meanwhile (limits.rotation_chain)
+    _mismatch: str = ""
     # Deepest JSON nesting accepted in a line (``Limits.json_depth``), here and after.
     max_depth: int = MAX_DEPTH
     # We dialed (our hello comes first in the seal transcript).
@@ -123,11 +137,10 @@ class Handshake:
         if self.stage == "auth":
             if t != "auth":
                 raise ProtocolError(errors.AUTH, f"expected auth, got {t}")
-            self._on_auth(obj)
-            return None
+            return self._on_auth(obj)
         raise ProtocolError(errors.BAD_FRAME, "handshake already complete")
 
-    def _on_hello(self, obj: dict, raw: bytes) -> bytes:
+    def _on_hello(self, obj: dict, raw: bytes) -> bytes | None:
         v = obj.get("v", 0)
         if not isinstance(v, int) or isinstance(v, bool) or v not in SUPPORTED_VERSIONS:
             raise ProtocolError(errors.VERSION, f"version {v!r} not spoken (we speak 0)",
@@ -142,18 +155,53 @@ class Handshake:
         nonce = obj.get("nonce")
         if not isinstance(nonce, str) or not nonce:
             raise ProtocolError(errors.AUTH, "hello without nonce")
+        retired = self.refuse_key(key) if self.refuse_key is not None else ""
+        if retired:
+            raise ProtocolError(errors.AUTH, retired)
         refusal = self.check_peer(key) if self.check_peer is not None else ""
-        if refusal:
+        caps = obj.get("caps")
+        follow = (refusal and self.expect and key != self.expect and isinstance(caps, list)
+                  and rotation_wire.CAP in caps)
+        if refusal and not follow:
             raise ProtocolError("", refusal)
         self.peer = obj
         self.peer_key = key
         self.peer_hello = raw
         self._agree_seal(obj, raw)
         self.stage = "auth"
+        if follow:
+            self._mismatch = refusal
+            return None
+        return self._auth_line(obj, key)
+
+    def _followed(self) -> None:
+        """Our auth is held until the peer's rotation records lead from the key we dialed."""
+        field = self.peer_auth.get("rotation")
+        chain = field.get("chain") if isinstance(field, dict) else None
+        cur = self.expect
+        if isinstance(chain, list) and len(chain) > self.max_chain:
+            raise ProtocolError("", f"{self._mismatch} (over {self.max_chain} records)")
+        try:
+            for rec in chain if isinstance(chain, list) else []:
+                rot = rotation_wire.check(rec)
+                if rot.old == cur:
+                    cur = rot.new
+        except rotation_wire.RotationError as e:
+            raise ProtocolError("", f"{self._mismatch} ({e.detail})") from None
+        if cur != self.peer_key:
+            raise ProtocolError("", f"{self._mismatch}, and no rotation record leads there")
+        refusal = self.check_peer(self.expect) if self.check_peer is not None else ""
+        if refusal:  # another endpoint of the race led meanwhile
+            raise ProtocolError("", refusal)
+
+    def _auth_line(self, obj: dict, key: str) -> bytes:
         sig = self.identity.sign(auth_transcript(self.my_hello, self.peer_hello))
         auth: dict = {"t": "auth", "id": self.ids.next(), "ts": format_ts(now_ms()), "sig": sig}
         if self.auth_extra is not None:
             auth.update(self.auth_extra(self.my_hello, self.peer_hello))
+        rotation = self.rotation(obj) if self.rotation is not None else None
+        if rotation:
+            auth["rotation"] = rotation
         grants = self.present(key) if self.present is not None else []
         if grants:
             auth["grants"] = grants
@@ -189,7 +237,7 @@ class Handshake:
         except SealError as e:
             raise ProtocolError(errors.AUTH, str(e), re=obj.get("id")) from None
 
-    def _on_auth(self, obj: dict) -> None:
+    def _on_auth(self, obj: dict) -> bytes | None:
         sig = obj.get("sig")
         if not isinstance(sig, str) or not verify(
             self.peer_key, auth_transcript(self.peer_hello, self.my_hello), sig
@@ -197,6 +245,10 @@ class Handshake:
             raise ProtocolError(errors.AUTH, "auth signature does not verify")
         self.peer_auth = obj
         self.stage = "done"
+        if self._mismatch:  # the key we dialed rotated: answer now, if its records say so
+            self._followed()
+            return self._auth_line(self.peer, self.peer_key)
+        return None
 
     @property
     def peer_grants(self) -> list[dict]:

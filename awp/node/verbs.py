@@ -153,6 +153,7 @@ class AgentVerbs:
         new_thread = not th
         th = th or new_thread_id()
         now = now_ms()
+        key = self.current_key(key)
         staged = await self.stage_files(files) if files else []
         parts = list(parts) + [
             {"k": "blob", "ref": b["ref"], "name": b["name"], "mime": b["mime"], "size": b["size"]}
@@ -186,6 +187,7 @@ class AgentVerbs:
 
     async def send_state(self, key: str, th: str, state: str, note: str = "") -> dict:
         now = now_ms()
+        key = self.current_key(key)
 
         def build(ident: str, ts: str) -> dict:
             line = {"t": "state", "id": ident, "ts": ts, "th": th, "state": state}

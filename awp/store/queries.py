@@ -9,6 +9,7 @@ from ..base.echo import echo
 from ..wire.address import address_hint
 from ..wire.keys import KEY_PREFIX, KeyError_, normalize_key, short_key
 from ..wire.names import clean_name, name_fold
+from . import rotations
 from .ops import out_acked
 
 FINAL = ("done", "failed", "closed")
@@ -145,9 +146,10 @@ def resolve_peer(c: sqlite3.Connection, text: str, *, introduced: bool = False,
                            f" characters, not {echo(ref)}", "bad_peer")
     if ref.startswith(KEY_PREFIX):
         try:
-            return normalize_key(ref)
+            key = normalize_key(ref)
         except KeyError_ as e:
             raise LookupFailed(f"bad key {echo(ref)}: {e}") from None
+        return rotations.current(c, key)  # a key rotated away names the peer it became
     row = c.execute("SELECT key FROM aliases WHERE alias = ?", (ref,)).fetchone()
     if row:
         return row[0]
@@ -488,6 +490,7 @@ def thread_rows(c: sqlite3.Connection, *, peer: str | None = None, open_only: bo
 
 def peer_rows(c: sqlite3.Connection) -> list[dict]:
     clashes = name_clashes(c)
+    conflicted = rotations.conflicts(c)
     out = []
     for r in c.execute("SELECT * FROM peers ORDER BY last_seen DESC, key").fetchall():
         key = r["key"]
@@ -511,5 +514,42 @@ def peer_rows(c: sqlite3.Connection) -> list[dict]:
             "parked": bool(r["parked"]), "bye_reason": r["bye_reason"],
             "last_error": r["last_error"], "queued": queued, "open_threads": open_threads,
             "unread": unread_n, "addresses": addrs,
+            "rotated_from": rotations.history(c, key), "verified": r["verified"],
+            "verified_at": r["verified_at"],
         })
+        if key in conflicted:
+            out[-1]["rotation_conflict"] = {k: conflicted[key][k] for k in ("n", "first")}
+    _identity_warnings(out)
     return out
+
+
+def _identity_warnings(rows: list[dict]) -> None:
+    """``warning`` on a verified peer whose key seems to have changed without a record.
+
+    A valid rotation keeps the mark (the row moved to the new key, and
+    ``verified`` still names the key the user checked).  Anything else that
+    looks like the same agent under another key is said loudly: another key
+    answering at its address ("key mismatch"), or another key using its name.
+    """
+    by_name: dict[str, list[dict]] = {}
+    for p in rows:
+        if p["name"]:
+            by_name.setdefault(name_fold(p["name"]), []).append(p)
+    for p in rows:
+        if p.get("rotation_conflict"):
+            p["warning"] = ("ONE OF THIS PEER'S KEYS WAS ROTATED TO TWO DIFFERENT KEYS: both"
+                            " records verify, so its keys signed two histories (see GET"
+                            " /v1/rotation/conflicts)")
+        if not p["verified"]:
+            continue
+        why = []
+        for a in p["addresses"]:
+            if str(a.get("last_error") or "").startswith("key mismatch"):
+                why.append(f"{a['addr']} answered with another key ({a['last_error']})")
+        for other in by_name.get(name_fold(p["name"]), []) if p["name"] else []:
+            if other is not p and other["key"] != p["key"] and not other["verified"]:
+                why.append(f"{other['key']} also calls itself {p['name']!r}, with no rotation"
+                           " record from the verified key")
+        if why:
+            p["warning"] = ("VERIFIED PEER'S KEY MAY HAVE CHANGED WITHOUT A VALID ROTATION: "
+                            + "; ".join(why))

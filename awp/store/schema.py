@@ -377,6 +377,38 @@ CREATE TABLE board_heads (
     doc TEXT NOT NULL
 );
 """,
+    # 13: key rotation (issue 35, awp/store/rotations.py).  ``rotations``: every
+    # record we took of a peer's key moving (one per old key: a second is a
+    # conflict, kept in ``rotation_conflicts``); ``rotation_owed``: peers that
+    # have not yet taken our own newest record.  On ``peers``: the key the peer
+    # committed to rotate to next (announced in auth), the key it rotated from,
+    # and the key the user checked the safety number of (``awp verify --mark``).
+    """
+CREATE TABLE rotations (
+    old TEXT PRIMARY KEY,
+    new TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    next TEXT NOT NULL,
+    rec TEXT NOT NULL,
+    received INTEGER NOT NULL
+);
+CREATE INDEX rotations_new ON rotations (new);
+CREATE TABLE rotation_conflicts (
+    old TEXT NOT NULL,
+    a TEXT NOT NULL,
+    b TEXT NOT NULL,
+    found INTEGER NOT NULL,
+    PRIMARY KEY (old, b)
+);
+CREATE TABLE rotation_owed (
+    peer TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL
+);
+ALTER TABLE peers ADD COLUMN next_commit TEXT NOT NULL DEFAULT '';
+ALTER TABLE peers ADD COLUMN rotated_from TEXT NOT NULL DEFAULT '';
+ALTER TABLE peers ADD COLUMN verified TEXT NOT NULL DEFAULT '';
+ALTER TABLE peers ADD COLUMN verified_at INTEGER NOT NULL DEFAULT 0;
+""",
 ]
 
 BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables
