@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from .heard import heard_name
+from .heard import heard_names_of
 
 #: Board records looked at, newest first: the read costs the same on a board of any size.
 RECENT = 5000
@@ -56,7 +56,8 @@ def board_hosts(c: sqlite3.Connection, me: str, limit: int = 500) -> list[dict]:
              - RECENT)
     rows = c.execute(
         "SELECT topic, kind, author, received, via, hops,"
-        " CASE WHEN kind = 'lease' THEN json_extract(raw, '$.holder') END AS holder"
+        " CASE WHEN kind = 'lease' AND json_valid(raw) THEN json_extract(raw, '$.holder')"
+        " END AS holder"
         " FROM board_records WHERE seq > ? AND kind IN ('post', 'edit', 'delete', 'lease')"
         " ORDER BY seq DESC", (floor,))
     for topic, kind, author, received, via, hops, holder in rows:
@@ -76,13 +77,12 @@ def board_hosts(c: sqlite3.Connection, me: str, limit: int = 500) -> list[dict]:
         h = host(owner)
         if h is not None:
             saw(h, "owner", topic, received)
-    for h in hosts.values():
-        row = c.execute("SELECT name FROM peers WHERE key = ?", (h["key"],)).fetchone()
-        if row and row[0]:
-            h["name"], h["name_source"] = row[0], "met"
-            continue
-        heard = heard_name(c, h["key"])
-        h["name"], h["name_source"] = heard if heard is not None else ("", "")
+    met = {k: n for k, n in c.execute("SELECT key, name FROM peers WHERE name != ''")
+           if k in hosts}
+    heard = heard_names_of(c, set(hosts) - met.keys())
+    for key, h in hosts.items():
+        h["name"], h["name_source"] = ((met[key], "met") if key in met
+                                       else heard.get(key, ("", "")))
     return sorted(hosts.values(), key=lambda h: (-h["last"], h["key"]))
 
 
@@ -109,7 +109,8 @@ def board_feed(c: sqlite3.Connection, *, after: int | None, limit: int) -> list[
     ``author``, ``ts``, ``of``, ``parent``, and ``text`` (posts) or ``state``,
     ``holder`` (lease records)."""
     # filtered in SQL, so that fewer than ``limit`` rows means nothing more is there
-    shown = (f"kind IN ('post', 'edit') OR (kind = 'lease' AND json_extract(raw, '$.state')"
+    shown = (f"kind IN ('post', 'edit') OR (kind = 'lease' AND json_valid(raw)"
+             f" AND json_extract(raw, '$.state')"
              f" IN ({','.join('?' * len(FEED_STATES))}))")
     sql = "SELECT seq, topic, kind, author, ts, of, parent, raw FROM board_records WHERE"
     if after is None:

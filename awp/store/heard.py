@@ -82,3 +82,28 @@ def _lease_name(c: sqlite3.Connection, key: str) -> tuple[str, str] | None:
         if isinstance(name, str) and clean_name(name):
             return clean_name(name), LEASE
     return None
+
+
+def heard_names_of(c: sqlite3.Connection, keys: set[str]) -> dict[str, tuple[str, str]]:
+    """:func:`heard_name` for many keys in one pass over each source, in its order
+    (presence, topic documents, lease records): the dashboard names hundreds at a time."""
+    out: dict[str, tuple[str, str]] = {}
+    for key, name in c.execute("SELECT origin, name FROM presence WHERE name != ''"):
+        if key in keys and key not in out and clean_name(name):
+            out[key] = clean_name(name), PRESENCE
+    for key, name in c.execute("SELECT owner, CASE WHEN json_valid(doc) THEN"
+                               " json_extract(doc, '$.owner_name') END FROM board_topics"):
+        if key in keys and key not in out and isinstance(name, str) and clean_name(name):
+            out[key] = clean_name(name), TOPIC
+    rest = keys - out.keys()
+    if rest:
+        for key, name in c.execute(
+                "SELECT json_extract(raw, '$.holder'), json_extract(raw, '$.holder_name')"
+                " FROM board_records WHERE kind = 'lease' AND raw LIKE '%\"holder_name\"%'"
+                " AND json_valid(raw) ORDER BY seq DESC"):
+            if key in rest and isinstance(name, str) and clean_name(name):
+                out[key] = clean_name(name), LEASE
+                rest.discard(key)
+                if not rest:
+                    break
+    return out

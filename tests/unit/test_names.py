@@ -286,3 +286,17 @@ def test_a_workers_name_in_a_lease_record_labels_it_but_never_resolves(store):
         queries.resolve_peer(store, "builder", heard=True)
     # a holder that only looks like it (another key) gets no name from that record
     assert queries.peer_label(store, owner.key) == short_key(owner.key)
+
+
+def test_many_names_at_once_agree_with_one_at_a_time(store):
+    """The dashboard's one-pass lookup gives what heard_name gives per key, in its order."""
+    from awp.store.heard import heard_name, heard_names_of
+
+    a = _heard(store, "alice", "topic")
+    w = _heard(store, "worker", "presence")
+    store.execute("INSERT INTO board_topics (topic, owner, seq, hash, doc, received)"
+                  " VALUES (?, ?, 1, 'h2', ?, 1)", (f"{w}/two", w, '{"owner_name":"other"}'))
+    nobody = Identity.generate().key
+    got = heard_names_of(store, {a, w, nobody})
+    assert got == {k: heard_name(store, k) for k in (a, w)}
+    assert got[w] == ("worker", "presence")  # presence before the topic document
