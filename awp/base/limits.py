@@ -96,6 +96,9 @@ class Limits:
     # auth line (two signature checks each), and pairs of conflicting records kept per key.
     rotation_chain: int = 8
     rotation_conflicts: int = 16
+    # Operator keys (SPEC.md section 12): revocations of operators we do not
+    # trust that we keep to pass on (a trusted operator's are always kept).
+    op_revocations: int = 4096
 
     # The WebSocket binding (ws:HOST:PORT listeners and ws:// wss:// dials).
     ws_handshake_timeout: float = 10.0      # TCP accept (or dial) to the upgrade answered
@@ -137,6 +140,7 @@ for _f, _k in (
     ("board_queue_seconds", "seconds"), ("board_answers_kept", "count"),
     ("board_asks_per_claimant", "count"), ("board_ask_claimants", "count"),
     ("invites", "count"), ("rotation_chain", "count"), ("rotation_conflicts", "count"),
+    ("op_revocations", "count"),
     ("ws_handshake_timeout", "seconds"), ("ws_frame_bytes", "bytes"),
     ("ws_message_bytes", "bytes"), ("ws_upgrades_per_ip", "count"),
 ):

@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (registers the commands)
     cmd_invite,
     cmd_key,
     cmd_msg,
+    cmd_operator,
     cmd_release,
     cmd_repair,
     cmd_service,
@@ -52,7 +53,7 @@ def daemon_cmd(
     no_tailcat: bool = typer.Option(False, "--no-tailcat", help="do not listen on tailcat"),
     advertise: str = typer.Option(
         None, "--advertise", help="address sent in hello for dial-back (none to disable)"),
-    accept: str = typer.Option(None, "--accept", help="admission policy: any, allowlist or invite-only"),
+    accept: str = typer.Option(None, "--accept", help="admission policy: any, allowlist, invite-only or operator"),
     allow: list[str] = typer.Option([], "--allow", help="key to admit under allowlist"),
     trust: list[str] = typer.Option([], "--trust", help="issuer key whose grants to honor"),
     serve: list[str] = typer.Option(

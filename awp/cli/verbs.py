@@ -575,5 +575,9 @@ def _identity_lines(rows: list) -> None:
         if verified:
             out(f"{who}: verified" + ("" if verified == p.get("key") else
                                       f" as {verified}, carried over by a valid rotation"))
+        op = p.get("operator")
+        if op:
+            out(f"{who}: device of operator {op['op']}" + (f" ({op['name']})" if op["name"] else "")
+                + f", {op['status']} until {op['exp']}")
         if p.get("warning"):
             note(f"WARNING: {who}: {p['warning']}")

@@ -241,6 +241,9 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                 p["kept_for"] = slot.reason  # the business it is redialled for
             p["budget"] = engine.budgets.peer(p["key"], conn)
         now = now_ms()
+        for p in rows:  # the operator that certified it, from its last handshake
+            ops_ = engine.operators
+            p["operator"] = ops_.summary(p.pop("opcert", ""), now) if ops_ is not None else None
         granted = await engine.read(lambda c: {p["key"]: sorted(grantstore.honored_caps(
             c, p["key"], engine.identity.key, engine.config.trust, now)) for p in rows})
         for p in rows:

@@ -26,6 +26,7 @@ from ..node.board_queue import BoardQueue
 from ..node.config import NodeConfig
 from ..node.engine import Engine
 from ..node.mirror import Mirror
+from ..node.operators import Operators
 from ..node.presence import Presence
 from ..node.rotate import Rotations
 from ..node.serving import Serving
@@ -175,6 +176,8 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
     identity = ident.identity
     engine = Engine(identity, db_path, node_config(settings), net=streams)
     engine.rotation = Rotations(engine, ident.rotations, ident.next_key)
+    engine.operators = Operators(engine)
+    engine.extensions.append(engine.operators)
     engine.expand = expand_wildcard  # hello.addrs, invites
     engine.extensions.append(Serving(engine, set(settings.serve), settings.root))
     engine.mirror = Mirror(engine)
@@ -234,6 +237,9 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
 
         rotator = Rotator(engine, state)
         add_key_routes(router, engine, state, rotator)
+        from .api_operator import add_operator_routes
+
+        add_operator_routes(router, engine)
         nursery.start_soon(rotator.run)  # a key with a lifetime: rotated on time, unattended
         from .damage import guard
 

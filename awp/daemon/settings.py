@@ -180,9 +180,9 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
     advertise, _ = pick("advertise", flags.advertise, "AWP_ADVERTISE", cfg.get("advertise"))
     accept, _ = pick("accept", flags.accept, "AWP_ACCEPT", pol.get("accept"))
     accept = str(accept or "any")
-    if accept not in ("any", "allowlist", "invite-only"):
-        raise HomeError("admission policy must be 'any', 'allowlist' or 'invite-only',"
-                        f" not {accept!r}")
+    if accept not in ("any", "allowlist", "invite-only", "operator"):
+        raise HomeError("admission policy must be 'any', 'allowlist', 'invite-only' or"
+                        f" 'operator', not {accept!r}")
     seal, _ = pick("seal", None, "AWP_SEAL", pol.get("seal"))
     seal = str(seal or "prefer")
     if seal not in SEAL_POLICIES:

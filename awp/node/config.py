@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..base.limits import Limits
 
 DEFAULT_CAPS = ["chat", "blob", "grant", "introduce", "presence", "mirror", "presence-batch",
-                "board", "rotate"]
+                "board", "rotate", "operator"]
 MiB = 1024 * 1024
 
 
@@ -19,7 +19,8 @@ class NodeConfig:
     # Address sent in hello for dial-back: None means "pick from our listeners",
     # "" or "none" means send none.
     advertise: str | None = None
-    accept: str = "any"  # or "allowlist", or "invite-only" (awp/node/invites.py)
+    # or "allowlist", "invite-only" (awp/node/invites.py), "operator" (node/operators.py)
+    accept: str = "any"
     # Sealed links (wire/seal.py): "off", "prefer" (when the peer offers it too),
     # "require-remote" (refuse a plain link unless it is local), "require".
     seal: str = "prefer"

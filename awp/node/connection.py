@@ -68,7 +68,7 @@ class Connection:
                             present=engine.grants_to_present,
                             max_depth=cfg.limits.json_depth, outbound=outbound,
                             seal=seal_for(cfg.seal, stream))
-        engine.rotation and engine.rotation.bind(self.hs)  # retired keys, our records
+        engine.bind_handshake(self.hs)  # rotation and operator keys
         self.session = Session(engine.ids, now=trio.current_time(),
                                gap_timeout=cfg.limits.gap_timeout,
                                ping_interval=cfg.ping_interval,

@@ -33,6 +33,7 @@ from ..wire.canonical import compact_json
 from ..wire.ids import IdGenerator
 from ..wire.keys import Identity
 from ..wire.timefmt import now_ms
+from .admission import admit
 from .budgets import Budgets
 from .business import Business
 from .config import NodeConfig
@@ -40,11 +41,12 @@ from .connection import Connection
 from .dialer import DialError, key_check
 from .events import Broadcaster
 from .extension import Extension
-from .handshake import LocalHello
+from .handshake import Handshake, LocalHello
 from .inbound_store import InboundStore
 from .intake import Intake
-from .invites import INVITE_ONLY, Invites
+from .invites import Invites
 from .network import Network, NoNetwork
+from .operators import Operators
 from .pausewatch import PauseWatcher
 from .peers import PeerManager
 from .reach import hello_addrs, store_hello_endpoints
@@ -74,6 +76,7 @@ class Engine(InboundStore, AgentVerbs):
         self.expand: Callable[[Address], list[str]] | None = None
         self.invites = Invites(self)
         self.rotation: Rotations | None = None  # key rotation (the daemon hands in our chain)
+        self.operators: Operators | None = None  # operator keys (also in ``extensions``)
         self.shares: list[str] | None = None
         self.started_at = now_ms()
         self._listeners: list[Any] = []
@@ -365,49 +368,15 @@ class Engine(InboundStore, AgentVerbs):
         return await self.rotation.take(conn) if self.rotation is not None else ""
 
     async def admission(self, conn: Connection) -> str:
-        """Empty string to admit; otherwise the reason for ``err auth``."""
-        cfg = self.config
-        invited = None if conn.outbound else await self.invites.admit(conn)
-        if invited is not None:  # an invite in the auth: its verdict, under any policy
-            return invited
-        if cfg.accept == INVITE_ONLY:
-            if conn.outbound or await self.invites.met(conn.peer_key):
-                return ""
-            return ("this host admits only holders of a live invite and peers it has met"
-                    " (accept: invite-only)")
-        if cfg.accept != "allowlist":
-            log.info("admitted %s (%s) under policy any", conn.peer_name, conn.peer_key)
-            return ""
-        key = conn.peer_key
-        if conn.outbound or key in cfg.allow or key in cfg.trust:
-            return ""
-        dialed = await self.read(lambda c: c.execute(
-            "SELECT 1 FROM addresses WHERE peer = ? AND last_success > 0 LIMIT 1",
-            (key,)).fetchone())
-        if dialed:  # a key we reached ourselves before (dial-back, a restart)
-            return ""
-        presented = conn.hs.peer_grants
-        if presented:
-            await self.writer.run(lambda c: self.store_grants(c, conn, presented, now_ms()))
-            if await self.read(lambda c: grantstore.honored(
-                    c, key, self.identity.key, cfg.trust, now_ms())):
-                return ""
-        for ext in self.extensions:
-            if await ext.admits(conn):
-                return ""
-        name = conn.peer_name or "a peer"
-        now = now_ms()
-        try:
-            await self.writer.run(lambda c: (
-                ops.ensure_peer(c, key, now),
-                ops.add_notice(c, self.ids, key, "refused",
-                               f"refused a connection from {name} ({key}): not on the allowlist",
-                               now),
-            ))
-        except Exception:
-            pass
-        self.changes.publish({"kind": "notice", "peer": key})
-        return "not on the allowlist"
+        """Empty string to admit; otherwise the reason for ``err auth`` (node/admission.py)."""
+        return await admit(self, conn)
+
+    def bind_handshake(self, hs: Handshake) -> None:
+        """The parts of a handshake that rotation and operator keys decide."""
+        if self.rotation is not None:
+            self.rotation.bind(hs)  # retired keys, our records
+        if self.operators is not None:
+            self.operators.bind(hs)  # our certificate, the revocations we hold
 
     async def on_connection_established(self, conn: Connection) -> None:
         now = now_ms()

@@ -68,6 +68,9 @@ class Handshake:
     # Our auth's ``rotation`` field for this peer's hello, or None (only peers
     # that list the ``rotate`` cap get one).
     rotation: Callable[[dict], dict | None] | None = None
+    # Our auth's ``operator`` field (our device certificate, the revocations we
+    # hold) for this peer's hello, or None (awp/node/operators.py).
+    operator: Callable[[dict], dict | None] | None = None
     # Dialing a known key: the key we expect.  A hello with another key that
     # lists the ``rotate`` cap is not refused at once: we wait for the peer's
     # auth (it writes its own without waiting for ours), and answer only if
@@ -202,6 +205,9 @@ class Handshake:
         rotation = self.rotation(obj) if self.rotation is not None else None
         if rotation:
             auth["rotation"] = rotation
+        operator = self.operator(obj) if self.operator is not None else None
+        if operator:
+            auth["operator"] = operator
         grants = self.present(key) if self.present is not None else []
         if grants:
             auth["grants"] = grants

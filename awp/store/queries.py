@@ -515,7 +515,7 @@ def peer_rows(c: sqlite3.Connection) -> list[dict]:
             "last_error": r["last_error"], "queued": queued, "open_threads": open_threads,
             "unread": unread_n, "addresses": addrs,
             "rotated_from": rotations.history(c, key), "verified": r["verified"],
-            "verified_at": r["verified_at"],
+            "verified_at": r["verified_at"], "opcert": r["opcert"],
         })
         if key in conflicted:
             out[-1]["rotation_conflict"] = {k: conflicted[key][k] for k in ("n", "first")}

@@ -409,9 +409,31 @@ ALTER TABLE peers ADD COLUMN rotated_from TEXT NOT NULL DEFAULT '';
 ALTER TABLE peers ADD COLUMN verified TEXT NOT NULL DEFAULT '';
 ALTER TABLE peers ADD COLUMN verified_at INTEGER NOT NULL DEFAULT 0;
 """,
+    # 14: operator keys (issue 35, awp/store/operators.py).  ``operators``: the
+    # operator keys the user trusts (``awp trust``); ``op_revocations``: the
+    # newest revocation we hold of each (operator, device), trusted or not, so
+    # that we pass it on; on ``peers``: the certificate it showed at its last
+    # handshake, as canonical JSON.
+    """
+CREATE TABLE operators (
+    key TEXT PRIMARY KEY,
+    name TEXT NOT NULL DEFAULT '',
+    added INTEGER NOT NULL
+);
+CREATE TABLE op_revocations (
+    op TEXT NOT NULL,
+    device TEXT NOT NULL,
+    ts INTEGER NOT NULL,
+    rec TEXT NOT NULL,
+    received INTEGER NOT NULL,
+    PRIMARY KEY (op, device)
+);
+ALTER TABLE peers ADD COLUMN opcert TEXT NOT NULL DEFAULT '';
+""",
 ]
 
 BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables
 STAMP_MIGRATION = 7  # the columns and table of the owner's stamps
 LEAN_MIGRATION = 9  # the board's leaner indexes
 CONFLICT_MIGRATION = 11  # the owner's conflicting statements, and its newest head
+OPERATOR_MIGRATION = 13  # trusted operators, revocations, the certificate a peer showed
