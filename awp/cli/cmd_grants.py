@@ -55,6 +55,10 @@ def blobs_cmd(
 def grant_cmd(
     args: list[str] = typer.Argument(..., metavar="PEER CAP...", help=f"the peer, then {CAPS_HELP}"),
     ttl: str = typer.Option("1h", "--ttl", metavar="DURATION", help="how long it is valid"),
+    audience: str = typer.Option(
+        None, "--audience", metavar="KEY",
+        help="where it counts: a host, or an operator key (every device it certifies);"
+             " default anywhere that honors you"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
@@ -67,12 +71,15 @@ def grant_cmd(
     Examples:
       awp grant builder fs:read --ttl 2h
       awp grant builder exec --ttl 30m
+      awp grant builder fs:read --audience ed25519:OpK...   (every device of a team)
     """
     if len(args) < 2:
         raise CliError("give a peer and at least one capability", 2)
     seconds = parse_seconds(ttl, "--ttl")
-    res = daemon(home_of(home)).post("/v1/grant", {"peer": args[0], "caps": args[1:],
-                                                   "ttl": seconds})
+    body: dict = {"peer": args[0], "caps": args[1:], "ttl": seconds}
+    if audience:
+        body["aud"] = audience
+    res = daemon(home_of(home)).post("/v1/grant", body)
     if as_json:
         out_json(res)
         return

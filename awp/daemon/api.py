@@ -244,8 +244,9 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         for p in rows:  # the operator that certified it, from its last handshake
             ops_ = engine.operators
             p["operator"] = ops_.summary(p.pop("opcert", ""), now) if ops_ is not None else None
+        also = engine.audiences()
         granted = await engine.read(lambda c: {p["key"]: sorted(grantstore.honored_caps(
-            c, p["key"], engine.identity.key, engine.config.trust, now)) for p in rows})
+            c, p["key"], engine.identity.key, engine.config.trust, now, also)) for p in rows})
         for p in rows:
             p["granted"] = granted.get(p["key"], [])
         return rows
@@ -358,7 +359,13 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         ttl = _num(body, "ttl", 3600.0)
         if ttl <= 0:
             raise ApiError(400, "ttl must be positive", "bad_request")
-        res = await engine.grant(key, caps, ttl)
+        aud = _str(body, "aud") or None
+        if aud is not None:  # a host, or an operator: every device it certifies
+            try:
+                aud = normalize_key(aud)
+            except KeyError_:
+                aud = await resolve(aud)
+        res = await engine.grant(key, caps, ttl, aud=aud)
         risky = sorted(set(caps) & {"exec", "fs:write"})
         res["warning"] = (f"{' and '.join(risky)} let the peer run code on this machine"
                           " (remote code execution); keep the ttl short" if risky else "")
@@ -381,7 +388,7 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
         """What a peer may do here, by the grants we honor."""
         key = await resolve(req.query.get("peer") or "")
         return {"peer": key, "caps": sorted(await engine.read(lambda c: grantstore.honored_caps(
-            c, key, engine.identity.key, engine.config.trust, now_ms())))}
+            c, key, engine.identity.key, engine.config.trust, now_ms(), engine.audiences())))}
 
     @r.route("GET", "/v1/grants")
     async def grants(req: Request) -> list:

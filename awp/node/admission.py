@@ -59,7 +59,7 @@ async def admit(engine: Engine, conn: Connection) -> str:
     if presented:
         await engine.writer.run(lambda c: engine.store_grants(c, conn, presented, now_ms()))
         if await engine.read(lambda c: grantstore.honored(
-                c, key, engine.identity.key, cfg.trust, now_ms())):
+                c, key, engine.identity.key, cfg.trust, now_ms(), engine.audiences())):
             return ""
     for ext in engine.extensions:
         if await ext.admits(conn):

@@ -371,6 +371,10 @@ class Engine(InboundStore, AgentVerbs):
         """Empty string to admit; otherwise the reason for ``err auth`` (node/admission.py)."""
         return await admit(self, conn)
 
+    def audiences(self) -> frozenset[str]:
+        """Grant audiences that count here besides our key: the operator certifying us."""
+        return self.operators.audiences(now_ms()) if self.operators is not None else frozenset()
+
     def bind_handshake(self, hs: Handshake) -> None:
         """The parts of a handshake that rotation and operator keys decide."""
         if self.rotation is not None:

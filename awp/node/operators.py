@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..store import grants as grantstore
 from ..store import operators as opstore
 from ..store import ops
 from ..wire import operator as O
@@ -96,6 +97,13 @@ class Operators(Extension):
         if self.is_revoked(cert):
             return f"its operator {cert.op} revoked it"
         return ""
+
+    def audiences(self, now: int) -> frozenset[str]:
+        """Our operator, while our certificate is live: grants addressed to it count here."""
+        cert = self.cert
+        if cert is None or not cert.live(now) or self.is_revoked(cert):
+            return frozenset()
+        return frozenset({cert.op})
 
     # -- the handshake ----------------------------------------------------------------
 
@@ -197,9 +205,21 @@ class Operators(Extension):
         return not self.verdict(conn.peer_key, now_ms())
 
     async def on_established(self, conn: Connection, prev: dict) -> None:
+        """Record the peer's certificate; show it our grants addressed to its operator."""
         cert = self.certs.get(conn.peer_key)
         text = cert.text if cert is not None else ""
         await self.engine.writer.run(lambda c: opstore.set_peer_cert(c, conn.peer_key, text))
+        now = now_ms()
+        if cert is None or not cert.live(now):
+            return
+        limit = self.engine.config.limits.present_count
+        grants = await self.engine.read(
+            lambda c: grantstore.held_for_audience(c, cert.op, now, limit))
+        if grants:
+            try:
+                await conn.send_grants(grants)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
 
     async def on_line(self, conn: Connection, line: dict, raw: bytes) -> bool:
         if line.get("t") != LINE:

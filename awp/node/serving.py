@@ -54,7 +54,8 @@ class Serving(Extension):
             return []
         cap, mime, data = found
         eng = self.engine
-        caps = grantstore.honored_caps(c, conn.peer_key, eng.identity.key, eng.config.trust, now)
+        caps = grantstore.honored_caps(c, conn.peer_key, eng.identity.key, eng.config.trust, now,
+                                       eng.audiences())
         th = line.get("th") or ""
         if cap not in caps:
             status = "forbidden"

@@ -103,6 +103,13 @@ def issued_to(c: sqlite3.Connection, peer: str, now: int) -> list[dict]:
         "SELECT grant FROM grants WHERE kind = 'issued' AND sub = ? AND exp > ?", (peer, now))]
 
 
+def held_for_audience(c: sqlite3.Connection, aud: str, now: int, limit: int) -> list[dict]:
+    """Unexpired grants about us whose audience is ``aud`` (an operator), newest first."""
+    return [json.loads(r[0]) for r in c.execute(
+        "SELECT grant FROM grants WHERE kind = 'held' AND aud = ? AND exp > ?"
+        " ORDER BY created DESC, rowid DESC LIMIT ?", (aud, now, limit))]
+
+
 def to_present(c: sqlite3.Connection, peer: str, now: int,
                lim: Limits | None = None, trust: frozenset[str] | set[str] = frozenset()
                ) -> list[dict]:
@@ -157,12 +164,14 @@ def to_present(c: sqlite3.Connection, peer: str, now: int,
     return out
 
 
-def _for_me(aud: str, me: str) -> bool:
-    return not aud or aud == me
+def _for_me(aud: str, me: str, also: frozenset[str] = frozenset()) -> bool:
+    """Whether a grant's audience is us: no audience, our key, or an operator
+    that certified us (``also``: one grant then covers every device of a team)."""
+    return not aud or aud == me or aud in also
 
 
 def honored(c: sqlite3.Connection, peer: str, me: str, trust: set[str],
-            now: int) -> list[set[str]]:
+            now: int, also: frozenset[str] = frozenset()) -> list[set[str]]:
     """The capability sets of every grant about ``peer`` that we honor.
 
     Honored: issued by us, or by a key we trust, or by a key that holds an
@@ -184,7 +193,7 @@ def honored(c: sqlite3.Connection, peer: str, me: str, trust: set[str],
     for caps, aud in c.execute(
             f"SELECT caps, aud FROM grants WHERE sub = ? AND iss IN ({marks}) AND exp > ?"
             " AND kind IN ('issued', 'presented')", (peer, *roots, now)):
-        if _for_me(aud, me):
+        if _for_me(aud, me, also):
             out.append(set(json.loads(caps)))
     introducers: dict[str, set[str]] = {}
     for sub, caps, aud in c.execute(
@@ -192,22 +201,22 @@ def honored(c: sqlite3.Connection, peer: str, me: str, trust: set[str],
             " AND kind IN ('issued', 'presented') AND caps LIKE '%\"introduce\"%'",
             (*roots, now)):
         held = set(json.loads(caps))
-        if "introduce" in held and _for_me(aud, me) and sub != peer and sub not in roots:
+        if "introduce" in held and _for_me(aud, me, also) and sub != peer and sub not in roots:
             introducers.setdefault(sub, set()).update(held)
     for iss, held in introducers.items():
         passable = held - {"introduce"}
         for caps, aud in c.execute(
                 "SELECT caps, aud FROM grants WHERE sub = ? AND iss = ? AND exp > ?"
                 " AND kind IN ('issued', 'presented')", (peer, iss, now)):
-            if _for_me(aud, me):
+            if _for_me(aud, me, also):
                 out.append(set(json.loads(caps)) & passable)
     return out
 
 
 def honored_caps(c: sqlite3.Connection, peer: str, me: str, trust: set[str],
-                 now: int) -> set[str]:
+                 now: int, also: frozenset[str] = frozenset()) -> set[str]:
     caps: set[str] = set()
-    for g in honored(c, peer, me, trust, now):
+    for g in honored(c, peer, me, trust, now, also):
         caps |= g
     return caps
 

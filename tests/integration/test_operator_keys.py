@@ -138,3 +138,28 @@ def test_a_revocation_reaches_a_host_two_hops_away(make_node, tmp_path) -> None:
     _certify(dev, opfile)
     ok(dev, "connect", gate.address)
     wait_for(lambda: _linked(dev, gate), 20, "re-certified device admitted")
+
+
+def test_a_grant_addressed_to_an_operator_counts_on_each_of_its_devices(make_node, tmp_path
+                                                                        ) -> None:
+    op, opfile = _operator(tmp_path)
+    lead, bob = make_node("lead").start(), make_node("bob").start()
+    dev1 = make_node("dev1").start("--trust", lead.key)
+    dev2 = make_node("dev2").start("--trust", lead.key)
+    other = make_node("other").start("--trust", lead.key)  # trusts the lead, not certified
+    _certify(dev1, opfile)
+    _certify(dev2, opfile)
+    ok(lead, "connect", bob.address)
+    out = ok(lead, "grant", bob.key, "fs:read", "--ttl", "1h", "--audience", op)
+    assert "fs:read" in out
+    wait_for(lambda: any(g["kind"] == "held" and g["aud"] == op
+                         for g in bob.api("GET", "/v1/grants")), 20, "bob to hold the grant")
+    for host in (dev1, dev2, other):
+        ok(bob, "connect", host.address)
+
+    def caps(host: Node) -> list[str]:
+        return host.api("GET", "/v1/caps", peer=bob.key)["caps"]
+
+    for host in (dev1, dev2):
+        wait_for(lambda h=host: caps(h) == ["fs:read"], 20, f"fs:read for bob on {host.name}")
+    assert caps(other) == []  # the grant is not for it: its audience is the operator
