@@ -96,8 +96,8 @@ class Limits:
     # auth line (two signature checks each), and pairs of conflicting records kept per key.
     rotation_chain: int = 8
     rotation_conflicts: int = 16
-    # Operator keys (SPEC.md section 12): revocations of operators we do not
-    # trust that we keep to pass on (a trusted operator's are always kept).
+    # Operator keys (SPEC.md section 11): revocations of operators we do not trust
+    # that we keep to pass on (a trusted operator's are always kept).
     op_revocations: int = 4096
 
     # The WebSocket binding (ws:HOST:PORT listeners and ws:// wss:// dials).

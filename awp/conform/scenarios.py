@@ -26,6 +26,7 @@ from ..wire.keys import Identity, auth_transcript
 from ..wire.timefmt import format_ts_seconds, now_ms
 from .board_scenarios import BOARD_SCENARIOS
 from .conn import Fail, Skip, describe, random_thread
+from .identity_scenarios import IDENTITY_SCENARIOS
 from .owner_scenarios import OWNER_SCENARIOS
 from .session import (  # noqa: F401 - Ctx, Session, handshake are this module's API too
     PROTOCOL_VERSION,
@@ -385,6 +386,7 @@ SCENARIOS: list[Scenario] = [
     *BOARD_SCENARIOS,
     *OWNER_SCENARIOS,
     *WS_SCENARIOS,
+    *IDENTITY_SCENARIOS,
     Scenario("bye", "bye gets a bye back, then the peer closes", s_bye),
 ]
 

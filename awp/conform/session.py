@@ -138,7 +138,8 @@ def _is(t: str) -> Callable[[dict], bool]:
 # -- the handshake ----------------------------------------------------------------------
 
 def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool,
-              identity: Identity | None = None, seal: bool = False) -> Session:
+              identity: Identity | None = None, seal: bool = False,
+              caps: list[str] | None = None, auth_extra: dict | None = None) -> Session:
     """Run hello/auth/resume with the peer.
 
     ``strict`` is the ``handshake`` scenario: wait for the peer's hello before
@@ -148,10 +149,13 @@ def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool,
     scenario's business, and the connection is still usable for the others.
 
     ``seal`` offers the seal extension; the link is sealed when the peer
-    offers it too (``Session.sealed``).
+    offers it too (``Session.sealed``).  ``caps`` are listed in our hello
+    besides the runner's; ``auth_extra`` are fields added to our auth (a
+    rotation chain, say).
     """
     me = identity or ctx.identity
     mine = ctx.hello_line(identity=me)
+    mine["caps"] = [*mine["caps"], *(caps or [])]
     ephemeral = Ephemeral() if seal else None
     if ephemeral is not None:
         mine["caps"] = [*mine["caps"], SEAL_CAP]
@@ -192,8 +196,8 @@ def handshake(ctx: Ctx, conn: PeerConn, *, strict: bool,
         # (and, in listen mode, the shared connection) carry on.
         session.faults.append("the peer's auth does not verify over \"awp-auth-v0\" 0x00"
                               " <its hello> 0x00 <our hello>")
-    conn.send({"t": "auth", "sig": me.sign(auth_transcript(my_raw, hello_raw))},
-              ctx.deadline)
+    conn.send({"t": "auth", "sig": me.sign(auth_transcript(my_raw, hello_raw)),
+               **(auth_extra or {})}, ctx.deadline)
     if keys is not None:
         conn.seal_sending(keys[0])
     if not strict:

@@ -14,7 +14,7 @@ canonical JSON of the statement without ``sig``, so a certificate can never
 pass as a revocation, a rotation record or a grant.
 
 This module is pure: it builds, signs and checks statements, so every rule
-is unit-tested with fixed seeds (SPEC.md, "Operator keys", has the vectors).
+is unit-tested with fixed seeds (SPEC.md section 11, "Operator keys", has the vectors).
 What a host does with them is awp/node/operators.py's and the store's.
 """
 

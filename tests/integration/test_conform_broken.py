@@ -33,7 +33,7 @@ from awp.wire.timefmt import format_ts, now_ms
 
 ALL = [s.name for s in SCENARIOS]
 # The minipeer lists neither cap board nor cap seal, and it speaks no WebSocket.
-CORE = [n for n in ALL if not n.startswith(("board-", "seal", "ws-"))]
+CORE = [n for n in ALL if not n.startswith(("board-", "seal", "ws-", "rotate", "op-"))]
 WS = [n for n in ALL if n.startswith("ws-")]  # skipped: these targets are no ws URL
 MINIPEER = os.path.join(ROOT, "interop", "minipeer.py")
 

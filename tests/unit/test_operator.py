@@ -1,6 +1,6 @@
 """Operator certificates and revocations (awp/wire/operator.py), with fixed seeds.
 
-The vectors here are the ones SPEC.md section 12 prints: a change to the
+The vectors here are the ones SPEC.md prints (section 11, "Operator keys"): a change to the
 signed bytes breaks them.
 """
 
