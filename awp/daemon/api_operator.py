@@ -81,6 +81,9 @@ def add_operator_routes(r: Router, engine: Engine) -> None:
         await ops_.loaded.wait()
         if not on and key not in ops_.trusted:
             raise ApiError(404, f"{key} is not a trusted operator", "unknown_operator")
+        if not on and key in ops_.configured:
+            raise ApiError(409, f"{key} is trusted by config.json (policy.operators): remove it"
+                           " there", "configured")
         changed = await ops_.set_trust(key, name, on)
         return {"key": key, "trusted": on, "changed": changed,
                 "operators": ops_.describe(now_ms())["trusted"]}

@@ -176,7 +176,7 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
     identity = ident.identity
     engine = Engine(identity, db_path, node_config(settings), net=streams)
     engine.rotation = Rotations(engine, ident.rotations, ident.next_key)
-    engine.operators = Operators(engine)
+    engine.operators = Operators(engine, configured=settings.operators)
     engine.extensions.append(engine.operators)
     engine.expand = expand_wildcard  # hello.addrs, invites
     engine.extensions.append(Serving(engine, set(settings.serve), settings.root))

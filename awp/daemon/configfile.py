@@ -88,9 +88,16 @@ def _duration(v: object) -> str:
 
 
 def _accept(v: object) -> str:
-    if v not in ("any", "allowlist", "invite-only"):
-        raise ValueError(f'expected "any", "allowlist" or "invite-only", not {json.dumps(v)}')
+    if v not in ("any", "allowlist", "invite-only", "operator"):
+        raise ValueError('expected "any", "allowlist", "invite-only" or "operator",'
+                         f" not {json.dumps(v)}")
     return ""
+
+
+def _every(v: object) -> str:
+    if isinstance(v, str) and v.strip().lower() in ("0", "off", "never"):
+        return ""
+    return _duration(v)
 
 
 def _serve(v: object) -> str:
@@ -111,9 +118,11 @@ _TOP: dict[str, Callable[[object], str]] = {
     "share_with": _share_with, "blob_limit": _positive_int, "ping_interval": _duration,
     "outbox_ttl": _duration, "trace": _bool, "verbose": _bool, "allow_plaintext": _bool,
     "policy": lambda v: "", "limits": _limits, "pause_gap": _duration,
+    "rotate_every": _every,
 }
 _POLICY: dict[str, Callable[[object], str]] = {
     "accept": _accept, "allow": _keys, "trust": _keys, "serve": _serve, "root": _string,
+    "operators": _keys,
 }
 
 

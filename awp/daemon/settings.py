@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..base.durations import parse_duration
 from ..base.home import HomeError, default_name, path
 from ..base.limits import Limits, limits_from_config
+from ..wire.keys import KeyError_, normalize_key
 from ..wire.names import clean_name
 from ..wire.seal import SEAL_POLICIES
 from .configfile import SERVABLE, load_config_file
@@ -95,6 +96,10 @@ class Settings:
     harnesses: Harnesses = field(default_factory=Harnesses)
     on_demand: bool = False  # the CLI started us (``--start-dir``), not a person or a service
     pause_gap: float = 5.0  # clocks this far ahead of the watcher's tick: we slept
+    # ``rotate_every`` (config.json) or AWP_ROTATE_EVERY: the unattended rotation
+    # schedule, applied at start (0 is off); None leaves the stored one alone.
+    rotate_every: float | None = None
+    operators: list[str] = field(default_factory=list)  # policy.operators: trusted, from config
 
 
 def _csv(v: str | None) -> list[str]:
@@ -194,6 +199,11 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
 
     allow = keylist(pol.get("allow"), "AWP_ALLOW", flags.allow)
     trust = keylist(pol.get("trust"), "AWP_TRUST", flags.trust)
+    operators = keylist(pol.get("operators"), "AWP_OPERATORS", [])
+    try:
+        operators = [normalize_key(k) for k in operators]
+    except KeyError_ as e:
+        raise HomeError(f"policy.operators / AWP_OPERATORS: not a key: {e}") from None
     serve_src = flags.serve or _csv(env.get("AWP_SERVE")) or (
         [str(x) for x in pol["serve"]] if isinstance(pol.get("serve"), list) else [])
     serve = [c for s in serve_src for c in _csv(s)]
@@ -230,6 +240,7 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         ping = parse_duration(env.get("AWP_PING_INTERVAL") or cfg.get("ping_interval") or "30s")
         ttl = parse_duration(cfg.get("outbox_ttl") or "168h")
         pause_gap = parse_duration(cfg.get("pause_gap") or "5s")
+        rotate_every = _every(env.get("AWP_ROTATE_EVERY") or cfg.get("rotate_every"))
     except (TypeError, ValueError, OverflowError) as e:
         raise HomeError(f"bad setting: {e}") from None
     if ping <= 0:
@@ -255,5 +266,21 @@ def resolve(home: str, flags: Flags, remembered: dict[str, str],
         trace=bool(trace), verbose=verbose, allow_plaintext=allow_plaintext, seal=seal, limits=limits,
         listen_source=listen_source,
         remember=remember, harnesses=flags.harnesses, on_demand=flags.start_dir is not None,
-        pause_gap=pause_gap,
+        pause_gap=pause_gap, rotate_every=rotate_every, operators=operators,
     )
+
+
+MIN_ROTATE_EVERY_S = 3600.0  # a configured schedule shorter than this is a mistake
+
+
+def _every(value: object) -> float | None:
+    """``rotate_every``: a duration ("30d"), seconds, or 0/"off"; None when unset."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("0", "off", "never"):
+        return 0.0
+    secs = float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else parse_duration(str(value))
+    if secs and secs < MIN_ROTATE_EVERY_S:
+        raise ValueError(f"rotate_every must be 0 (off) or at least 1h, not {value!r}")
+    return secs

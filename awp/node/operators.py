@@ -53,8 +53,10 @@ META_CERT = "operator.cert"
 class Operators(Extension):
     """The operator extension of one engine (also the engine's ``operators``)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, configured: list[str] | None = None) -> None:
         self.engine = engine
+        # Trusted by config.json (``policy.operators``): not in the store, not removable here.
+        self.configured = set(configured or [])
         self.trusted: dict[str, str] = {}
         self.revoked: dict[tuple[str, str], int] = {}
         self.cert: O.Cert | None = None
@@ -70,6 +72,8 @@ class Operators(Extension):
             return (opstore.trusted(c), opstore.revoked(c), ops.get_meta(c, META_CERT) or "",
                     opstore.revocations(c, O.MAX_REVOCATIONS))
         self.trusted, self.revoked, cert, field = await self.engine.read(read)
+        for key in self.configured:
+            self.trusted.setdefault(key, "config")
         self.cert = None
         if cert:
             try:
@@ -241,7 +245,8 @@ class Operators(Extension):
             self.trusted[key] = name
         else:
             changed = await self.engine.writer.run(lambda c: opstore.untrust(c, key))
-            self.trusted.pop(key, None)
+            if key not in self.configured:
+                self.trusted.pop(key, None)
         await self._drop_revoked()
         return changed
 

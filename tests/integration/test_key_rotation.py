@@ -323,3 +323,28 @@ def test_unattended_rotation_every(make_node) -> None:
     assert seq >= 2 and a.api("GET", "/v1/key")["schedule"]["every"] == 2.0
     assert "unattended rotation is off" in ok(a, "key", "rotate", "--every", "off")
     assert b.api("GET", "/v1/status")["rotation"]["refused"] == 0
+
+
+def test_rotate_every_in_config_sets_the_schedule_at_start(make_node) -> None:
+    """config.json ``rotate_every`` decides the schedule at each start, over one set by
+    hand meanwhile; a value under an hour is refused with the reason."""
+    a = make_node("a")
+    os.makedirs(a.home, mode=0o700, exist_ok=True)
+    conf = os.path.join(a.home, "config.json")
+    with open(conf, "w") as f:
+        json.dump({"rotate_every": "30d"}, f)
+    a.start()
+    plan = a.api("GET", "/v1/key")["schedule"]
+    assert plan["every"] == 30 * 86400.0 and plan["due"] > 0
+    ok(a, "key", "rotate", "--every", "off")
+    assert a.api("GET", "/v1/key")["schedule"]["every"] == 0
+    a.kill()
+    a.start()
+    assert a.api("GET", "/v1/key")["schedule"]["every"] == 30 * 86400.0
+    a.kill()
+    with open(conf, "w") as f:
+        json.dump({"rotate_every": "5m"}, f)
+    a.start(wait=False)
+    assert a.proc.wait(30) != 0
+    with open(a.log_path, errors="replace") as f:
+        assert "rotate_every must be 0 (off) or at least 1h" in f.read()

@@ -163,3 +163,19 @@ def test_a_grant_addressed_to_an_operator_counts_on_each_of_its_devices(make_nod
     for host in (dev1, dev2):
         wait_for(lambda h=host: caps(h) == ["fs:read"], 20, f"fs:read for bob on {host.name}")
     assert caps(other) == []  # the grant is not for it: its audience is the operator
+
+
+def test_operators_trusted_by_config_admit_and_cannot_be_removed_by_hand(make_node, tmp_path
+                                                                         ) -> None:
+    op, opfile = _operator(tmp_path)
+    gate = make_node("gate")
+    os.makedirs(gate.home, mode=0o700, exist_ok=True)
+    with open(os.path.join(gate.home, "config.json"), "w") as f:
+        json.dump({"policy": {"accept": "operator", "operators": [op]}}, f)
+    gate.start()
+    dev = make_node("dev").start()
+    _certify(dev, opfile)
+    ok(dev, "connect", gate.address)
+    wait_for(lambda: _linked(dev, gate), 20, "admitted by the configured operator")
+    r = awp(gate, "trust", op, "--remove")
+    assert r.returncode != 0 and "policy.operators" in r.stderr, r.stderr
