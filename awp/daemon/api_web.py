@@ -180,6 +180,8 @@ def add_web_routes(router: Router, engine: Engine, state: DaemonState) -> None:
             failing = slot.last_error if slot is not None else ""
             p["unreachable"] = "" if up else (failing or "")
             p.pop("addresses", None)  # addresses never leave through the dashboard
+            ops_ = engine.operators
+            p["operator"] = ops_.summary(p.pop("opcert", ""), now) if ops_ is not None else None
         tailcat_error = next((v for k, v in state.listen_errors.items()
                               if k.strip().lower() == "tailcat"), "")
         from .api import _share_address

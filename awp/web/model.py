@@ -60,6 +60,10 @@ def _new_agent(key: str) -> dict[str, Any]:
         "listening": False, "transport": "", "rtt_ms": None, "unreachable": "",
         "threads": 0, "active": False, "working": False, "waiting": False, "shares": [],
         "unread": 0, "outbox": 0, "board": None, "heard": "",
+        # identity (docs/identity.md): "" | "verified" | "carried" (checked under a key
+        # it rotated from), the keys it rotated from, the operator that certified it,
+        # and a warning when its key seems to have changed without a record
+        "verified": "", "rotated_from": [], "operator": None, "identity_warning": "",
     }
 
 
@@ -74,6 +78,17 @@ def _board_seen(row: dict) -> dict:
     return {"roles": roles, "topics": topics, "via": _s(row.get("via"), 100),
             "hops": row.get("hops") if isinstance(row.get("hops"), int) else None,
             "last": ts(row.get("last") if isinstance(row.get("last"), int) else None)}
+
+
+def _identity(a: dict, p: dict) -> None:
+    """A direct peer's verification, rotations and operator, as ``awp peers`` shows them."""
+    verified = _s(p.get("verified"), 100)
+    a["verified"] = "" if not verified else "verified" if verified == a["key"] else "carried"
+    a["rotated_from"] = [_s(k, 100) for k in p.get("rotated_from") or [] if isinstance(k, str)][:8]
+    op = p.get("operator")
+    if isinstance(op, dict):
+        a["operator"] = {k: _s(op.get(k), 100) for k in ("op", "name", "status", "exp")}
+    a["identity_warning"] = _s(p.get("warning"), 300)
 
 
 def build_state(snap: dict, *, at_ms: int | None = None) -> dict:
@@ -139,6 +154,7 @@ def build_state(snap: dict, *, at_ms: int | None = None) -> dict:
         a["transport"] = p.get("transport") or ""
         a["rtt_ms"] = p.get("rtt_ms")
         a["shares"] = list(p.get("shares") or [])
+        _identity(a, p)
         if up:
             a["seen"] = ts(now)
         elif p.get("last_seen"):

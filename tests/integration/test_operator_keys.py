@@ -69,6 +69,9 @@ def test_a_trusted_operators_devices_get_in_and_strangers_do_not(make_node, tmp_
     ok(dev, "connect", gate.address)
     wait_for(lambda: _linked(dev, gate), 20, "the certified device admitted")
     assert f"dev: device of operator {op} (team), trusted until" in ok(gate, "peers")
+    web = next(p for p in gate.api("GET", "/v1/web/state")["peers"] if p["key"] == dev.key)
+    assert web["operator"]["op"] == op and web["operator"]["status"] == "trusted"
+    assert "opcert" not in web
     r = awp(stranger, "connect", gate.address)
     assert r.returncode != 0 and "no operator certificate" in r.stderr, r.stderr
     shown = json.loads(ok(gate, "operator", "show", "--json"))

@@ -195,3 +195,23 @@ def test_board_posts_and_queue_changes_are_activity():
     assert item["kind"] == "queue" and item["from"] == PEER and item["state"] == "done"
     assert item["text"] == "done item " + "b" * 10
     assert activity.activity_from_board({**post, "kind": "stamp"}) is None
+
+
+def test_a_peers_identity_shows_verified_rotated_and_certified():
+    old = "ed25519:" + "O" * 43
+    op = {"op": "ed25519:" + "P" * 43, "name": "team", "status": "trusted",
+          "exp": "2027-03-01T00:00:00.000Z", "device_name": "ci-7"}
+    peers = [
+        {"key": PEER, "name": "a", "up": True, "verified": PEER, "rotated_from": [],
+         "operator": op},
+        {"key": FAR, "name": "b", "up": False, "verified": old, "rotated_from": [old],
+         "operator": None, "warning": "another key answers at its address"},
+        {"key": GHOST, "name": "c", "up": False},
+    ]
+    ag = {a["key"]: a for a in model.build_state(_snap(peers=peers))["agents"]}
+    assert ag[PEER]["verified"] == "verified" and ag[PEER]["operator"]["name"] == "team"
+    assert ag[PEER]["operator"]["status"] == "trusted"
+    assert ag[FAR]["verified"] == "carried" and ag[FAR]["rotated_from"] == [old]
+    assert ag[FAR]["identity_warning"] == "another key answers at its address"
+    assert ag[GHOST]["verified"] == "" and ag[GHOST]["operator"] is None
+    assert ag[GHOST]["rotated_from"] == []

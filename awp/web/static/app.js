@@ -530,7 +530,19 @@
 
   function agentSig(a) {
     return [a.key, a.name, a.status, a.harness, a.model, a.host, a.about, activitySignal(a).text,
-      linkText(a), a.threads, a.working, a.sharing, a.version].join('|');
+      linkText(a), a.threads, a.working, a.sharing, a.version, identityText(a),
+      a.identity_warning].join('|');
+  }
+
+  // Verified, rotated, certified: what `awp peers` says of the peer's identity.
+  function identityText(a) {
+    const bits = [];
+    if (a.verified === 'verified') bits.push('verified');
+    else if (a.verified === 'carried') bits.push('verified (carried over a rotation)');
+    if ((a.rotated_from || []).length) bits.push('rotated ' + a.rotated_from.length + 'x');
+    if (a.operator) bits.push('operator ' + (a.operator.name || a.operator.op.slice(8, 18)) +
+      ' (' + a.operator.status + ')');
+    return bits.join(' · ');
   }
 
   function agentCard(a) {
@@ -547,6 +559,9 @@
       sig.text ? h('div', { class: 'signal ' + sig.cls, text: sig.text }) : null,
       lt ? h('div', { class: 'link' + (a.direct ? '' : ' error'), text: lt }) : null,
       a.about ? h('div', { class: 'about', text: a.about }) : null,
+      identityText(a) ? h('div', { class: 'muted small identity', text: identityText(a) }) : null,
+      a.identity_warning ? h('div', { class: 'signal error', text: 'WARNING: ' + a.identity_warning })
+        : null,
       h('div', { class: 'muted small', text: a.threads + (a.threads === 1 ? ' thread' : ' threads') +
         (a.working ? ' · working' : '') + (a.sharing ? '' : ' · no presence') }));
   }
@@ -586,6 +601,11 @@
     cardBox.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'key'), chip(a.key, 'copy the key')));
     if (a.via) cardBox.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'presence via'),
       agentName(a.via), ' · ' + a.hops + (a.hops === 1 ? ' hop' : ' hops') + ', seen ' + ago(a.seen) + ' ago'));
+    (a.rotated_from || []).forEach((k) => cardBox.appendChild(h('div', { class: 'kv' },
+      h('span', { class: 'k' }, 'rotated from'), chip(k, 'copy the old key'))));
+    if (a.operator) cardBox.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'operator'),
+      chip(a.operator.op, 'copy the operator key'),
+      ' ' + (a.operator.name ? a.operator.name + ', ' : '') + a.operator.status + ' until ' + a.operator.exp));
     if (a.heard) cardBox.appendChild(h('div', { class: 'kv' }, h('span', { class: 'k' }, 'name'),
       a.name + ' (heard of, from a ' + a.heard + '; never met)'));
     if (a.board) {
