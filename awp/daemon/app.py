@@ -236,6 +236,7 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
         from .autorotate import Rotator
 
         rotator = Rotator(engine, state)
+        await rotator.configure()
         add_key_routes(router, engine, state, rotator)
         from .api_operator import add_operator_routes
 

@@ -70,16 +70,16 @@ class Rotator:
                 pass
         return {"every": every, "due": last + int(every * 1000)}
 
-    async def run(self) -> None:
-        """Rotate when the schedule says so; look again when it changes.
-
-        A schedule set in config.json (``rotate_every``) is applied first, so a
-        service unit's config decides it; ``awp key rotate --every`` changes it
-        until the next start.
-        """
+    async def configure(self) -> None:
+        """Apply config.json's ``rotate_every`` (before the local API answers), so a
+        service unit's config decides the schedule; ``awp key rotate --every``
+        changes it until the next start."""
         wanted = self.state.settings.rotate_every
         if wanted is not None and (await self.plan())["every"] != wanted:
             await self.schedule(wanted)
+
+    async def run(self) -> None:
+        """Rotate when the schedule says so; look again when it changes."""
         while True:
             self.changed = trio.Event()
             plan = await self.plan()

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 log = logging.getLogger("awp.presence")
+RELAYED_RECORDS = 4  # our newest rotation records in our presence document
 
 DEBOUNCE = 2.0
 HEARTBEAT = 60.0
@@ -141,6 +142,9 @@ class Presence(Extension):
                     "host": clip(socket.gethostname(), 100)})
         if eng.shares:
             doc["shares"] = list(eng.shares)
+        rot = eng.rotation
+        if rot is not None and rot.chain:  # hosts we never met learn where we moved
+            doc["rotation"] = rot.chain[-RELAYED_RECORDS:]
         act = getattr(eng, "activity", None) or {}
         at = int(act.get("at") or 0)
         if at:
@@ -282,6 +286,11 @@ class Presence(Extension):
             origin = doc["origin"]
             self.engine.changes.publish({"kind": "presence", "origin": origin,
                                          "joined": how == "new"})
+            rot = self.engine.rotation
+            if rot is not None and "rotation" in doc:
+                why = await rot.take_relayed(doc["rotation"], origin)
+                if why:
+                    log.info("presence of %s: %s", origin[:18], why)
             digest = content_digest(doc)
             changed = self._digests.get(origin) != digest
             self._digests[origin] = digest

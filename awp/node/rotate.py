@@ -140,7 +140,20 @@ class Rotations:
         field = getattr(conn.hs, "peer_auth", {}).get(FIELD)
         if not isinstance(field, dict):
             return ""
-        chain_in = field.get("chain", [])
+        nxt = field.get("next")
+        commit = nxt if isinstance(nxt, str) and len(nxt) == 43 else ""
+        return await self._take(field.get("chain", []), conn.peer_key, commit, "the hello's")
+
+    async def take_relayed(self, chain_in: object, origin: str) -> str:
+        """Records a signed document of ``origin`` carried (presence): hosts that never
+        met it learn its rotation, and refuse the old key from then on."""
+        if not isinstance(chain_in, list) or not chain_in:
+            return ""
+        if all(isinstance(r, dict) and r.get("old") in self.successors for r in chain_in):
+            return ""  # held already: the common case costs no signature check
+        return await self._take(chain_in, origin, "", "the document's origin")
+
+    async def _take(self, chain_in: object, key: str, commit: str, whose: str) -> str:
         lim = self.engine.config.limits
         if not isinstance(chain_in, list) or len(chain_in) > lim.rotation_chain:
             return (f"rotation chain must be a list of at most {lim.rotation_chain} records"
@@ -150,11 +163,8 @@ class Rotations:
         except R.RotationError as e:
             self.refused += 1
             return f"rotation record refused ({e.kind}): {e.detail}"
-        key = conn.peer_key
         if chain and chain[-1].new != key:
-            return "rotation chain does not end at the hello's key"
-        nxt = field.get("next")
-        commit = nxt if isinstance(nxt, str) and len(nxt) == 43 else ""
+            return f"rotation chain does not end at {whose} key"
         eng, now = self.engine, now_ms()
 
         def job(c: sqlite3.Connection) -> tuple[list[R.Rotation], str]:

@@ -348,3 +348,24 @@ def test_rotate_every_in_config_sets_the_schedule_at_start(make_node) -> None:
     assert a.proc.wait(30) != 0
     with open(a.log_path, errors="replace") as f:
         assert "rotate_every must be 0 (off) or at least 1h" in f.read()
+
+
+def test_a_host_two_hops_away_learns_the_rotation_from_presence(make_node) -> None:
+    """a -- b -- c, presence on: c never met a, yet after a rotates c takes the record
+    from a's signed presence document and refuses the old key at hello."""
+    from rawpeer import RawPeer
+
+    from awp.wire.keys import Identity
+
+    a, b, c = (make_node(x, extra=["--presence"]).start() for x in "abc")
+    b.connect(a)
+    c.connect(b)
+    old_identity = Identity(_seed(a))
+    new = _rotate(a)["new"]
+    wait_for(lambda: c.api("GET", "/v1/status")["rotation"]["peers_rotated"] >= 1, 30,
+             "c to take a's record from presence")
+    assert _peer(c, new) is None and _peer(c, old_identity.key) is None  # never met
+    with RawPeer(c.address, old_identity) as p:
+        err = p.handshake()
+    assert err["t"] == "err" and err["code"] == "auth"
+    assert f"rotated to {new}" in err["detail"]
