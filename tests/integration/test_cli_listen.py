@@ -60,8 +60,11 @@ def test_every_config_key_is_checked(homes):
         ({"presence": "yes"}, "presence: expected true or false"),
         ({"ping_interval": "soon"}, "ping_interval:"),
         ({"blob_limit": "big"}, "blob_limit: expected a whole number"),
-        ({"policy": {"accept": "some"}}, 'policy.accept: expected "any", "allowlist" or "invite-only"'),
+        ({"policy": {"accept": "some"}},
+         'policy.accept: expected "any", "allowlist", "invite-only" or "operator"'),
         ({"policy": {"trust": ["nope"]}}, "policy.trust: 'nope' is not a key"),
+        ({"policy": {"operators": ["nope"]}}, "policy.operators: 'nope' is not a key"),
+        ({"rotate_every": "sometimes"}, "rotate_every:"),
         ({"listen": ["tcp:localhost"]}, "listen: entry 0 ('tcp:localhost')"),
         ({"limits": {"connections": "many"}}, "limits.connections"),
     ]
