@@ -111,6 +111,8 @@ class World:
         self.counting: list[int] | None = None
         self.posts: dict[str, list] = {}  # hash -> [t posted, holders, last arrival, churn]
         self.churn = False
+        # (post, host) latencies, for the cross-check with bench/mesh.py (small runs only)
+        self.deliveries: list[float] | None = [] if n <= 2000 else None
         self.setup_s = time.perf_counter() - t0
         self.last_tx: dict[tuple[int, int], float] = {}  # link -> last delivery (FIFO)
         self.cut: set[tuple[int, int]] = set()
@@ -229,6 +231,8 @@ class Host:
             if p is not None:
                 p[1] += 1
                 p[2] = max(p[2], self.w.clock.now)
+                if self.w.deliveries is not None and not p[3]:
+                    self.w.deliveries.append(self.w.clock.now - p[0])
                 if self.need is not None:
                     self.need.discard(rec.hash)
                     if not self.need and self.healed_at is None:
@@ -378,13 +382,16 @@ def run(args: argparse.Namespace) -> dict:
         clock.after(3 * w.nbrs[a][b], hosts[b].connect, a)
     w.counting = w.window.setdefault("load", [0, 0])
     rate = args.post_rate * args.hosts / 60  # posts a second, all hosts together
+    if args.rate:
+        rate = args.rate
     t = rest_end
     load_end = rest_end + args.sim_seconds
     while rate > 0:
         t += rng.expovariate(rate)
         if t >= load_end:
             break
-        clock.at(t, hosts[rng.randrange(1, args.hosts) if args.hosts > 1 else 0].post)
+        who = 0 if args.author == "owner" or args.hosts == 1 else rng.randrange(1, args.hosts)
+        clock.at(t, hosts[who].post)
     kill_at = rest_end + args.sim_seconds / 2
     killed = rng.sample(range(1, args.hosts), int(args.kill * args.hosts)) if args.kill else []
     clock.run(kill_at)
@@ -416,6 +423,7 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "hosts": args.hosts, "links": links, "posts": n_posts, "sim_s": end,
         "spread_p50": pct(spreads, 50), "spread_p99": pct(spreads, 99),
+        "delivery_p50": pct(w.deliveries or [], 50), "delivery_p99": pct(w.deliveries or [], 99),
         "rest_lines": w.window["rest"][0] / links / rest_min / 2 if rest_min else 0,
         "rest_bytes": w.window["rest"][1] / links / rest_min / 2 if rest_min else 0,
         "load_lines": w.window["load"][0] / links / load_min / 2,
@@ -435,6 +443,9 @@ def report(r: dict, args: argparse.Namespace) -> None:
     print(f"  spread to every subscriber: p50 {r['spread_p50'] * 1000:.0f} ms,"
           f" p99 {r['spread_p99'] * 1000:.0f} ms (target p99 <= 2000 ms:"
           f" {mark(r['spread_p99'] <= 2.0)})")
+    if r["delivery_p50"] == r["delivery_p50"]:  # not nan
+        print(f"  each (post, host): p50 {r['delivery_p50'] * 1000:.0f} ms,"
+              f" p99 {r['delivery_p99'] * 1000:.0f} ms")
     print(f"  per link per minute, each way: at rest {r['rest_lines']:.2f} lines"
           f" {r['rest_bytes']:.0f} B; under load {r['load_lines']:.2f} lines"
           f" {r['load_bytes']:.0f} B")
@@ -459,6 +470,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--topology", default="regular", choices=sorted(TOPOLOGIES))
     ap.add_argument("--degree", type=int, default=6)
     ap.add_argument("--post-rate", type=rate_of, default=0.01, help="posts a host a minute")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="posts a second in all (instead of --post-rate)")
+    ap.add_argument("--author", default="any", choices=("any", "owner"),
+                    help="who posts: random hosts, or the owner alone (as bench/mesh.py)")
     ap.add_argument("--kill", type=float, default=0.05, help="share of hosts killed")
     ap.add_argument("--down", type=float, default=30.0, help="seconds they stay down")
     ap.add_argument("--partition", type=float, default=0.0,

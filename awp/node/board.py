@@ -21,7 +21,13 @@ once the queue drains: anti-entropy repairs what a live push lost.  The same
 exchange runs on every link every :data:`RESYNC_S` seconds, which also
 offers again records a peer refused as dated too far ahead.
 
-The work-queue arbiter is :mod:`awp.node.board_queue`.
+Where each record, head and digest goes is decided by the replication rules
+of :mod:`awp.board.replica`, which hold no I/O: this module feeds them what
+happens (a link up or down, a ``board-sub``, what the store kept, a head, a
+digest step, the time) and carries out the actions they answer
+(:meth:`Board.act`), with the store, which stays the one place that
+commits, and the links.  The work-queue arbiter is
+:mod:`awp.node.board_queue`.
 
 Why one module: it is the replication state machine of one host, and its
 parts share that state: the links and their subscriptions, the topics we

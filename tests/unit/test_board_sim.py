@@ -92,3 +92,13 @@ def test_a_forged_post_is_taken_by_no_one():
     assert host.take([forged]) == []
     assert host.take([real.raw]) == [real.raw]
     assert host.take([real.raw]) == []  # held: a duplicate ends here
+
+
+def test_owner_posts_at_a_fixed_rate_reach_every_host_of_a_tree_as_in_the_mesh_bench():
+    r = run("--hosts", "32", "--topology", "tree", "--degree", "3", "--rate", "5",
+            "--author", "owner", "--sim-seconds", "10", "--rest", "10", "--latency", "0.2",
+            "--jitter", "0.1", "--cpu-ms", "1.5")
+    assert 30 <= r["posts"] <= 80 and r["missing"] == 0
+    # a tree carries each post once a link: about the post rate, one way, a minute
+    assert r["load_lines"] >= 5 * 60 / 2
+    assert r["delivery_p50"] <= r["delivery_p99"] < 0.1
