@@ -249,7 +249,8 @@ class Host:
         self.w.posts[rec.hash] = [now, 0, now, self.w.churn]
         self.w.parsed[rec.raw] = rec
         self.take([rec.raw])
-        self.act(self.core.stored(rec.topic, [rec.raw], 0), now)
+        # the author's own path first: its API call and durable commit (--origin-ms)
+        self.act(self.core.stored(rec.topic, [rec.raw], 0), now + self.w.args.origin_ms / 1000)
 
     # -- the wire in ---------------------------------------------------------------------------
 
@@ -485,6 +486,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--jitter", type=float, default=10.0, help="± ms between links")
     ap.add_argument("--loss", type=float, default=0.0, help="share of lines lost")
     ap.add_argument("--cpu-ms", type=float, default=1.0, help="a host's cost a kept record")
+    ap.add_argument("--origin-ms", type=float, default=0.0,
+                    help="an author's post call and durable commit, before it leaves")
     ap.add_argument("--dup-ms", type=float, default=0.05, help="a host's cost a line read")
     ap.add_argument("--head-every", type=float, default=30.0)
     ap.add_argument("--resync", type=float, default=300.0)
