@@ -85,6 +85,7 @@ class Replica:
         self._gap_first: dict[str, dict | None] = {}  # topic -> head its pending check uses
         self._signed_at: dict[str, float] = {}  # our topic -> when we last signed its head
         self._dirty: set[str] = set()  # our topics changed since their last head
+        self._stale_since: dict[str, float] = {}  # topic -> when we last said it is stale
 
     def start(self, now: float) -> None:
         """The driver's clock starts at ``now`` (the first resync is due a period on)."""
@@ -227,6 +228,43 @@ class Replica:
         if topic not in self._gap_first:  # one check a topic at a time
             self._gap_first[topic] = self.heads.get(topic)
             out.append((A.WAIT_GAP, topic, self.gap_wait_s))
+        return out
+
+    def stale(self, topic: str, now_ms: int, stale_heads: int,
+              ts_of: Callable[[dict], int]) -> dict | None:
+        """``{"since", "via", "heads"}`` when the owner's newest head we hold is
+        ``stale_heads`` heads overdue at ``now_ms`` (by the owner's own promise,
+        ``every``), else None.  A relay that forwards nothing at all, heads
+        included, shows no gap: only this silence.  ``ts_of``: a head's time (ms)."""
+        head = self.heads.get(topic)
+        every = head.get("every", 0) if head else 0
+        if not every:
+            return None
+        since = ts_of(head)  # type: ignore[arg-type]
+        overdue = (now_ms - since) // every
+        if overdue < max(1, stale_heads):
+            return None
+        return {"since": since, "via": self.head_via.get(topic, ""), "heads": int(overdue)}
+
+    def judge_staleness(self, now: float, now_ms: int, stale_heads: int,
+                        ts_of: Callable[[dict], int]) -> list[Action]:
+        """Say so once when a topic goes stale (``(STALE, topic, st)``), and ask every
+        peer for it then and every ``stale_heads`` heads' worth after: another path
+        may carry what this one froze."""
+        out: list[Action] = []
+        for topic in sorted(t for t in self.heads if t in self.subs):
+            st = self.stale(topic, now_ms, stale_heads, ts_of)
+            if st is None:
+                self._stale_since.pop(topic, None)
+                continue
+            last = self._stale_since.get(topic)
+            every_s = self.heads[topic]["every"] / 1000 * max(1, stale_heads)
+            if last is not None and now - last < every_s:
+                continue
+            if last is None:
+                out.append((A.STALE, topic, st))
+            self._stale_since[topic] = now
+            out.append((A.SUB, list(self.peers), [topic], []))
         return out
 
     def gap_due(self, topic: str) -> list[Action]:

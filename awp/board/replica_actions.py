@@ -62,5 +62,8 @@ HEARD = "heard"
 #: ``(EXPLAINED, topic, head)``: a gap check found our copy holds what ``head``
 #: names (the sequencer's holes it named are explained).
 EXPLAINED = "explained"
+#: ``(STALE, topic, st)``: the owner's heads of ``topic`` stopped coming
+#: (``st``: since, via, heads overdue); say so once.
+STALE = "stale"
 #: ``(STAT, name)``: count one of the board's statistics.
 STAT = "stat"

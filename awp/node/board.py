@@ -135,7 +135,6 @@ class Board(Extension):
         board_links.register(engine)  # topics and queue work are business with peers
         self.heads = self.core.heads  # topic -> the owner's newest signed head we hold
         self.head_via = self.core.head_via  # topic -> the peer that brought that head
-        self._stale_since: dict[str, float] = {}  # topic -> when we last said it is stale
         # Topics we subscribe to whose owner told us (``board-none``) it has no
         # such topic: a post waiting for the document fails at once.
         self.none: set[str] = set()
@@ -191,41 +190,16 @@ class Board(Extension):
 
     def stale(self, topic: str) -> dict | None:
         """``{"since", "via", "heads"}`` when the owner's newest head we hold is
-        ``limits.board_stale_heads`` heads overdue (by the owner's own promise,
-        ``every``), else None.  A relay that forwards nothing at all, heads
-        included, shows no gap: only this silence."""
-        head = self.heads.get(topic)
-        every = head.get("every", 0) if head else 0
-        if not every:
-            return None
-        since = parse_ts(head["ts"])
-        overdue = (now_ms() - since) // every
-        if overdue < max(1, self.engine.config.limits.board_stale_heads):
-            return None
-        return {"since": since, "via": self.head_via.get(topic, ""), "heads": int(overdue)}
+        ``limits.board_stale_heads`` heads overdue, else None (:meth:`Replica.stale`)."""
+        return self.core.stale(topic, now_ms(), self.engine.config.limits.board_stale_heads,
+                               _head_ms)
 
     async def _judge_staleness(self) -> None:
         """Say so once when a topic goes stale, and ask every peer for it then and every
-        few heads' worth after: another path may carry what this one froze."""
-        now = trio.current_time()
-        for topic in sorted(t for t in self.heads if t in self.subs):
-            st = self.stale(topic)
-            if st is None:
-                self._stale_since.pop(topic, None)
-                continue
-            last = self._stale_since.get(topic)
-            every_s = self.heads[topic]["every"] / 1000 * max(
-                1, self.engine.config.limits.board_stale_heads)
-            if last is not None and now - last < every_s:
-                continue
-            if last is None:
-                self.stats["heads_stale"] += 1
-                log.warning("board: %s is stale via %s: no head from the owner for %d s"
-                            " (%d heads' worth); asking every peer", topic,
-                            st["via"][:18] or "?", (now_ms() - st["since"]) // 1000,
-                            st["heads"])
-            self._stale_since[topic] = now
-            await self.announce([topic], [])
+        few heads' worth after (:meth:`Replica.judge_staleness`)."""
+        await self.act(self.core.judge_staleness(
+            trio.current_time(), now_ms(), self.engine.config.limits.board_stale_heads,
+            _head_ms))
 
     async def _sign_head(self, topic: str) -> None:
         pol = await self.policy(topic)
@@ -426,6 +400,13 @@ class Board(Extension):
             return
         if name == A.STAT:
             self.stats[a[1]] += 1
+            return
+        if name == A.STALE:
+            _, topic, st = a
+            self.stats["heads_stale"] += 1
+            log.warning("board: %s is stale via %s: no head from the owner for %d s"
+                        " (%d heads' worth); asking every peer", topic,
+                        st["via"][:18] or "?", (now_ms() - st["since"]) // 1000, st["heads"])
             return
         if name == A.KEEP_HEAD:
             head = a[1]
@@ -961,6 +942,10 @@ class Board(Extension):
     def status(self) -> dict:
         return {**self.stats, "subscribed": len(self.subs), "links": len(self.links),
                 "queued_bytes": sum(link.size for link in list(self.links.values()))}
+
+
+def _head_ms(head: dict) -> int:
+    return parse_ts(head["ts"])
 
 
 def _newer(a: dict, b: dict) -> bool:

@@ -234,3 +234,28 @@ def test_subscribing_tells_every_link_and_unsubscribing_drops():
     assert r.subscribe(f"{OWNER}/new") == []
     assert r.unsubscribe(f"{OWNER}/new") == [(A.SUB, [LOW, HIGH], [], [f"{OWNER}/new"])]
     assert r.unsubscribe(f"{OWNER}/new") == []
+
+
+# -- staleness ---------------------------------------------------------------------------
+
+
+def ts_of(h: dict) -> int:
+    return h["ts"]
+
+
+def test_a_topic_whose_heads_stopped_is_said_stale_once_and_asked_for_every_few_heads():
+    r = linked(LOW, HIGH)
+    r.on_head(LOW, dict(head(1_000), every=10_000), 0, newer=newer)
+    assert r.stale(TOPIC, 1_000 + 29_999, 3, ts_of) is None  # under three heads overdue
+    assert r.judge_staleness(100.0, 1_000 + 29_999, 3, ts_of) == []
+    st = {"since": 1_000, "via": LOW, "heads": 3}
+    assert r.stale(TOPIC, 1_000 + 30_000, 3, ts_of) == st
+    first = r.judge_staleness(100.0, 1_000 + 30_000, 3, ts_of)
+    assert first == [(A.STALE, TOPIC, st), (A.SUB, [LOW, HIGH], [TOPIC], [])]
+    assert r.judge_staleness(129.0, 1_000 + 59_000, 3, ts_of) == []  # asked 29 s ago
+    again = r.judge_staleness(130.0, 1_000 + 60_000, 3, ts_of)
+    assert again == [(A.SUB, [LOW, HIGH], [TOPIC], [])]  # said once, asked again
+    r.on_head(HIGH, dict(head(61_000), every=10_000), 0, newer=newer)  # heads come again
+    assert r.judge_staleness(131.0, 61_500, 3, ts_of) == []
+    r.on_head(HIGH, dict(head(61_001), every=0), 0, newer=newer)
+    assert r.stale(TOPIC, 10 ** 9, 3, ts_of) is None  # an owner that promised nothing
