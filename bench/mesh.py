@@ -195,9 +195,12 @@ def spread(mesh: Mesh, topic: str, args: argparse.Namespace, author: int = 0) ->
         w.start()
     count = args.calm if author == 0 else args.far
     poster = Poster(mesh.nodes[author], topic, count, args.rate, "calm" if author == 0 else "far")
+    lines0, t_lines = board_lines(mesh), time.monotonic()
     poster.run()  # in this thread
     everyone = [(h, t, w) for h, t in poster.sent for w in waiters]
     until(lambda: all(h in w.seen for h, _t, w in everyone), 30, 0.1)
+    per_link = ((board_lines(mesh) - lines0) / len(mesh.edges) / 2
+                / ((time.monotonic() - t_lines) / 60)) if mesh.edges else 0.0
     for w in waiters:
         w.stop.set()
     lat = [w.seen[h] - t for h, t, w in everyone if h in w.seen]
@@ -212,9 +215,17 @@ def spread(mesh: Mesh, topic: str, args: argparse.Namespace, author: int = 0) ->
           f" {max(mesh.dist.values())} hops): p50 {pct(lat, 50) * 1000:.0f} ms, p99"
           f" {p99 * 1000:.0f} ms, {missing} of {len(everyone)} deliveries missing after 30 s"
           f"  (target p99 <= 2 s) {verdict(ok)}")
+    print(f"      board lines a link a minute, each way, meanwhile: {per_link:.1f}"
+          " (bench/sim.py's cross-check)")
     if poster.error:
         print(f"      posting failed: {poster.error}")
     return ok
+
+
+def board_lines(mesh: Mesh) -> int:
+    """Board lines every host has sent since it started."""
+    return sum((x.api("GET", "/v1/status")["board"] or {}).get("lines_out", 0)
+               for x in mesh.nodes)
 
 
 def healing(mesh: Mesh, args: argparse.Namespace) -> bool:

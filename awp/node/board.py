@@ -21,7 +21,13 @@ once the queue drains: anti-entropy repairs what a live push lost.  The same
 exchange runs on every link every :data:`RESYNC_S` seconds, which also
 offers again records a peer refused as dated too far ahead.
 
-The work-queue arbiter is :mod:`awp.node.board_queue`.
+Where each record, head and digest goes is decided by the replication rules
+of :mod:`awp.board.replica`, which hold no I/O: this module feeds them what
+happens (a link up or down, a ``board-sub``, what the store kept, a head, a
+digest step, the time) and carries out the actions they answer
+(:meth:`Board.act`), with the store, which stays the one place that
+commits, and the links.  The work-queue arbiter is
+:mod:`awp.node.board_queue`.
 
 Why one module: it is the replication state machine of one host, and its
 parts share that state: the links and their subscriptions, the topics we
@@ -48,7 +54,9 @@ import trio
 
 from ..board import heads as bheads
 from ..board import perms
+from ..board import replica_actions as A
 from ..board import sync as bsync
+from ..board.replica import HEAD_HOPS, HEAD_S, HOPS_CAP, MAX_SUBS, MAX_WANT, Action, Replica
 from ..board.retention import DAY_MS
 from ..store import board as sb
 from ..store import board_conflicts as conflicts
@@ -84,15 +92,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("awp.board")
 
 RELAXED_RECORDS = 32  # relayed records stored inline without an fsync, at most, per line
-HOPS_CAP = 1 << 20  # ``hops`` is a count for people reading the store; it stops growing here
-MAX_SUBS = 256  # topics in one board-sub
-MAX_WANT = 4096  # hashes in one board-want
 MAX_RECS = 4096  # records read from one board-posts line
-RESYNC_S = 300.0
 SWEEP_S = 60.0
-HEAD_S = 2.0  # an owner signs a new head of a changed topic at most this often
-GAP_WAIT_S = 5.0  # a subscriber looks for gaps against a head this long after it came
-HEAD_HOPS = 64  # a head travels like a record; newer-only (by ts) is what stops it
+# HOPS_CAP, MAX_SUBS, MAX_WANT, RESYNC_S, HEAD_S, GAP_WAIT_S, HEAD_HOPS: the rules'
+# bounds, in awp.board.replica
 
 
 class TooMany(BoardError):
@@ -109,7 +112,10 @@ class Board(Extension):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.me = engine.identity.key
-        self.subs: set[str] = set()  # topics we subscribe to
+        # The replication decisions, without I/O (awp.board.replica): this class carries
+        # out the actions it answers, with the store and the links.
+        self.core = Replica(self.me, now=0.0)
+        self.subs = self.core.subs  # topics we subscribe to
         self.links: dict[str, BoardLink] = {}  # peer key -> its current link
         self.policies: dict[str, Policy | None] = {}
         self.stats = dict.fromkeys(("lines_in", "bytes_in", "lines_out", "bytes_out",
@@ -127,12 +133,8 @@ class Board(Extension):
         self._started = trio.Event()
         self._last_ts = 0  # of the last record we signed
         board_links.register(engine)  # topics and queue work are business with peers
-        self.heads: dict[str, dict] = {}  # topic -> the owner's newest signed head we hold
-        self.head_via: dict[str, str] = {}  # topic -> the peer that brought that head
-        self._signed_at: dict[str, float] = {}  # our topic -> when we last signed its head
-        self._stale_since: dict[str, float] = {}  # topic -> when we last said it is stale
-        self._dirty: set[str] = set()  # our topics changed since their last head
-        self._checking: set[str] = set()  # topics with a gap check pending
+        self.heads = self.core.heads  # topic -> the owner's newest signed head we hold
+        self.head_via = self.core.head_via  # topic -> the peer that brought that head
         # Topics we subscribe to whose owner told us (``board-none``) it has no
         # such topic: a post waiting for the document fails at once.
         self.none: set[str] = set()
@@ -144,7 +146,8 @@ class Board(Extension):
     # -- life ------------------------------------------------------------------------
 
     async def on_start(self) -> None:
-        self.subs = set(await self.engine.read(sb.subscriptions))
+        self.subs.update(await self.engine.read(sb.subscriptions))
+        self.core.start(trio.current_time())
         kept = await self.engine.read(board_heads.load)
         self.heads.update({t: h for t, h in kept.items() if t in self.subs
                            and not t.startswith(self.me + "/")})
@@ -162,18 +165,13 @@ class Board(Extension):
 
     async def _sweep_loop(self) -> None:
         """Retention moves with the clock (``keep_days``); links resync now and then."""
-        last_resync = trio.current_time()
         while True:
             await trio.sleep(SWEEP_S)
             try:
                 await self._sweep()
             except Exception:
                 log.exception("board: the retention sweep failed")
-            if trio.current_time() - last_resync >= RESYNC_S:
-                last_resync = trio.current_time()
-                for link in list(self.links.values()):
-                    link.resync.update(t for t in link.subs if t in self.subs)
-                    link.wake.set()
+            await self.act(self.core.tick(trio.current_time()))
 
     async def _head_loop(self) -> None:
         """Sign a head for each of our topics that changed, and for each of them at
@@ -183,12 +181,7 @@ class Board(Extension):
         while True:
             every = limits.board_head_every
             await trio.sleep(min(HEAD_S, every) if every > 0 else HEAD_S)
-            now = trio.current_time()
-            idle = {t for t in self.subs if t.startswith(self.me + "/")
-                    and now - self._signed_at.get(t, -every) >= every} if every > 0 else set()
-            topics, self._dirty = sorted(self._dirty | idle), set()
-            for topic in topics:
-                self._signed_at[topic] = now
+            for topic in self.core.heads_due(trio.current_time(), every):
                 try:
                     await self._sign_head(topic)
                 except Exception:
@@ -197,41 +190,16 @@ class Board(Extension):
 
     def stale(self, topic: str) -> dict | None:
         """``{"since", "via", "heads"}`` when the owner's newest head we hold is
-        ``limits.board_stale_heads`` heads overdue (by the owner's own promise,
-        ``every``), else None.  A relay that forwards nothing at all, heads
-        included, shows no gap: only this silence."""
-        head = self.heads.get(topic)
-        every = head.get("every", 0) if head else 0
-        if not every:
-            return None
-        since = parse_ts(head["ts"])
-        overdue = (now_ms() - since) // every
-        if overdue < max(1, self.engine.config.limits.board_stale_heads):
-            return None
-        return {"since": since, "via": self.head_via.get(topic, ""), "heads": int(overdue)}
+        ``limits.board_stale_heads`` heads overdue, else None (:meth:`Replica.stale`)."""
+        return self.core.stale(topic, now_ms(), self.engine.config.limits.board_stale_heads,
+                               _head_ms)
 
     async def _judge_staleness(self) -> None:
         """Say so once when a topic goes stale, and ask every peer for it then and every
-        few heads' worth after: another path may carry what this one froze."""
-        now = trio.current_time()
-        for topic in sorted(t for t in self.heads if t in self.subs):
-            st = self.stale(topic)
-            if st is None:
-                self._stale_since.pop(topic, None)
-                continue
-            last = self._stale_since.get(topic)
-            every_s = self.heads[topic]["every"] / 1000 * max(
-                1, self.engine.config.limits.board_stale_heads)
-            if last is not None and now - last < every_s:
-                continue
-            if last is None:
-                self.stats["heads_stale"] += 1
-                log.warning("board: %s is stale via %s: no head from the owner for %d s"
-                            " (%d heads' worth); asking every peer", topic,
-                            st["via"][:18] or "?", (now_ms() - st["since"]) // 1000,
-                            st["heads"])
-            self._stale_since[topic] = now
-            await self.announce([topic], [])
+        few heads' worth after (:meth:`Replica.judge_staleness`)."""
+        await self.act(self.core.judge_staleness(
+            trio.current_time(), now_ms(), self.engine.config.limits.board_stale_heads,
+            _head_ms))
 
     async def _sign_head(self, topic: str) -> None:
         pol = await self.policy(topic)
@@ -249,18 +217,7 @@ class Board(Extension):
         every = int(self.engine.config.limits.board_head_every * 1000)
         head = make_head(self.engine.identity, topic, ts, pol.seq, floor, body["ranges"], top,
                          every)
-        self.heads[topic] = head
-        await self._forward_head(topic, head, 0)
-
-    async def _forward_head(self, topic: str, head: dict, hops: int, except_key: str = "") -> None:
-        text = json.dumps(head, separators=(",", ":"), ensure_ascii=False)
-        for key, link in list(self.links.items()):
-            if key != except_key and await self._may_read(link, topic):
-                link.push(self.line("board-head", f'"hops":{hops},"doc":' + text))
-
-    def _changed(self, topic: str) -> None:
-        if topic.startswith(self.me + "/"):
-            self._dirty.add(topic)
+        await self.act(self.core.signed_head(topic, head))
 
     async def _on_head(self, link: BoardLink, line: dict) -> None:
         """A head from the owner, relayed: keep the newest, pass it on, and look for gaps.
@@ -268,32 +225,24 @@ class Board(Extension):
         A range where we hold fewer records than the owner, or a newer
         document than ours, means a relay withheld something (or it is on
         its way): every peer that lists the topic is asked again, so another
-        path fills the gap.
+        path fills the gap (the rules: :meth:`Replica.on_head`).
         """
         hops = line.get("hops")
         if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops < HEAD_HOPS:
             return
         head = check_head(line.get("doc"))
-        topic = head["topic"]
-        if topic not in self.subs or topic.startswith(self.me + "/"):
-            return
-        held = self.heads.get(topic)
-        if held is not None and parse_ts(held["ts"]) >= parse_ts(head["ts"]):
-            if held["sig"] != head["sig"]:  # the same head again from another path is not news
-                self.stats["heads_old"] += 1
-                log.info("board: an older head of %s from %s ignored (%s; we hold %s)",
-                         topic, link.conn.peer_key[:18], head["ts"], held["ts"])
-            return
-        self.heads[topic] = head
-        self.head_via[topic] = link.conn.peer_key
-        await self.engine.writer.run(lambda c: board_heads.keep(c, head))
-        self.seq.head(topic, head)
-        await self._forward_head(topic, head, hops + 1, except_key=link.conn.peer_key)
-        if self._nursery is not None and topic not in self._checking:
-            self._checking.add(topic)
-            self._nursery.start_soon(self._check_gap, topic)
+        acts = self.core.on_head(link.conn.peer_key, head, hops, newer=_newer)
+        if acts and acts[0][0] == A.STAT:
+            held = self.heads[head["topic"]]
+            log.info("board: an older head of %s from %s ignored (%s; we hold %s)",
+                     head["topic"], link.conn.peer_key[:18], head["ts"], held["ts"])
+        await self.act(acts)
 
-    async def _check_gap(self, topic: str) -> None:
+    async def _gap_wait(self, topic: str, delay: float) -> None:
+        await trio.sleep(delay)
+        await self.act(self.core.gap_due(topic))
+
+    async def _check_gap(self, topic: str, first: dict) -> None:
         """After the exchanges under way have had time to finish, ask every peer again
         if the copy still lacks what the head held *when the check began* names.
 
@@ -302,25 +251,13 @@ class Board(Extension):
         each head under steady traffic.  One check a topic at a time: heads that
         come meanwhile are looked at by the next check.
         """
-        first = self.heads.get(topic)
-        try:
-            await trio.sleep(GAP_WAIT_S)
-        finally:
-            self._checking.discard(topic)
-        if first is None:
-            return
-
         def job(c: sqlite3.Connection) -> bool:
             pol = sb.policy(c, topic)
             floor = now_ms() - (pol.keep_days if pol else 30) * DAY_MS
             return self.held.using(c, topic, lambda h: bheads.still_lacking(
                 first, h, pol.seq if pol else None, floor))
 
-        if await self.engine.read(job):
-            self.stats["head_gaps"] += 1
-            await self.announce([topic], [])  # each peer answers with its document and a digest
-        else:
-            self.seq.explained(topic, first)
+        await self.act(self.core.gap_checked(topic, first, await self.engine.read(job)))
 
     def gap(self, c: sqlite3.Connection, topic: str) -> bheads.Gap | None:
         """How our copy of ``topic`` differs from the owner's newest head (None: no head)."""
@@ -373,7 +310,9 @@ class Board(Extension):
         self.links[conn.peer_key] = link
         assert self._nursery is not None
         self._nursery.start_soon(self._sender, link)
-        link.push(await self._sub_line(sorted(self.subs), []))
+        acts = self.core.link_up(conn.peer_key)
+        link.subs = self.core.peers[conn.peer_key].subs  # one dict: the rules' and the link's
+        await self.act(acts)
         return link
 
     async def _sender(self, link: BoardLink) -> None:
@@ -419,6 +358,7 @@ class Board(Extension):
                 link.drop_partial()
                 if self.links.get(conn.peer_key) is link:
                     del self.links[conn.peer_key]
+                    self.core.link_down(conn.peer_key)
 
     def line(self, t: str, body: str, ident: str = "") -> bytes:
         """A board line: the envelope, then ``body`` (JSON members, already encoded)."""
@@ -445,16 +385,108 @@ class Board(Extension):
 
     async def announce(self, topics: list[str], drop: list[str]) -> None:
         """Tell every board peer about subscriptions that changed."""
-        for link in list(self.links.values()):
-            link.push(await self._sub_line(topics, drop))
+        await self.act([(A.SUB, list(self.links), topics, drop)])
+
+    async def act(self, actions: Iterable[Action]) -> None:
+        """Carry out the replica's actions (:mod:`awp.board.replica_actions`), in order."""
+        for a in actions:
+            await self._act(a)
+
+    async def _act(self, a: Action) -> None:  # noqa: C901 - one branch an action
+        name = a[0]
+        if name == A.FORWARD:
+            _, topic, raws, hops, keys = a
+            await self._forward(topic, raws, hops, keys)
+            return
+        if name == A.STAT:
+            self.stats[a[1]] += 1
+            return
+        if name == A.STALE:
+            _, topic, st = a
+            self.stats["heads_stale"] += 1
+            log.warning("board: %s is stale via %s: no head from the owner for %d s"
+                        " (%d heads' worth); asking every peer", topic,
+                        st["via"][:18] or "?", (now_ms() - st["since"]) // 1000, st["heads"])
+            return
+        if name == A.KEEP_HEAD:
+            head = a[1]
+            await self.engine.writer.run(lambda c: board_heads.keep(c, head))
+            self.seq.head(head["topic"], head)
+            return
+        if name == A.WAIT_GAP:
+            if self._nursery is not None:
+                self._nursery.start_soon(self._gap_wait, a[1], a[2])
+            else:
+                self.core.gap_due(a[1])
+            return
+        if name == A.CHECK_GAP:
+            await self._check_gap(a[1], a[2])
+            return
+        if name == A.EXPLAINED:
+            self.seq.explained(a[1], a[2])
+            return
+        if name == A.HEARD:
+            _, key, topics, dropped = a
+            if topics:
+                self.seq.link_up()  # a path towards an owner our waiting records need
+            await board_links.heard(self.engine, key, topics, dropped)
+            return
+        if name == A.SUB:
+            _, keys, topics, drop = a
+            for key in keys:
+                link = self.links.get(key)
+                if link is not None:
+                    link.push(await self._sub_line(topics, drop))
+            return
+        if name == A.HEAD:
+            _, topic, head, hops, keys = a
+            text = json.dumps(head, separators=(",", ":"), ensure_ascii=False)
+            for key in keys:
+                link = self.links.get(key)
+                if link is not None and await self._may_read(link, topic):
+                    link.push(self.line("board-head", f'"hops":{hops},"doc":' + text))
+            return
+        if name == A.FORWARD_DOC:
+            _, topic, raw, hops, keys = a
+            for key in keys:
+                link = self.links.get(key)
+                if link is not None and self._may_see_doc(link, topic):
+                    link.push(self.line("board-topic", f'"hops":{hops},"doc":' + raw))
+            return
+        link = self.links.get(a[1])
+        if link is None:
+            return
+        if name == A.RESYNC:
+            link.resync.update(a[2])
+            link.wake.set()
+        elif name == A.OPEN:
+            link.push(await self._opening(a[2]), a[2])
+        elif name == A.DOC:
+            doc = await self.engine.read(lambda c: sb.topic_doc(c, a[2]))
+            if doc is not None:
+                link.push(self.line("board-topic", '"hops":0,"doc":' + doc), a[2])
+        elif name == A.NONE:
+            link.push(self.line("board-none", '"topic":' + json.dumps(a[2])))
+        elif name == A.DIGEST:
+            link.push(self._digest_line(a[2], a[3]), a[2])
+        elif name == A.WANT:
+            link.push(self.line("board-want", f'"topic":{json.dumps(a[2])},"ids":'
+                                 + json.dumps(a[3])), a[2])
 
     async def _may_read(self, link: BoardLink, topic: str) -> bool:
+        if topic not in link.subs:
+            return False
+        await self.policy(topic)
+        return self._may_read_now(link, topic)
+
+    def _may_read_now(self, link: BoardLink, topic: str) -> bool:
+        """:meth:`_may_read` once the topic's policy is in memory."""
         if topic not in link.subs:
             return False
         grant, via = link.subs[topic]
         owner = topic.split("/", 1)[0]
         return perms.may_read(link.conn.peer_key, topic=topic, owner=owner,
-                              policy=await self.policy(topic), now_ms=now_ms(),
+                              policy=self.policies.get(topic), now_ms=now_ms(),
                               grant=grant, via=via)
 
     # -- receiving -------------------------------------------------------------------
@@ -495,7 +527,7 @@ class Board(Extension):
 
     async def _on_sub(self, link: BoardLink, line: dict) -> None:
         topics, drop = line.get("topics"), line.get("drop")
-        added = []  # listed again too: a new grant may let the peer read now
+        entries = []  # listed again too: a new grant may let the peer read now
         for e in topics[:MAX_SUBS] if isinstance(topics, list) else []:
             if not isinstance(e, dict):
                 continue
@@ -503,46 +535,17 @@ class Board(Extension):
                 parse_topic(e.get("topic"))
             except BoardError:
                 continue
-            topic = e["topic"]
-            added.append(topic)
-            link.subs.pop(topic, None)  # re-listed: now the newest entry
-            link.subs[topic] = (e.get("grant"), e.get("via"))
+            entries.append((e["topic"], e.get("grant"), e.get("via")))
         dropped = [t for t in (drop[:MAX_SUBS] if isinstance(drop, list) else [])
                    if isinstance(t, str)]
-        for topic in dropped:
-            link.subs.pop(topic, None)
-        if len(link.subs) > 4 * MAX_SUBS:  # a peer cannot make us remember without end
-            for topic in list(link.subs)[:len(link.subs) - 4 * MAX_SUBS]:
-                del link.subs[topic]
-        heard, link.heard_sub = link.heard_sub, True
-        if any(t in self.subs for t in added):
-            self.seq.link_up()  # a path towards an owner our waiting records need
-        await board_links.heard(self.engine, link.conn.peer_key,
-                                [t for t in dict.fromkeys(added) if t in self.subs], dropped)
-        for topic in dict.fromkeys(added):
-            if topic not in self.subs:
-                if topic.startswith(self.me + "/") and not link.full():
-                    # ours, and we hold no such topic: a hint, dropped when the link is full
-                    link.push(self.line("board-none", '"topic":' + json.dumps(topic)))
-                continue
-            if link.full():  # an answer now would only be dropped: sync once it drains
-                link.resync.add(topic)
-                link.wake.set()
-                continue
-            await self.policy(topic)
-            if self._may_see_doc(link, topic):
-                doc = await self.engine.read(lambda c, t=topic: sb.topic_doc(c, t))
-                if doc is not None:
-                    link.push(self.line("board-topic", '"hops":0,"doc":' + doc), topic)
-            if not await self._may_read(link, topic):
-                continue
-            if topic in self.heads:
-                link.push(self.line("board-head", '"hops":0,"doc":' + json.dumps(
-                    self.heads[topic], separators=(",", ":"), ensure_ascii=False)))
-            # On connect the smaller key opens; a later board-sub (a new
-            # subscription, a new grant) is answered by whoever receives it.
-            if heard or self.me < link.conn.peer_key:
-                link.push(await self._opening(topic), topic)
+        for topic, _g, _v in entries:
+            if topic in self.subs:
+                await self.policy(topic)  # the rules below read it from memory
+        key = link.conn.peer_key
+        for a in self.core.on_sub(key, entries, dropped, full=link.full,
+                                  may_read=lambda _k, t: self._may_read_now(link, t),
+                                  may_see_doc=lambda _k, t: self._may_see_doc(link, t)):
+            await self._act(a)
 
     def _on_none(self, link: BoardLink, line: dict) -> None:
         """The owner of a topic we subscribe to says it has no such topic.
@@ -568,8 +571,7 @@ class Board(Extension):
         self._equivocated(taken, link.conn.peer_key)
         for rec in taken.new:
             # the document may be what we lacked to take anything: every link compares now
-            self._topic_changed(rec)
-            await self._forward_topic(rec, next_hops(hops), except_key=link.conn.peer_key)
+            await self._topic_changed(rec, hops, link.conn.peer_key)
 
     def _equivocated(self, taken: sb.Taken, via: str) -> None:
         """Say so, once a proof, when the owner signed two statements that cannot both
@@ -581,7 +583,7 @@ class Board(Extension):
                         conflicts.WHAT.get(kind, kind), kind, ref[:32], via[:18] or "us")
             self.engine.changes.publish({"kind": "board", "topic": topic, "rec": "conflict"})
 
-    def _topic_changed(self, rec: Record) -> None:
+    async def _topic_changed(self, rec: Record, hops: int, via: str) -> None:
         """A newer document: it may let subscribers read (a new member), so compare again.
 
         Permissions travel in the document, so a host two hops from the
@@ -592,17 +594,8 @@ class Board(Extension):
         """
         self.policies[rec.topic] = check_policy(rec.doc)
         self.none.discard(rec.topic)
-        self._changed(rec.topic)
         self.engine.changes.publish({"kind": "board", "topic": rec.topic, "rec": "topic"})
-        for link in list(self.links.values()):
-            if rec.topic in link.subs:
-                link.resync.add(rec.topic)
-                link.wake.set()
-
-    async def _forward_topic(self, rec: Record, hops: int, except_key: str = "") -> None:
-        for key, link in list(self.links.items()):
-            if key != except_key and self._may_see_doc(link, rec.topic):
-                link.push(self.line("board-topic", f'"hops":{hops},"doc":' + rec.raw))
+        await self.act(self.core.stored_doc(rec.topic, rec.raw, hops, via))
 
     def _may_see_doc(self, link: BoardLink, topic: str) -> bool:
         """Topic documents go to every subscriber that is not banned, reader or not.
@@ -673,12 +666,11 @@ class Board(Extension):
         by_topic: dict[str, list[str]] = {}
         for rec in taken.new:
             if rec.kind == "topic":
-                self._topic_changed(rec)
-                await self._forward_topic(rec, next_hops(hops), except_key=via)
+                await self._topic_changed(rec, hops, via)
                 continue
             if rec.hash not in taken.waiting:  # ours waits for the owner's stamp first
                 by_topic.setdefault(rec.topic, []).extend(taken.wire(rec))
-            self._changed(rec.topic)
+            self.core.changed(rec.topic)
             # "record", "taken", "plain": in-process only (the board's feed, which takes
             # the whole commit at its first hint, and pushes it to the local followers)
             self.engine.changes.publish({
@@ -686,7 +678,7 @@ class Board(Extension):
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me,
                 "record": rec, "taken": taken, **({"plain": plain} if plain is not None else {})})
         for topic, raws_out in by_topic.items():
-            await self._forward(topic, raws_out, next_hops(hops) if via else 0, except_key=via)
+            await self.act(self.core.stored(topic, raws_out, hops, via))
         self.seq.stored(taken)
         if self.queue is not None and taken.new:
             self.queue.after_stored(taken)
@@ -715,9 +707,14 @@ class Board(Extension):
         return await writer.run(job)
 
     async def _forward(self, topic: str, raws: list[str], hops: int,
-                       except_key: str = "", only: BoardLink | None = None) -> None:
-        links = [only] if only is not None else [
-            link for key, link in list(self.links.items()) if key != except_key]
+                       keys: list[str] | None = None, only: BoardLink | None = None) -> None:
+        """Send records to the links ``keys`` (every link when None, ``only`` when
+        given) that may read them, each group's line built once for all."""
+        if only is not None:
+            links = [only]
+        else:
+            links = [link for link in map(self.links.get, keys if keys is not None
+                                          else list(self.links)) if link is not None]
         groups: list[tuple[list[str], int]] | None = None
         lines: dict[int, bytes] = {}  # group -> its line, built once for every link
 
@@ -778,16 +775,9 @@ class Board(Extension):
             return step, sb.raw_records(c, topic, step.push)
 
         step, push = await self.engine.writer.run(job)
-        if step.reply is not None:
-            link.push(self._digest_line(topic, step.reply), topic)
-        if step.truncated:  # the reply was as large as allowed: start afresh after it
-            link.resync.add(topic)
         push = self._serve(link, push) if push else []
-        if push:
-            await self._forward(topic, push, 0, only=link)
-        for i in range(0, len(step.want), MAX_WANT):
-            link.push(self.line("board-want", f'"topic":{json.dumps(topic)},"ids":'
-                                 + json.dumps(step.want[i:i + MAX_WANT])), topic)
+        await self.act(self.core.digest_step(link.conn.peer_key, topic, step.reply, push,
+                                             step.want, step.truncated))
 
     async def _on_want(self, link: BoardLink, line: dict) -> None:
         topic, ids = line.get("topic"), line.get("ids")
@@ -837,12 +827,9 @@ class Board(Extension):
             sb.subscribe(c, topic, now_ms(), grant, via)
 
         await self.engine.writer.run(job)
-        self.subs.add(topic)
         self.none.discard(topic)  # the owner answers this board-sub afresh
-        await self.announce([topic], [])
-        for key, link in list(self.links.items()):  # neighbours that carry it already
-            if topic in link.subs:
-                await board_links.heard(self.engine, key, [topic], [])
+        # our board-sub to every link; neighbours that carry it already are heard
+        await self.act(self.core.subscribe(topic))
         owner = topic.split("/", 1)[0]
         if owner != self.me:
             await self.engine.business.begun(owner)  # a subscription is business with its owner
@@ -878,10 +865,9 @@ class Board(Extension):
         if topic not in self.subs:
             return False
         await self.engine.writer.run(lambda c: sb.unsubscribe(c, topic))
-        self.subs.discard(topic)
         self.none.discard(topic)
         self.held.drop(topic)  # no more heads or digests of it: its copy goes
-        await self.announce([], [topic])
+        await self.act(self.core.unsubscribe(topic))
         return True
 
     async def publish_topic(self, name: str, changes: dict) -> Record:
@@ -958,9 +944,13 @@ class Board(Extension):
                 "queued_bytes": sum(link.size for link in list(self.links.values()))}
 
 
-def next_hops(hops: int) -> int:
-    """The ``hops`` a forwarded record carries: one more, saturating at :data:`HOPS_CAP`."""
-    return min(hops + 1, HOPS_CAP)
+def _head_ms(head: dict) -> int:
+    return parse_ts(head["ts"])
+
+
+def _newer(a: dict, b: dict) -> bool:
+    """Whether head ``a`` is dated after head ``b``."""
+    return parse_ts(a["ts"]) > parse_ts(b["ts"])
 
 
 def _groups(raws: Iterable[str]) -> list[tuple[list[str], int]]:
