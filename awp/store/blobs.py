@@ -186,6 +186,8 @@ def msg_named_blobs(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict
     for p in parts:
         if not isinstance(p, dict) or p.get("k") != "blob" or not isinstance(p.get("ref"), str):
             continue
+        if "bulk" in p:  # fetched on a side connection (awp/node/bulk.py), not chunks
+            continue
         ref = p["ref"]
         name = p.get("name") if isinstance(p.get("name"), str) else ""
         mime = p.get("mime") if isinstance(p.get("mime"), str) else ""
