@@ -129,12 +129,13 @@ class AgentVerbs:
         bulk = getattr(self, "bulk", None)
         lim = self.config.limits
         use_bulk = bulk is not None and bool(key) and bulk.usable(key)
-        limit = max(lim.bulk_bytes, self.config.blob_limit) if use_bulk else self.config.blob_limit
         for f in files:
             path = f["path"]
             st = await trio.to_thread.run_sync(os.stat, path)
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(f"{path} is not a regular file")
+            big = use_bulk and (st.st_size >= lim.bulk_min or st.st_size > self.config.blob_limit)
+            limit = lim.bulk_bytes if big else self.config.blob_limit
             if st.st_size > limit:
                 raise blobstore.BlobTooLarge(path, st.st_size, limit)
             ref = "b_" + self.ids.next()
@@ -144,7 +145,7 @@ class AgentVerbs:
             mime = f.get("mime") or guess_mime(name, await trio.to_thread.run_sync(
                 sniff_file, dest))
             b = {"ref": ref, "name": name, "mime": mime, "size": size, "path": dest}
-            if use_bulk and size and (size >= lim.bulk_min or size > self.config.blob_limit):
+            if big and size:
                 b["bulk"] = await trio.to_thread.run_sync(bulk.describe, dest, size)
             staged.append(b)
         return staged
