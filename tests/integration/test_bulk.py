@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import subprocess
+import sys
 
-from nodes import wait_for
+from nodes import ROOT, wait_for
 
 PIECE = 4 * 1024 * 1024
 
@@ -38,6 +41,16 @@ def _blob(node, name: str, status: str | None = None):
     return None
 
 
+def awp(node, *args: str) -> str:
+    """``awp ARGS --home HOME`` as a user runs it; its stdout (it must succeed)."""
+    env = {k: v for k, v in os.environ.items() if k != "AWP_HOME"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "awp", *args, "--home", node.home],
+                       capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert r.returncode == 0, f"awp {' '.join(args)}: {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
 def _pair(make_node, **limits):
     lim = {"bulk_min": "1MiB", **limits}
     a = make_node("a").with_limits(**lim).start()
@@ -55,7 +68,7 @@ def test_bulk_file_arrives_verified(make_node, tmp_home_root):
     a, b = _pair(make_node)
     size = 5 * PIECE + 12345
     path, digest = _file(tmp_home_root, "big.bin", size)
-    assert _send(a, b, path)["acked"]
+    awp(a, "send", b.key, "a big one", "--file", path, "--wait-ack", "30s")
     got = wait_for(lambda: _blob(b, "big.bin", "complete"), 60, "bulk file complete")
     assert got["bulk"] and got["pieces"] == 6 and got["percent"] == 100.0
     assert got["size"] == size and _digest(got["path"]) == digest
@@ -63,6 +76,9 @@ def test_bulk_file_arrives_verified(make_node, tmp_home_root):
     sent = wait_for(lambda: (x := _blob(a, "big.bin")) and x["bulk_state"] == "delivered" and x,
                     30, "sender told the file was delivered")
     assert sent["served"] == 6 and got["refetched"] == 0
+    rows = json.loads(awp(b, "blobs", "--json"))
+    assert {"percent", "rate", "eta_s", "pieces", "done", "root", "refetched"} <= set(rows[0])
+    assert "100.0%" in awp(b, "blobs") and "delivered" not in awp(b, "blobs")
     # the message shows the file with its local path
     rec = b.inbound()[-1]
     assert rec["files"][0]["path"] == got["path"] and rec["files"][0]["status"] == "complete"
@@ -125,12 +141,11 @@ def test_flipped_byte_on_disk_refetches_that_piece(make_node, tmp_home_root):
         f.seek(2 * PIECE + 777)
         f.write(bytes([byte[0] ^ 0x40]))
     assert _digest(got["path"]) != digest
-    res = b.api("POST", "/v1/blobs/verify", {})
-    assert [r["bad"] for r in res] == [[2]]
+    assert "1 damaged (2), fetching them again" in awp(b, "blobs", "--verify")
     wait_for(lambda: (x := _blob(b, "d.bin", "complete")) and _digest(x["path"]) == digest,
              60, "piece 2 fetched again")
     assert wait_for(lambda: _blob(a, "d.bin")["served"], 10) == served + 1
-    assert b.api("POST", "/v1/blobs/verify", {})[0]["bad"] == []
+    assert [r["bad"] for r in json.loads(awp(b, "blobs", "--verify", "--json"))] == [[]]
 
 
 def test_over_the_quota_is_refused_with_the_reason(make_node, tmp_home_root):
