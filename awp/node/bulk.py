@@ -16,6 +16,7 @@ without the cap gets the in-band chunks, as before.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -25,7 +26,7 @@ import trio
 
 from ..store import bulk as store
 from ..store import ops
-from ..store.blobs import part_path
+from ..store.blobs import BlobTooLarge, part_path
 from ..wire import bulk as wire
 from ..wire.timefmt import now_ms
 from .bulk_side import Side, SideClosed, dial
@@ -70,20 +71,45 @@ class Bulk(Extension):
                 and self.engine.advertised() is not None)
 
     @staticmethod
-    def describe(path: str, size: int) -> dict:
-        """The ``bulk`` field for a staged file (thread: it reads the whole file)."""
-        piece = wire.piece_size(size)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            return wire.describe(size, piece, wire.hash_file(fd, size, piece))
-        finally:
-            os.close(fd)
+    def stage(src: str, dest: str, limit: int) -> tuple[int, dict]:
+        """Thread: copy ``src`` to ``dest`` (0600) and hash its pieces in the same pass.
+
+        Returns the size and the ``bulk`` field.  The copy is not fsynced: its
+        piece hashes are in the msg, so a copy torn by a power loss is caught
+        piece by piece at the receiver instead of arriving wrong, and the
+        fsync of a gigabyte would hold up every commit of ours behind it.
+        """
+        os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
+        tmp = dest + ".tmp"
+        with open(src, "rb") as fi, open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                                 0o600), "wb") as fo:
+            size = os.fstat(fi.fileno()).st_size
+            if size > limit:
+                raise BlobTooLarge(src, size, limit)
+            piece = wire.piece_size(size)
+            hashes, h, left = bytearray(), hashlib.sha256(), piece
+            buf = bytearray(_BLOCK)
+            done = 0
+            while done < size:
+                k = fi.readinto(memoryview(buf)[:min(_BLOCK, size - done, left)])
+                if not k:
+                    raise OSError(f"{src} shrank while it was copied")
+                block = memoryview(buf)[:k]
+                h.update(block)
+                fo.write(block)
+                done, left = done + k, left - k
+                if left == 0 or done == size:
+                    hashes += h.digest()
+                    h, left = hashlib.sha256(), piece
+        os.replace(tmp, dest)
+        return size, wire.describe(size, piece, bytes(hashes))
 
     async def serve_side(self, conn: Connection, rest: bytes) -> None:
         """A peer's side connection to us: serve pieces of files we sent it."""
         side, key = Side(conn.stream, rest), conn.peer_key
         conn.close_reason = "side connection"
         files: dict[str, tuple[int, wire.Description]] = {}
+        counted = 0  # of side.wire_out, already added to a row's wire bytes
         try:
             while True:
                 req = await side.line()
@@ -91,7 +117,9 @@ class Bulk(Extension):
                 if not isinstance(ref, str):
                     return
                 if req.get("t") == "done":
-                    await self.engine.writer.run(lambda c, r=ref: store.delivered(c, key, r, now_ms()))
+                    w, counted = side.wire_out - counted, side.wire_out
+                    await self.engine.writer.run(
+                        lambda c, r=ref, w=w: store.delivered(c, key, r, w, now_ms()))
                     continue
                 if req.get("t") != "want":
                     return
@@ -111,9 +139,11 @@ class Bulk(Extension):
                 off, n = wire.piece_span(desc.size, desc.piece, i)
                 before = side.wire_out
                 head = {"t": "piece", "ref": ref, "i": i, "n": n}
-                # Counted before it leaves, so a kill -9 here cannot hide a re-sent piece.
+                # Counted before it leaves, so a kill -9 here cannot hide a re-sent piece;
+                # the bytes written so far (the piece before, seal records and all) with it.
+                w, counted = side.wire_out - counted, side.wire_out
                 await self.engine.writer.run_relaxed(
-                    lambda c, r=ref, w=n + 64: store.served(c, key, r, w, now_ms()))
+                    lambda c, r=ref, w=w: store.served(c, key, r, w, now_ms()))
                 await side.send_line(head)
                 await side.send_file(fd, off, n)
                 live = self.live.setdefault((key, "out", ref), Live())
@@ -217,10 +247,7 @@ class Bulk(Extension):
                         return
                     if head.get("t") != "piece" or head.get("i") != i or head.get("n") != n:
                         raise SideClosed(f"expected piece {i} of {n} bytes, got {head}")
-                    data = await side.exactly(n)
-                    ok = await trio.to_thread.run_sync(_check_write, fd, data, off,
-                                                       desc.hash_of(i))
-                    del data
+                    ok = await _receive_piece(side, fd, off, n, desc.hash_of(i))
                     await eng.writer.run_relaxed(
                         lambda c, i=i, ok=ok, n=n: store.mark(c, key, ref, i, ok, n if ok else 0,
                                                              n + 64, now_ms()))
@@ -326,15 +353,47 @@ def _in_file(c: sqlite3.Connection, blobs_dir: str, key: str,
     return path or part_path(blobs_dir, key, ref), store.description(r), bytes(r["have"])
 
 
-def _check_write(fd: int, data: bytearray, off: int, want: bytes) -> bool:
-    """Thread: hash a received piece and, if it matches, write it at its offset."""
-    if wire.piece_hash(data) != want:
-        return False
-    view = memoryview(data)
+_BLOCK = 1 << 20  # a piece is received, hashed and written in blocks of this size
+
+
+async def _receive_piece(side: Side, fd: int, off: int, n: int, want: bytes) -> bool:
+    """Read one piece and check it: each block is hashed and written at its offset
+    in a thread while the next is read, so the event loop only moves bytes.  The
+    bytes written before the check do not count: the piece's bit is set (by the
+    caller) only when the whole piece matches."""
+    h = hashlib.sha256()
+    send, recv = trio.open_memory_channel[tuple[int, bytearray] | None](2)
+
+    async def consume() -> None:
+        async with recv:
+            async for item in recv:
+                if item is None:
+                    return
+                await trio.to_thread.run_sync(_hash_write, h, fd, item[1], item[0])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume)
+        async with send:
+            done = 0
+            while done < n:
+                k = min(_BLOCK, n - done)
+                await send.send((off + done, await side.exactly(k)))
+                done += k
+            await send.send(None)
+    return h.digest() == want
+
+
+def _hash_write(h, fd: int, data: bytearray, off: int) -> None:
+    """Thread: add a block to the piece's hash and write it at its offset."""
+    h.update(data)
+    view, start = memoryview(data), off
     while view:
         k = os.pwrite(fd, view, off)
         view, off = view[k:], off + k
-    return True
+    if hasattr(os, "posix_fadvise"):
+        # Start writing the block back now (Linux does, for DONTNEED), so the
+        # fsync at the end waits for the last blocks only, not for the file.
+        os.posix_fadvise(fd, start, len(data), os.POSIX_FADV_DONTNEED)
 
 
 def _damaged(path: str, desc: wire.Description, have: bytes) -> list[int]:

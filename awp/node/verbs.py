@@ -140,14 +140,16 @@ class AgentVerbs:
                 raise blobstore.BlobTooLarge(path, st.st_size, limit)
             ref = "b_" + self.ids.next()
             dest = os.path.join(out_dir, blobstore.safe_name(ref))
-            size = await trio.to_thread.run_sync(blobstore.copy_private, path, dest, limit)
+            extra = {}
+            if big and st.st_size:
+                size, extra["bulk"] = await trio.to_thread.run_sync(bulk.stage, path, dest, limit)
+            else:
+                size = await trio.to_thread.run_sync(blobstore.copy_private, path, dest, limit)
             name = f.get("name") or os.path.basename(path)
             mime = f.get("mime") or guess_mime(name, await trio.to_thread.run_sync(
                 sniff_file, dest))
-            b = {"ref": ref, "name": name, "mime": mime, "size": size, "path": dest}
-            if big and size:
-                b["bulk"] = await trio.to_thread.run_sync(bulk.describe, dest, size)
-            staged.append(b)
+            staged.append({"ref": ref, "name": name, "mime": mime, "size": size, "path": dest,
+                           **extra})
         return staged
 
     async def send_msg(

@@ -152,9 +152,9 @@ def served(c: sqlite3.Connection, peer: str, ref: str, wire_bytes: int, now: int
               " WHERE peer = ? AND dir = 'out' AND ref = ?", (wire_bytes, now, peer, ref))
 
 
-def delivered(c: sqlite3.Connection, peer: str, ref: str, now: int) -> None:
-    c.execute("UPDATE bulk SET state = 'delivered', updated = ? WHERE peer = ? AND dir = 'out'"
-              " AND ref = ?", (now, peer, ref))
+def delivered(c: sqlite3.Connection, peer: str, ref: str, wire_bytes: int, now: int) -> None:
+    c.execute("UPDATE bulk SET state = 'delivered', wire = wire + ?, updated = ?"
+              " WHERE peer = ? AND dir = 'out' AND ref = ?", (wire_bytes, now, peer, ref))
 
 
 def data_path(c: sqlite3.Connection, blobs_dir: str, peer: str, ref: str) -> str:
