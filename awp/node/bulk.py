@@ -85,7 +85,7 @@ class Bulk(Extension):
                                                  0o600), "wb") as fo:
             size = os.fstat(fi.fileno()).st_size
             if size > limit:
-                raise BlobTooLarge(src, size, limit)
+                raise BlobTooLarge(src, size, limit, "limits.bulk_bytes")
             piece = wire.piece_size(size)
             hashes, h, left = bytearray(), hashlib.sha256(), piece
             buf = bytearray(_BLOCK)

@@ -137,7 +137,9 @@ class AgentVerbs:
             big = use_bulk and (st.st_size >= lim.bulk_min or st.st_size > self.config.blob_limit)
             limit = lim.bulk_bytes if big else self.config.blob_limit
             if st.st_size > limit:
-                raise blobstore.BlobTooLarge(path, st.st_size, limit)
+                raise blobstore.BlobTooLarge(path, st.st_size, limit,
+                                             "limits.bulk_bytes" if big else
+                                             "AWP_BLOB_LIMIT / blob_limit")
             ref = "b_" + self.ids.next()
             dest = os.path.join(out_dir, blobstore.safe_name(ref))
             extra = {}

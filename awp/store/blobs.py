@@ -23,9 +23,10 @@ CHUNK = 256 * 1024
 class BlobTooLarge(ValueError):
     """A file over the blob limit: refused before anything is queued."""
 
-    def __init__(self, path: str, size: int, limit: int) -> None:
+    def __init__(self, path: str, size: int, limit: int,
+                 setting: str = "AWP_BLOB_LIMIT / blob_limit") -> None:
         super().__init__(f"{path} is {size:,} bytes, over the blob limit of {limit:,} bytes"
-                         " (AWP_BLOB_LIMIT / blob_limit)")
+                         f" ({setting})")
 
 
 def copy_private(src: str, dest: str, limit: int) -> int:
