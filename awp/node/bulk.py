@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import select
 import time
 from typing import TYPE_CHECKING
 
@@ -71,38 +72,22 @@ class Bulk(Extension):
                 and self.engine.advertised() is not None)
 
     @staticmethod
-    def stage(src: str, dest: str, limit: int) -> tuple[int, dict]:
-        """Thread: copy ``src`` to ``dest`` (0600) and hash its pieces in the same pass.
+    def hash_in_place(src: str, limit: int) -> tuple[str, int, dict]:
+        """Thread: the path, size and ``bulk`` field of a file to send, read where it is.
 
-        Returns the size and the ``bulk`` field.  The copy is not fsynced: its
-        piece hashes are in the msg, so a copy torn by a power loss is caught
-        piece by piece at the receiver instead of arriving wrong, and the
-        fsync of a gigabyte would hold up every commit of ours behind it.
+        A bulk file is not copied into the home (a copy of 16 GiB would cost
+        as much disk again, and minutes): its piece hashes, taken now, are in
+        the msg, so a piece changed before it crossed is refused by the
+        receiver's check instead of arriving changed.
         """
-        os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
-        tmp = dest + ".tmp"
-        with open(src, "rb") as fi, open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                                                 0o600), "wb") as fo:
+        path = os.path.realpath(src)
+        with open(path, "rb") as fi:
             size = os.fstat(fi.fileno()).st_size
             if size > limit:
                 raise BlobTooLarge(src, size, limit, "limits.bulk_bytes")
             piece = wire.piece_size(size)
-            hashes, h, left = bytearray(), hashlib.sha256(), piece
-            buf = bytearray(_BLOCK)
-            done = 0
-            while done < size:
-                k = fi.readinto(memoryview(buf)[:min(_BLOCK, size - done, left)])
-                if not k:
-                    raise OSError(f"{src} shrank while it was copied")
-                block = memoryview(buf)[:k]
-                h.update(block)
-                fo.write(block)
-                done, left = done + k, left - k
-                if left == 0 or done == size:
-                    hashes += h.digest()
-                    h, left = hashlib.sha256(), piece
-        os.replace(tmp, dest)
-        return size, wire.describe(size, piece, bytes(hashes))
+            hashes = wire.hash_file(fi.fileno(), size, piece)
+        return path, size, wire.describe(size, piece, hashes)
 
     async def serve_side(self, conn: Connection, rest: bytes) -> None:
         """A peer's side connection to us: serve pieces of files we sent it."""
@@ -362,6 +347,15 @@ async def _receive_piece(side: Side, fd: int, off: int, n: int, want: bytes) -> 
     bytes written before the check do not count: the piece's bit is set (by the
     caller) only when the whole piece matches."""
     h = hashlib.sha256()
+    sock = side.plain_socket()
+    if sock is not None:  # a plain socket: the whole piece in one thread, no copies on the loop
+        head = side.take_buffered(n)
+        try:
+            await trio.to_thread.run_sync(_recv_piece, sock.fileno(), head, h, fd, off, n,
+                                          abandon_on_cancel=False)
+        except OSError as e:
+            raise SideClosed(str(e)) from None
+        return h.digest() == want
     send, recv = trio.open_memory_channel[tuple[int, bytearray] | None](2)
 
     async def consume() -> None:
@@ -383,7 +377,31 @@ async def _receive_piece(side: Side, fd: int, off: int, n: int, want: bytes) -> 
     return h.digest() == want
 
 
-def _hash_write(h, fd: int, data: bytearray, off: int) -> None:
+def _recv_piece(sock: int, head: bytes, h, fd: int, off: int, n: int) -> None:
+    """Thread: read ``n`` bytes of a piece from a plain socket (``head`` already read),
+    hashing and writing each block at its offset."""
+    buf = bytearray(_BLOCK)
+    view = memoryview(buf)
+    if head:
+        _hash_write(h, fd, bytearray(head), off)
+    got = len(head)
+    while got < n:
+        fill = 0
+        want = min(_BLOCK, n - got)
+        while fill < want:
+            try:
+                k = os.readv(sock, [view[fill:want]])
+            except BlockingIOError:
+                select.select([sock], [], [], 30.0)
+                continue
+            if not k:
+                raise OSError("side connection closed inside a piece")
+            fill += k
+        _hash_write(h, fd, view[:want], off + got)
+        got += want
+
+
+def _hash_write(h, fd: int, data: bytearray | memoryview, off: int) -> None:
     """Thread: add a block to the piece's hash and write it at its offset."""
     h.update(data)
     view, start = memoryview(data), off

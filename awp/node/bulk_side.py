@@ -88,6 +88,16 @@ class Side:
                 got += k
         return out
 
+    def plain_socket(self):
+        """The trio socket under a plain (not sealed) TCP or Unix stream, or None."""
+        return _socket_of(self.stream)
+
+    def take_buffered(self, n: int) -> bytes:
+        """Up to ``n`` bytes already read past the last control line."""
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
     async def send_line(self, obj: dict) -> None:
         data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
         try:

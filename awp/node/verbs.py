@@ -121,8 +121,9 @@ class AgentVerbs:
 
         Each item is ``{"path", "name"?, "mime"?}``; returns blob descriptions.
         Refuses (``BlobTooLarge``) before anything is queued.  To a peer that
-        takes bulk transfers (awp/node/bulk.py) the limit is ``bulk_bytes``
-        and a large file's description carries its piece hashes (``bulk``).
+        takes bulk transfers (awp/node/bulk.py) a large file is not copied but
+        read in place, up to ``bulk_bytes``: its description carries its piece
+        hashes (``bulk``), which the receiver checks every piece against.
         """
         staged = []
         out_dir = os.path.join(self.blobs_dir, "out")
@@ -143,8 +144,9 @@ class AgentVerbs:
             ref = "b_" + self.ids.next()
             dest = os.path.join(out_dir, blobstore.safe_name(ref))
             extra = {}
-            if big and st.st_size:
-                size, extra["bulk"] = await trio.to_thread.run_sync(bulk.stage, path, dest, limit)
+            if big and st.st_size:  # read in place, checked by its piece hashes
+                dest, size, extra["bulk"] = await trio.to_thread.run_sync(
+                    bulk.hash_in_place, path, limit)
             else:
                 size = await trio.to_thread.run_sync(blobstore.copy_private, path, dest, limit)
             name = f.get("name") or os.path.basename(path)
