@@ -6,7 +6,7 @@ In one run, for a plain link (os.sendfile) and a sealed one: the in-band path
 the receiver killed (-9) at 50% and restarted.  Prints:
 
 * rate: file size / (send to complete and verified at the receiver), the
-  sender's copy and hashing included; target >= 200 MiB/s and >= 5x in-band;
+  sender's hashing included; target >= 200 MiB/s and >= 5x in-band;
 * receiver RSS growth (peak minus before); target <= 64 MiB;
 * wire: bytes the sender wrote to side connections (seal records included) /
   file size; target <= 1.02;
