@@ -54,6 +54,11 @@ class Limits:
     handshakes: int = 64                    # inbound connections still in their handshake
     peer_unclaimed_blob_bytes: int = 256 * MiB  # a key's blob bytes no stored msg names yet
     unclaimed_blob_ttl: float = 3600.0      # an unnamed blob is dropped after this
+    # Bulk transfer (cap ``bulk``, SPEC.md "Bulk transfer"): files that travel
+    # beside the line protocol on a side connection.
+    bulk_bytes: int = 16 * GiB              # one bulk file, sent or accepted
+    peer_bulk_bytes: int = 32 * GiB         # a key's bulk files on our disk, partial or whole
+    bulk_min: int = 64 * MiB                # files this large (or over blob_limit) go the bulk way
 
     # The board (SPEC.md section 14); the protocol's own bounds (64 KiB a record,
     # 512 KiB a line, 4,096 hashes a want) are fixed, and topics bound themselves.
@@ -127,6 +132,7 @@ for _f, _k in (
     ("peer_stored_bytes", "bytes"), ("stored_bytes", "bytes"),
     ("peer_connections", "count"), ("connections", "count"), ("handshakes", "count"),
     ("peer_unclaimed_blob_bytes", "bytes"), ("unclaimed_blob_ttl", "seconds"),
+    ("bulk_bytes", "bytes"), ("peer_bulk_bytes", "bytes"), ("bulk_min", "bytes"),
     ("write_timeout", "seconds"), ("gap_timeout", "seconds"), ("json_depth", "count"),
     ("api_body_bytes", "bytes"), ("mcp_line_bytes", "bytes"), ("board_subscriptions", "count"),
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),

@@ -24,31 +24,71 @@ CAPS_HELP = "capabilities: exec, fs:read, fs:write, introduce, admin"
 @command("blobs", short_help="List files sent and received, with local paths")
 def blobs_cmd(
     peer: str = typer.Option(None, "-p", "--peer", metavar="PEER", help="only this peer"),
+    verify: bool = typer.Option(False, "--verify",
+                                help="recheck received bulk files; bad pieces are refetched"),
+    watch: bool = typer.Option(False, "--watch", help="redraw until no bulk transfer is running"),
     home: str = home_opt(),
     as_json: bool = json_opt(),
 ) -> None:
     """List files sent and received, with their local paths.
 
     A sent file is queued until the peer acks the message carrying it, then
-    sent; a received one is pending, received, complete or refused.
+    sent; a received one is pending, received, complete or refused.  A bulk
+    file (one sent on a side connection) is fetching until every piece is
+    verified, and shows its percent, rate and ETA.
 
     \b
     Examples:
       awp blobs
       awp blobs --peer builder
+      awp blobs --verify
+      awp blobs --watch
     """
+    import sys
+    import time
+
+    from ..present import progress
+
     client = daemon(home_of(home))
-    rows = client.get("/v1/blobs", **({"peer": peer} if peer else {}))
-    if as_json:
-        out_json(rows)
+    query = {"peer": peer} if peer else {}
+    if verify:
+        res = client.post("/v1/blobs/verify", query)
+        if as_json:
+            out_json(res)
+            return
+        for r in res or []:
+            bad = r.get("bad") or []
+            out(f"{r['ref']}: {r.get('pieces', 0)} pieces, " + (
+                f"{len(bad)} damaged ({', '.join(map(str, bad))}), fetching them again"
+                if bad else r.get("error") or "all verified"))
+        if not res:
+            note("no bulk files to verify")
         return
-    if not rows:
-        note("no files yet")
-        return
-    table = [[("sent to " if b["dir"] == "out" else "from ") + b.get("peer_name", ""),
-              b["name"] or b["ref"], b["size"] if b["size"] >= 0 else "?", b["status"],
-              b["path"] if b["dir"] == "in" else b.get("th", "")] for b in rows]
-    out(render.table(["PEER", "NAME", "BYTES", "STATUS", "PATH / THREAD"], table))
+    tty = sys.stdout.isatty()
+    shown = 0
+    while True:
+        rows = client.get("/v1/blobs", **query)
+        if as_json:
+            out_json(rows)
+            return
+        if not rows:
+            note("no files yet")
+            return
+        table = [[("sent to " if b["dir"] == "out" else "from ") + b.get("peer_name", ""),
+                  b["name"] or b["ref"], b["size"] if b["size"] >= 0 else "?", b["status"],
+                  progress.cell(b, tty), b["path"] if b["dir"] == "in" else b.get("th", "")]
+                 for b in rows]
+        text = render.table(["PEER", "NAME", "BYTES", "STATUS", "PROGRESS", "PATH / THREAD"],
+                            table)
+        if shown and tty:
+            sys.stdout.write(f"\x1b[{shown}F\x1b[J")
+        out(text)
+        shown = text.count("\n") + 1
+        running = any(b.get("bulk") and b["dir"] == "in" and b["status"] == "fetching"
+                      for b in rows)
+        if not watch or not running:
+            return
+        time.sleep(0.5)
 
 
 @command("grant", short_help="Grant a peer capabilities (exec and fs:write are RCE)")

@@ -25,10 +25,12 @@ from .. import PROTOCOL_VERSION, __version__
 from ..base.durations import MAX_SECONDS
 from ..base.echo import echo
 from ..localapi.server import ApiError, Request, Router, Stream
+from ..node import bulk
 from ..node.dialer import DialFailed, dial_key
 from ..node.engine import DialError, Engine
 from ..node.reach import endpoints
 from ..store import blobs as blobstore
+from ..store import bulk as bulkstore
 from ..store import grants as grantstore
 from ..store import ops, queries
 from ..store.blobs import BlobTooLarge
@@ -489,9 +491,18 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
                 if b["peer"] not in labels:
                     labels[b["peer"]] = queries.peer_label(c, b["peer"])
                 b["peer_name"] = labels[b["peer"]]
-            return rows
+            return bulk.annotate(getattr(engine, "bulk", None), c, rows)
 
         return await engine.read(q)
+
+    @r.route("POST", "/v1/blobs/verify")
+    async def blobs_verify(req: Request) -> list:
+        """Recheck received bulk files on disk; damaged pieces are fetched again."""
+        body = _body(req)
+        key = await resolve(body["peer"]) if body.get("peer") else None
+        ext = getattr(engine, "bulk", None)
+        files = await engine.read(lambda c: bulkstore.verifiable(c, key))
+        return [await ext.verify(p, ref) for p, ref in files] if ext is not None else []
 
     async def _delivery(key: str, res: dict, body: dict, note: str, t0: float) -> dict:
         """Wait for the ack as asked; ``ack_ms`` is queue-to-ack time inside the daemon."""

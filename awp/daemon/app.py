@@ -23,6 +23,7 @@ from ..localapi.server import serve_unix
 from ..node import intake
 from ..node.board import Board
 from ..node.board_queue import BoardQueue
+from ..node.bulk import Bulk
 from ..node.config import NodeConfig
 from ..node.engine import Engine
 from ..node.mirror import Mirror
@@ -188,6 +189,8 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
     engine.board = Board(engine)
     engine.board.queue = BoardQueue(engine.board)
     engine.extensions.append(engine.board)
+    engine.bulk = Bulk(engine)  # big files on side connections (cap bulk)
+    engine.extensions.append(engine.bulk)
     state = DaemonState(home=home, settings=settings, started_ms=engine.started_at,
                         parts=Parts(presence=engine.presence, board=engine.board,
                                     queue=engine.board.queue, mirror=engine.mirror))

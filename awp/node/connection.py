@@ -30,7 +30,7 @@ from ..wire.names import clean_name
 from .handshake import Handshake
 from .jobs import STORE_OPS, Jobs
 from .lineout import LineOut, give_way
-from .sealed import SealedStream, is_local_stream
+from .sealed import SealedStream, seal_for  # noqa: F401 (seal_for: imported from here)
 from .session import PAUSE, Session
 from .session import actions as A
 
@@ -213,6 +213,8 @@ class Connection:
             self.failure = refusal
             await self._refuse(errors.AUTH, refusal)
             return
+        if self.hs.peer.get("side") and getattr(self.engine, "bulk", None) is not None:
+            return await self.engine.bulk.serve_side(self, reader.take_rest(pending))
         if not await self.engine.peers.attach(self):
             raise ConnectionClosed("simultaneous open: keeping the other connection")
         self.attached_at = trio.current_time()
@@ -581,14 +583,6 @@ def _leaf(e: BaseException) -> BaseException:
                 return leaf
         return _leaf(e.exceptions[0])
     return e
-
-
-def seal_for(policy: str, stream: object) -> str:
-    """The handshake's seal rule for one stream: ``require-remote`` becomes
-    ``require`` unless the stream is a Unix socket or a loopback peer."""
-    if policy == "require-remote":
-        return "prefer" if is_local_stream(stream) else "require"
-    return policy
 
 
 def jittered(backoff: float, rnd: float) -> float:

@@ -39,6 +39,8 @@ class LocalHello:
     # Every endpoint we can be reached on (``hello.addrs``, ours): ``addr``
     # stays one string, which is all the reference peer reads.
     addrs: list[str] | None = None
+    # A side connection's purpose (``hello.side``, ours: "bulk", awp/node/bulk_side.py).
+    side: str = ""
 
 
 @dataclass
@@ -106,6 +108,8 @@ class Handshake:
         )
         if self.local.addrs:
             line["addrs"] = list(self.local.addrs)
+        if self.local.side:
+            line["side"] = self.local.side
         data = dump(line)
         self.my_hello = data[:-1]
         return data

@@ -130,3 +130,11 @@ def _local_socket(sock: object) -> bool:
         return False
     mapped = getattr(ip, "ipv4_mapped", None)
     return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def seal_for(policy: str, stream: object) -> str:
+    """The handshake's seal rule for one stream: ``require-remote`` becomes
+    ``require`` unless the stream is a Unix socket or a loopback peer."""
+    if policy == "require-remote":
+        return "prefer" if is_local_stream(stream) else "require"
+    return policy

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import trio
 
 from ..store import blobs as blobstore
+from ..store import bulk as bulkstore
 from ..store import grants as grantstore
 from ..store import ops
 from ..wire.canonical import compact_json
@@ -115,29 +116,44 @@ class AgentVerbs:
     def _mirror_copies(self, c: sqlite3.Connection, key: str, line: dict, now: int) -> list:
         return self.mirror.queue_copies(c, key, line, "out", now) if self.mirror else []
 
-    async def stage_files(self, files: list[dict]) -> list[dict]:
+    async def stage_files(self, files: list[dict], key: str = "") -> list[dict]:
         """Copy files to send into the home, so later edits cannot tear them.
 
         Each item is ``{"path", "name"?, "mime"?}``; returns blob descriptions.
-        Refuses (``BlobTooLarge``) before anything is queued.
+        Refuses (``BlobTooLarge``) before anything is queued.  To a peer that
+        takes bulk transfers (awp/node/bulk.py) a large file is not copied but
+        read in place, up to ``bulk_bytes``: its description carries its piece
+        hashes (``bulk``), which the receiver checks every piece against.
         """
         staged = []
         out_dir = os.path.join(self.blobs_dir, "out")
+        bulk = getattr(self, "bulk", None)
+        lim = self.config.limits
+        use_bulk = bulk is not None and bool(key) and bulk.usable(key)
         for f in files:
             path = f["path"]
             st = await trio.to_thread.run_sync(os.stat, path)
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(f"{path} is not a regular file")
-            if st.st_size > self.config.blob_limit:
-                raise blobstore.BlobTooLarge(path, st.st_size, self.config.blob_limit)
+            big = use_bulk and (st.st_size >= lim.bulk_min or st.st_size > self.config.blob_limit)
+            limit = lim.bulk_bytes if big else self.config.blob_limit
+            if st.st_size > limit:
+                raise blobstore.BlobTooLarge(path, st.st_size, limit,
+                                             "limits.bulk_bytes" if big else
+                                             "AWP_BLOB_LIMIT / blob_limit")
             ref = "b_" + self.ids.next()
             dest = os.path.join(out_dir, blobstore.safe_name(ref))
-            size = await trio.to_thread.run_sync(blobstore.copy_private, path, dest,
-                                                 self.config.blob_limit)
+            extra = {}
+            if big and st.st_size:  # read in place, checked by its piece hashes
+                dest, size, extra["bulk"] = await trio.to_thread.run_sync(
+                    bulk.hash_in_place, path, limit)
+            else:
+                size = await trio.to_thread.run_sync(blobstore.copy_private, path, dest, limit)
             name = f.get("name") or os.path.basename(path)
             mime = f.get("mime") or guess_mime(name, await trio.to_thread.run_sync(
                 sniff_file, dest))
-            staged.append({"ref": ref, "name": name, "mime": mime, "size": size, "path": dest})
+            staged.append({"ref": ref, "name": name, "mime": mime, "size": size, "path": dest,
+                           **extra})
         return staged
 
     async def send_msg(
@@ -154,9 +170,10 @@ class AgentVerbs:
         th = th or new_thread_id()
         now = now_ms()
         key = self.current_key(key)
-        staged = await self.stage_files(files) if files else []
+        staged = await self.stage_files(files, key) if files else []
         parts = list(parts) + [
-            {"k": "blob", "ref": b["ref"], "name": b["name"], "mime": b["mime"], "size": b["size"]}
+            {"k": "blob", "ref": b["ref"], "name": b["name"], "mime": b["mime"], "size": b["size"],
+             **({"bulk": b["bulk"]} if "bulk" in b else {})}
             for b in staged]
         subj = subject or (default_subject(parts) if new_thread else "")
 
@@ -171,8 +188,11 @@ class AgentVerbs:
 
         def job(c: sqlite3.Connection, first: tuple | None) -> tuple:
             ops.ensure_peer(c, key, now)
-            chunks = [row for b in staged
+            chunks = [row for b in staged if "bulk" not in b
                       for row in ops.queue_chunks(c, self.ids, key, th, b, now)]
+            for b in staged:
+                if "bulk" in b:
+                    bulkstore.queue_out(c, key, th, b, now)
             res = ops.queue_line(c, self.ids, key, build, now=now, max_bytes=MAX_LINE,
                                  first=first)
             for b in staged:

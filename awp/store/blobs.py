@@ -23,9 +23,10 @@ CHUNK = 256 * 1024
 class BlobTooLarge(ValueError):
     """A file over the blob limit: refused before anything is queued."""
 
-    def __init__(self, path: str, size: int, limit: int) -> None:
+    def __init__(self, path: str, size: int, limit: int,
+                 setting: str = "AWP_BLOB_LIMIT / blob_limit") -> None:
         super().__init__(f"{path} is {size:,} bytes, over the blob limit of {limit:,} bytes"
-                         " (AWP_BLOB_LIMIT / blob_limit)")
+                         f" ({setting})")
 
 
 def copy_private(src: str, dest: str, limit: int) -> int:
@@ -185,6 +186,8 @@ def msg_named_blobs(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict
     th = line.get("th") or ""
     for p in parts:
         if not isinstance(p, dict) or p.get("k") != "blob" or not isinstance(p.get("ref"), str):
+            continue
+        if "bulk" in p:  # fetched on a side connection (awp/node/bulk.py), not chunks
             continue
         ref = p["ref"]
         name = p.get("name") if isinstance(p.get("name"), str) else ""

@@ -430,6 +430,32 @@ CREATE TABLE op_revocations (
 );
 ALTER TABLE peers ADD COLUMN opcert TEXT NOT NULL DEFAULT '';
 """,
+    # 15: bulk transfer (issue 36, awp/store/bulk.py).  One row per file sent or
+    # received the bulk way, beside its ``blobs`` row: the piece size, the piece
+    # hashes and root it is checked against, which pieces are verified on disk
+    # (``have``, one bit a piece), and what crossed: pieces served or asked for,
+    # refetched after a failed check, and side-connection bytes.
+    """
+CREATE TABLE bulk (
+    peer TEXT NOT NULL,
+    dir TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    piece INTEGER NOT NULL,
+    root TEXT NOT NULL,
+    hashes BLOB NOT NULL,
+    have BLOB NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0,
+    served INTEGER NOT NULL DEFAULT 0,
+    refetched INTEGER NOT NULL DEFAULT 0,
+    wire INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT '',
+    error TEXT NOT NULL DEFAULT '',
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    PRIMARY KEY (peer, dir, ref)
+);
+""",
 ]
 
 BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables
@@ -437,3 +463,4 @@ STAMP_MIGRATION = 7  # the columns and table of the owner's stamps
 LEAN_MIGRATION = 9  # the board's leaner indexes
 CONFLICT_MIGRATION = 11  # the owner's conflicting statements, and its newest head
 OPERATOR_MIGRATION = 13  # trusted operators, revocations, the certificate a peer showed
+BULK_MIGRATION = 14  # bulk transfer: pieces, hashes and progress (awp/store/bulk.py)

@@ -82,7 +82,9 @@ def test_receiver_killed_mid_transfer_then_completes(make_node, tmp_home_root):
 
 
 def test_sender_refuses_a_file_over_its_own_limit_before_queuing(make_node, tmp_home_root):
-    a = make_node("a", env={"AWP_BLOB_LIMIT": "1000"}).start()
+    # (to a peer with the bulk cap a file over blob_limit goes the bulk way,
+    # up to bulk_bytes: both are the sender's limits here)
+    a = make_node("a", env={"AWP_BLOB_LIMIT": "1000"}).with_limits(bulk_bytes=1000).start()
     b = make_node("b").start()
     a.connect(b)
     path, _ = _file(tmp_home_root, "big.bin", 1001)
