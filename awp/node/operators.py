@@ -22,6 +22,7 @@ admitted.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import TYPE_CHECKING
@@ -272,10 +273,7 @@ class Operators(Extension):
 
     def summary(self, text: str, now: int) -> dict | None:
         """What ``awp peers`` says of a certificate a peer showed (stored verified)."""
-        try:
-            cert = O.check_cert(_json(text)) if text else None
-        except (O.OperatorError, ValueError):
-            cert = None
+        cert = _stored_cert(text) if text else None
         if cert is None:
             return None
         status = ("revoked" if self.is_revoked(cert) else "expired" if now >= cert.exp_ms
@@ -292,6 +290,16 @@ class Operators(Extension):
             "trusted": [{"key": k, "name": n} for k, n in self.trusted.items()],
             "revocations": len(self.revoked),
         }
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored_cert(text: str) -> O.Cert | None:
+    """A stored certificate, checked once per text: ``awp peers`` and the dashboard
+    read every peer's at each refresh, and a signature check each time adds up."""
+    try:
+        return O.check_cert(_json(text))
+    except (O.OperatorError, ValueError):
+        return None
 
 
 def _json(text: str) -> dict:

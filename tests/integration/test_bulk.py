@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from fixtures.blobfiles import blob_row, file_digest
 from nodes import ROOT, wait_for
 
 PIECE = 4 * 1024 * 1024
@@ -26,19 +27,8 @@ def _file(root: str, name: str, size: int) -> tuple[str, str]:
     return path, h.hexdigest()
 
 
-def _digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
-def _blob(node, name: str, status: str | None = None):
-    for b in node.api("GET", "/v1/blobs"):
-        if name in (b["ref"], b["name"]) and (status is None or b["status"] == status):
-            return b
-    return None
 
 
 def awp(node, *args: str) -> str:
@@ -69,11 +59,11 @@ def test_bulk_file_arrives_verified(make_node, tmp_home_root):
     size = 5 * PIECE + 12345
     path, digest = _file(tmp_home_root, "big.bin", size)
     awp(a, "send", b.key, "a big one", "--file", path, "--wait-ack", "30s")
-    got = wait_for(lambda: _blob(b, "big.bin", "complete"), 60, "bulk file complete")
+    got = wait_for(lambda: blob_row(b, "big.bin", "complete"), 60, "bulk file complete")
     assert got["bulk"] and got["pieces"] == 6 and got["percent"] == 100.0
-    assert got["size"] == size and _digest(got["path"]) == digest
+    assert got["size"] == size and file_digest(got["path"]) == digest
     assert got["path"].startswith(os.path.join(b.home, "blobs") + os.sep)
-    sent = wait_for(lambda: (x := _blob(a, "big.bin")) and x["bulk_state"] == "delivered" and x,
+    sent = wait_for(lambda: (x := blob_row(a, "big.bin")) and x["bulk_state"] == "delivered" and x,
                     30, "sender told the file was delivered")
     assert sent["served"] == 6 and got["refetched"] == 0
     rows = json.loads(awp(b, "blobs", "--json"))
@@ -87,7 +77,7 @@ def test_bulk_file_arrives_verified(make_node, tmp_home_root):
 def _started(node, name: str, pieces: int):
     """Wait until ``pieces`` or more pieces of ``name`` are verified at ``node``."""
     def cond():
-        x = _blob(node, name)
+        x = blob_row(node, name)
         return x if x and x.get("bulk") and x["done"] >= pieces * PIECE else None
     return wait_for(cond, 60, f"{pieces} pieces verified", interval=0.002)
 
@@ -101,9 +91,9 @@ def test_receiver_killed_mid_transfer_resumes_with_one_piece_resent(make_node, t
     b.kill()
     assert at_kill["status"] == "fetching" and at_kill["done"] < count * PIECE
     b.start()
-    got = wait_for(lambda: _blob(b, "r.bin", "complete"), 90, "complete after restart")
-    assert _digest(got["path"]) == digest
-    sent = wait_for(lambda: (x := _blob(a, "r.bin")) and x["bulk_state"] == "delivered" and x,
+    got = wait_for(lambda: blob_row(b, "r.bin", "complete"), 90, "complete after restart")
+    assert file_digest(got["path"]) == digest
+    sent = wait_for(lambda: (x := blob_row(a, "r.bin")) and x["bulk_state"] == "delivered" and x,
                     30, "delivered")
     # every piece once, and at most the one in flight at the kill again
     assert count <= sent["served"] <= count + 1, sent
@@ -120,9 +110,9 @@ def test_sender_killed_mid_transfer_resumes_with_one_piece_resent(make_node, tmp
     _started(b, "s.bin", 3)
     a.kill()
     a.start()
-    got = wait_for(lambda: _blob(b, "s.bin", "complete"), 90, "complete after sender restart")
-    assert _digest(got["path"]) == digest
-    sent = wait_for(lambda: (x := _blob(a, "s.bin")) and x["bulk_state"] == "delivered" and x,
+    got = wait_for(lambda: blob_row(b, "s.bin", "complete"), 90, "complete after sender restart")
+    assert file_digest(got["path"]) == digest
+    sent = wait_for(lambda: (x := blob_row(a, "s.bin")) and x["bulk_state"] == "delivered" and x,
                     30, "delivered")
     assert count <= sent["served"] <= count + 1, sent
     assert got["refetched"] == 0
@@ -132,19 +122,19 @@ def test_flipped_byte_on_disk_refetches_that_piece(make_node, tmp_home_root):
     a, b = _pair(make_node)
     path, digest = _file(tmp_home_root, "d.bin", 6 * PIECE)
     _send(a, b, path)
-    got = wait_for(lambda: _blob(b, "d.bin", "complete"), 60, "complete")
-    served = wait_for(lambda: (x := _blob(a, "d.bin")) and x["bulk_state"] == "delivered" and x,
+    got = wait_for(lambda: blob_row(b, "d.bin", "complete"), 60, "complete")
+    served = wait_for(lambda: (x := blob_row(a, "d.bin")) and x["bulk_state"] == "delivered" and x,
                       30, "delivered")["served"]
     with open(got["path"], "r+b") as f:
         f.seek(2 * PIECE + 777)
         byte = f.read(1)
         f.seek(2 * PIECE + 777)
         f.write(bytes([byte[0] ^ 0x40]))
-    assert _digest(got["path"]) != digest
+    assert file_digest(got["path"]) != digest
     assert "1 damaged (2), fetching them again" in awp(b, "blobs", "--verify")
-    wait_for(lambda: (x := _blob(b, "d.bin", "complete")) and _digest(x["path"]) == digest,
+    wait_for(lambda: (x := blob_row(b, "d.bin", "complete")) and file_digest(x["path"]) == digest,
              60, "piece 2 fetched again")
-    assert wait_for(lambda: _blob(a, "d.bin")["served"], 10) == served + 1
+    assert wait_for(lambda: blob_row(a, "d.bin")["served"], 10) == served + 1
     assert [r["bad"] for r in json.loads(awp(b, "blobs", "--verify", "--json"))] == [[]]
 
 
@@ -153,9 +143,9 @@ def test_over_the_quota_is_refused_with_the_reason(make_node, tmp_home_root):
     path, _digest_ = _file(tmp_home_root, "q.bin", 3 * PIECE)
     res = _send(a, b, path)
     assert res["acked"]  # the msg itself is delivered
-    refused = wait_for(lambda: _blob(b, "q.bin", "refused"), 30, "receiver refused it")
+    refused = wait_for(lambda: blob_row(b, "q.bin", "refused"), 30, "receiver refused it")
     assert "peer_bulk_bytes" in refused["error"]
-    out = wait_for(lambda: _blob(a, "q.bin", "refused"), 30, "sender told")
+    out = wait_for(lambda: blob_row(a, "q.bin", "refused"), 30, "sender told")
     assert "quota" in out["error"]
     assert not os.path.exists(os.path.join(b.home, "blobs", "nothing"))
 
@@ -169,4 +159,4 @@ def test_over_the_bulk_cap_is_refused_before_queueing(make_node, tmp_home_root):
         assert "over the blob limit" in str(e)
     else:
         raise AssertionError("a file over bulk_bytes was queued")
-    assert _blob(a, "c.bin") is None
+    assert blob_row(a, "c.bin") is None

@@ -6,6 +6,7 @@ import hashlib
 import os
 
 import pytest
+from fixtures.blobfiles import blob_row, file_digest
 from nodes import wait_for
 
 from awp.localapi.client import ApiFailure
@@ -25,19 +26,8 @@ def _file(root: str, name: str, size: int) -> tuple[str, str]:
         return path, hashlib.sha256(f.read()).hexdigest()
 
 
-def _digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
-def _blob(node, ref_or_name: str, status: str | None = None):
-    for b in node.api("GET", "/v1/blobs"):
-        if ref_or_name in (b["ref"], b["name"]) and (status is None or b["status"] == status):
-            return b
-    return None
 
 
 @pytest.mark.parametrize("size", [0, 1, CHUNK, CHUNK + 1, 20 * 1024 * 1024])
@@ -49,12 +39,12 @@ def test_file_arrives_whole(make_node, tmp_home_root, size):
     res = a.api("POST", "/v1/send", {"peer": b.key, "files": [path], "wait_ack": 30,
                                      "parts": [{"k": "text", "text": "see attached"}]})
     assert res["acked"]
-    got = wait_for(lambda: _blob(b, f"f{size}.bin", "complete"), 30, "blob complete")
-    assert got["size"] == size and _digest(got["path"]) == digest
+    got = wait_for(lambda: blob_row(b, f"f{size}.bin", "complete"), 30, "blob complete")
+    assert got["size"] == size and file_digest(got["path"]) == digest
     # the message shows the file with its local path, and the sender says sent
     rec = b.inbound()[-1]
     assert rec["files"][0]["path"] == got["path"]
-    assert wait_for(lambda: _blob(a, f"f{size}.bin", "sent"), 10, "sender status sent")
+    assert wait_for(lambda: blob_row(a, f"f{size}.bin", "sent"), 10, "sender status sent")
     # the path lives under the receiver's home, named safely
     assert got["path"].startswith(os.path.join(b.home, "blobs") + os.sep)
 
@@ -73,8 +63,8 @@ def test_receiver_killed_mid_transfer_then_completes(make_node, tmp_home_root):
     b.kill()
     assert at_kill["status"] == "pending" and at_kill["received"] < 40 * 1024 * 1024
     b.start()
-    got = wait_for(lambda: _blob(b, "big.bin", "complete"), 90, "blob complete after restart")
-    assert _digest(got["path"]) == digest
+    got = wait_for(lambda: blob_row(b, "big.bin", "complete"), 90, "blob complete after restart")
+    assert file_digest(got["path"]) == digest
     # exactly one message, no leftovers
     assert len([r for r in b.inbound() if r["t"] == "msg"]) == 1
     assert not [f for f in os.listdir(os.path.dirname(os.path.dirname(got["path"])))
@@ -104,8 +94,8 @@ def test_receiver_over_limit_refuses_blob_but_keeps_message(make_node, tmp_home_
     res = a.api("POST", "/v1/send", {"peer": b.key, "files": [path], "wait_ack": 10,
                                      "parts": [{"k": "text", "text": "too big for you"}]})
     assert res["acked"]
-    wait_for(lambda: _blob(a, "toolarge.bin", "refused"), 10, "sender marks refused")
-    assert _blob(b, "toolarge.bin", "refused")
+    wait_for(lambda: blob_row(a, "toolarge.bin", "refused"), 10, "sender marks refused")
+    assert blob_row(b, "toolarge.bin", "refused")
     assert [r for r in b.inbound() if r["t"] == "msg"][0]["line"]["parts"][0]["text"] == \
         "too big for you"
     # nothing of it is left on the receiver's disk, and no chunks stay queued
