@@ -68,6 +68,9 @@ READ_DEADLINE = 3.0
 #: must not cost the agent more than a blink on every tool call, so past it the
 #: hook gives up and prints nothing.
 DAEMON_BUDGET = 0.3
+#: ``AWP_HOOK_BUDGET`` (seconds) replaces it on a machine too slow for the
+#: default; it is held between these, so a typo cannot stall every tool call.
+BUDGET_RANGE = (0.05, 10.0)
 #: Transcript tail read per step, and at most in all, looking for the model.
 TRANSCRIPT_BLOCK = 64 * 1024
 TRANSCRIPT_MAX = 8 << 20
@@ -459,6 +462,19 @@ def _waiting(client: LocalClient) -> str:
     return waiting_text(res.get("topics") or []) if isinstance(res, dict) else ""
 
 
+def daemon_budget(value: str | None) -> float:
+    """The daemon budget: ``AWP_HOOK_BUDGET`` held inside ``BUDGET_RANGE``, or
+    the default when unset or not a number (a hook never fails on its env)."""
+    try:
+        budget = float(value) if value else DAEMON_BUDGET
+    except ValueError:
+        return DAEMON_BUDGET
+    if budget != budget:  # NaN
+        return DAEMON_BUDGET
+    low, high = BUDGET_RANGE
+    return min(max(budget, low), high)
+
+
 def run(event: str, fmt: str, home: str, data: dict) -> Outcome:
     """Talk to the daemon and say what to print (an empty text for nothing)."""
     hook_event = _text_field(data, "hook_event_name")
@@ -468,7 +484,7 @@ def run(event: str, fmt: str, home: str, data: dict) -> Outcome:
         sock = find_socket(home)
         if not os.path.exists(sock):
             return Outcome()  # no daemon (and none is started): nothing to say
-        client = _Budgeted(sock, DAEMON_BUDGET)
+        client = _Budgeted(sock, daemon_budget(os.environ.get("AWP_HOOK_BUDGET")))
     except OSError:
         return Outcome()
     posts: list[dict] = []

@@ -8,9 +8,10 @@ import hashlib
 import socket
 import threading
 
+from fixtures.blobfiles import blob_row, file_digest
 from nodes import wait_for
 from rawpeer import RawPeer
-from test_bulk import PIECE, _blob, _digest, _file, _send
+from test_bulk import PIECE, _file, _send
 
 
 def test_peer_without_the_cap_gets_in_band_chunks(make_node, tmp_home_root):
@@ -109,7 +110,7 @@ def test_flipped_byte_on_a_plain_wire_refetches_that_piece(make_node, tmp_home_r
     a.connect(b)
     path, digest = _file(tmp_home_root, "w.bin", 5 * PIECE)
     _send(a, b, path)
-    got = wait_for(lambda: _blob(b, "w.bin", "complete"), 60, "complete")
-    assert proxy.flipped and _digest(got["path"]) == digest
+    got = wait_for(lambda: blob_row(b, "w.bin", "complete"), 60, "complete")
+    assert proxy.flipped and file_digest(got["path"]) == digest
     assert got["refetched"] == 1
-    assert wait_for(lambda: _blob(a, "w.bin")["served"], 10) == 6
+    assert wait_for(lambda: blob_row(a, "w.bin")["served"], 10) == 6

@@ -234,6 +234,16 @@ def _rows_sqlite_reads(home: str, peer: str) -> int:
             con.close()
 
 
+def _rows_live(home: str, peer: str) -> int:
+    """Inbound rows from ``peer`` as a reader beside the running daemon sees them."""
+    con = sqlite3.connect(f"file:{os.path.join(home, 'awp.db')}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute("SELECT count(*) FROM log WHERE peer = ? AND dir = 'in'",
+                           (peer,)).fetchone()[0]
+    finally:
+        con.close()
+
+
 def test_a_wal_cut_short_after_acked_messages_refuses_to_start_and_repair_keeps_what_reads(
         make_node):
     a = make_node("a").start()
@@ -245,6 +255,9 @@ def test_a_wal_cut_short_after_acked_messages_refuses_to_start_and_repair_keeps_
     th = a.send(b.key, "first", subject="cut")["th"]
     for i in range(40):
         assert a.send(b.key, f"{i} {TEXT}", th=th, wait_ack=10)["acked"]
+    # An ack can come once the line is in the intake journal, before SQLite has
+    # it; this test is about the WAL, so let every line reach it first.
+    wait_for(lambda: _rows_live(b.home, a.key) == 41, 20, "all 41 lines in SQLite")
     b.kill()  # kill -9: every acked message is in the WAL
     db, wal = os.path.join(b.home, "awp.db"), os.path.join(b.home, "awp.db-wal")
     whole = _rows_sqlite_reads(b.home, a.key)

@@ -349,3 +349,12 @@ def test_a_hung_daemon_costs_the_hook_its_budget_only(tmp_path, event: str) -> N
     assert held, "the hook never reached the fake daemon"
     # The budget plus interpreter start-up, with headroom for a loaded machine.
     assert elapsed < 1.5, elapsed
+
+
+def test_the_budget_env_is_held_to_its_range() -> None:
+    low, high = run.BUDGET_RANGE
+    assert run.daemon_budget(None) == run.daemon_budget("") == run.DAEMON_BUDGET
+    assert run.daemon_budget("2.5") == 2.5
+    assert run.daemon_budget("0") == low and run.daemon_budget("-1") == low
+    assert run.daemon_budget("1e9") == high and run.daemon_budget("inf") == high
+    assert run.daemon_budget("soon") == run.daemon_budget("nan") == run.DAEMON_BUDGET
