@@ -58,6 +58,8 @@ class Live:
 class Bulk(Extension):
     """The bulk extension: sender's staging, receiver's fetches, the sender's serving."""
 
+    sides = (wire.SIDE,)
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.live: dict[tuple[str, str, str], Live] = {}

@@ -165,24 +165,25 @@ async def _sendfile(sock, fd: int, off: int, n: int) -> None:
         await trio.lowlevel.checkpoint()
 
 
-async def dial(engine, key: str, timeout: float = 15.0) -> Side:
-    """A side connection to ``key`` at the first of its known addresses that answers."""
+async def dial(engine, key: str, timeout: float = 15.0, side: str = wire.SIDE) -> Side:
+    """A side connection named ``side`` to ``key`` at the first of its known
+    addresses that answers."""
     errors = []
     for addr, _source in await engine.dial_addresses(key):
         try:
             with trio.fail_after(timeout):
-                return await _dial_one(engine, key, addr)
+                return await _dial_one(engine, key, addr, side)
         except (SideClosed, OSError, AddressError, trio.TooSlowError, ProtocolError) as e:
             errors.append(f"{addr}: {e}")
     raise SideClosed("; ".join(errors) or "no address known for the sender")
 
 
-async def _dial_one(engine, key: str, addr: str) -> Side:
+async def _dial_one(engine, key: str, addr: str, side: str) -> Side:
     cfg = engine.config
     stream = await engine.net.dial(parse_address(addr), timeout=cfg.dial_timeout,
                                    allow_plaintext=cfg.allow_plaintext)
     try:
-        return await _handshake(engine, key, stream)
+        return await _handshake(engine, key, stream, side)
     except BaseException:
         with trio.CancelScope(shield=True):
             try:
@@ -192,11 +193,11 @@ async def _dial_one(engine, key: str, addr: str) -> Side:
         raise
 
 
-async def _handshake(engine, key: str, stream) -> Side:
+async def _handshake(engine, key: str, stream, side: str) -> Side:
     cfg = engine.config
     local = engine.local_hello(True)
     hs = Handshake(engine.identity, LocalHello(name=local.name, caps=local.caps,
-                                               side=wire.SIDE),
+                                               side=side),
                    engine.ids, max_depth=cfg.limits.json_depth, outbound=True,
                    seal=seal_for(cfg.seal, stream))
     hs.check_peer = lambda k: "" if k == key else f"key mismatch: answered as {k}"

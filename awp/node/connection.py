@@ -168,7 +168,7 @@ class Connection:
                     try:
                         pending = reader.feed(data)
                     except LineTooLarge:
-                        await self._refuse(errors.TOO_LARGE, "line over 1 MiB")
+                        await self.refuse(errors.TOO_LARGE, "line over 1 MiB")
                         return
                     continue
                 raw = pending.pop(0)
@@ -178,7 +178,7 @@ class Connection:
                 except ProtocolError as e:
                     self.failure = e.detail or e.code
                     if e.code:
-                        await self._refuse(e.code, e.detail, re=e.re)
+                        await self.refuse(e.code, e.detail, re=e.re)
                     else:
                         raise ConnectionClosed(e.detail) from None
                     return
@@ -211,10 +211,10 @@ class Connection:
                    or await self.engine.took_rotation(self) or await self.engine.admission(self))
         if refusal:
             self.failure = refusal
-            await self._refuse(errors.AUTH, refusal)
+            await self.refuse(errors.AUTH, refusal)
             return
-        if self.hs.peer.get("side") and getattr(self.engine, "bulk", None) is not None:
-            return await self.engine.bulk.serve_side(self, reader.take_rest(pending))
+        if self.hs.peer.get("side"):
+            return await self.engine.serve_side(self, reader.take_rest(pending))
         if not await self.engine.peers.attach(self):
             raise ConnectionClosed("simultaneous open: keeping the other connection")
         self.attached_at = trio.current_time()
@@ -240,7 +240,7 @@ class Connection:
                     try:
                         lines = reader.feed(data)
                     except LineTooLarge:
-                        await self._refuse(errors.TOO_LARGE, "line over 1 MiB")
+                        await self.refuse(errors.TOO_LARGE, "line over 1 MiB")
                         break
                     self._rate_wait = self.engine.budgets.spend(self.peer_key, len(lines),
                                                                 len(data))
@@ -273,7 +273,7 @@ class Connection:
             except Exception:
                 pass
 
-    async def _refuse(self, code: str, detail: str, re: str | None = None) -> None:
+    async def refuse(self, code: str, detail: str, re: str | None = None) -> None:
         """Send a closing err, half-close, and drain so the peer reads it."""
         line = {"t": "err", "code": code}
         if detail:
@@ -375,7 +375,7 @@ class Connection:
         elif op is A.PEER_BYE:
             await self._peer_bye(act[1], act[2])
         elif op is A.REFUSE:
-            await self._refuse(act[1], act[2])
+            await self.refuse(act[1], act[2])
             raise ConnectionClosed(f"{act[1]}: {act[2]}")
         elif op is A.CLOSE:
             self.close(act[1])

@@ -27,6 +27,7 @@ from ..store.checkpoint import Checkpointer
 from ..store.db import connect, open_store
 from ..store.idfloor import IdFloor
 from ..store.writer import Writer
+from ..wire import errors
 from ..wire.address import Address, AddressError, parse_address
 from ..wire.b64 import b64std
 from ..wire.canonical import compact_json
@@ -370,6 +371,14 @@ class Engine(InboundStore, AgentVerbs):
     async def admission(self, conn: Connection) -> str:
         """Empty string to admit; otherwise the reason for ``err auth`` (node/admission.py)."""
         return await admit(self, conn)
+
+    async def serve_side(self, conn: Connection, rest: bytes) -> None:
+        """Hand an admitted side connection to the extension serving its name."""
+        name = conn.hs.peer.get("side")
+        for ext in self.extensions:
+            if name in ext.sides:
+                return await ext.serve_side(conn, rest)
+        await conn.refuse(errors.UNSUPPORTED, f"no side connection named {str(name)[:40]!r} here")
 
     def audiences(self) -> frozenset[str]:
         """Grant audiences that count here besides our key: the operator certifying us."""

@@ -18,6 +18,8 @@ Where each hook runs matters:
   decision unmade.
 * ``on_line`` gets the line types the session core does not know, on the
   event loop, in arrival order; True when the extension took the line.
+* ``serve_side`` takes over a connection whose hello named one of the
+  extension's ``sides``, after admission and instead of a resume.
 * The others run on the event loop and must not block.
 """
 
@@ -67,3 +69,11 @@ class Extension(Protocol):
     async def on_line(self, conn: Connection, line: dict, raw: bytes) -> bool:
         """A line type the core does not handle; True when this extension took it."""
         return False
+
+    #: ``hello.side`` names this extension serves (a side connection is one
+    #: authenticated like a link but carrying its own bytes, never a resume).
+    sides: tuple[str, ...] = ()
+
+    async def serve_side(self, conn: Connection, rest: bytes) -> None:
+        """A peer's side connection named in ``sides``; ``rest`` is what was read
+        past its handshake.  Returning (or raising) ends the connection."""

@@ -34,9 +34,9 @@ def test_peer_without_the_cap_gets_in_band_chunks(make_node, tmp_home_root):
         assert hashlib.sha256(data).hexdigest() == digest
 
 
-def _side(address: str, **extra) -> RawPeer:
+def _side(address: str, name: str = "bulk", **extra) -> RawPeer:
     p = RawPeer(address)
-    p.send_hello(side="bulk", **extra)
+    p.send_hello(side=name, **extra)
     p.read_hello()
     p.send_auth()
     auth = p.recv_line()
@@ -53,6 +53,10 @@ def test_side_connection_cannot_fetch_what_was_not_sent_to_it(make_node):
         assert p.closed()
     with _side(a.address) as p:  # a control line over 4 KiB ends it
         p.send_raw(b'{"t":"want","ref":"' + b"x" * 8000 + b'"}\n')
+        assert p.closed()
+    with _side(a.address, "nonsense") as p:  # a side nobody here serves
+        err = p.recv_line()
+        assert err["t"] == "err" and err["code"] == "unsupported" and "nonsense" in err["detail"]
         assert p.closed()
     # the daemon is unharmed, and the side connections never became links
     assert a.api("GET", "/v1/peers") == []
