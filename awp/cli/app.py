@@ -15,6 +15,7 @@ import typer
 from .. import PROTOCOL_VERSION, __version__
 from . import (  # noqa: F401  (registers the commands)
     cmd_conn,
+    cmd_fetch,
     cmd_grants,
     cmd_invite,
     cmd_key,

@@ -244,6 +244,9 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
         from .api_operator import add_operator_routes
 
         add_operator_routes(router, engine)
+        from .api_fetch import add_fetch_routes
+
+        add_fetch_routes(router, engine)
         nursery.start_soon(rotator.run)  # a key with a lifetime: rotated on time, unattended
         from .damage import guard
 

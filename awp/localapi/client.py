@@ -480,6 +480,45 @@ class LocalClient:
             raise
         return NdjsonStream(conn, method, status, headers, read_timeout)
 
+    def download(
+        self,
+        path: str,
+        body: object | None = None,
+        *,
+        timeout: float | None | object = _DEFAULT,
+        read_timeout: float | None = None,
+    ) -> tuple[dict[str, str], Iterator[bytes]]:
+        """POST and return the response's headers and its body as raw pieces.
+
+        As :meth:`stream`, errors before the body are raised here; the
+        iterator raises ``ConnectionError`` when the body is cut short, so a
+        caller can tell a whole answer from a partial one.
+        """
+        deadline = self._deadline(timeout)
+        data = self._build("POST", path, body, None)
+        conn = self._connect(deadline)
+        try:
+            status, headers, chunks, _ = self._exchange(conn, "POST", data, deadline)
+            if not 200 <= status < 300:
+                raise _failure(status, b"".join(chunks))
+        except TimeoutError:
+            conn.close()
+            raise TimeoutError(
+                f"the awp daemon did not answer POST {path} within {self._timeout_of(timeout)}s"
+            ) from None
+        except BaseException:
+            conn.close()
+            raise
+
+        def pieces() -> Iterator[bytes]:
+            conn.silence_limit = read_timeout
+            try:
+                yield from conn.iter_body("POST", status, headers, None)
+            finally:
+                conn.close()
+
+        return headers, pieces()
+
     # -- internals
 
     def _timeout_of(self, timeout: object) -> float | None:

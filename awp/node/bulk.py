@@ -324,7 +324,8 @@ def _out_file(c: sqlite3.Connection, key: str, ref: str) -> tuple[str, wire.Desc
     f = c.execute("SELECT path, status FROM blobs WHERE peer = ? AND dir = 'out' AND ref = ?",
                   (key, ref)).fetchone()
     r = store.row(c, key, "out", ref)
-    if f is None or r is None or f[1] == "refused" or not f[0]:
+    # A file the receiver refused whole is still served: it may ask for ranges of it.
+    if f is None or r is None or not f[0]:
         return None
     return f[0], store.description(r)
 

@@ -16,6 +16,7 @@ import os
 
 import trio
 
+from ..transport.streams import TransportError
 from ..wire import bulk as wire
 from ..wire.address import AddressError, parse_address
 from ..wire.errors import ProtocolError
@@ -173,7 +174,8 @@ async def dial(engine, key: str, timeout: float = 15.0, side: str = wire.SIDE) -
         try:
             with trio.fail_after(timeout):
                 return await _dial_one(engine, key, addr, side)
-        except (SideClosed, OSError, AddressError, trio.TooSlowError, ProtocolError) as e:
+        except (SideClosed, OSError, AddressError, trio.TooSlowError, ProtocolError,
+                TransportError) as e:
             errors.append(f"{addr}: {e}")
     raise SideClosed("; ".join(errors) or "no address known for the sender")
 

@@ -85,13 +85,15 @@ def offer_in(c: sqlite3.Connection, blobs_dir: str, peer: str, line: dict, part:
         " updated = excluded.updated",
         (peer, ref, th, name, mime, size if wire.is_count(size) else -1, status, line["id"],
          why[:300], now, now))
+    if desc is not None:
+        # Kept when the whole file is refused too: ``awp fetch --range`` can still
+        # take verified parts of it (a refused file holds no disk and no quota).
+        c.execute("INSERT OR REPLACE INTO bulk (peer, dir, ref, size, piece, root, hashes, have,"
+                  " created, updated) VALUES (?, 'in', ?, ?, ?, ?, ?, ?, ?, ?)",
+                  (peer, ref, desc.size, desc.piece, desc.root, desc.hashes, _bits(desc.count),
+                   now, now))
     if why:
         return Refusal(ref, why[:200], re=line["id"]), False
-    assert desc is not None
-    c.execute("INSERT OR REPLACE INTO bulk (peer, dir, ref, size, piece, root, hashes, have,"
-              " created, updated) VALUES (?, 'in', ?, ?, ?, ?, ?, ?, ?, ?)",
-              (peer, ref, desc.size, desc.piece, desc.root, desc.hashes, _bits(desc.count),
-               now, now))
     return None, True
 
 
@@ -181,6 +183,22 @@ def finish_in(c: sqlite3.Connection, blobs_dir: str, peer: str, ref: str, now: i
     c.execute("UPDATE bulk SET state = 'verified', updated = ? WHERE peer = ? AND dir = 'in'"
               " AND ref = ?", (now, peer, ref))
     return dest
+
+
+def offered(c: sqlite3.Connection, peer: str, name: str) -> dict | None:
+    """The bulk file ``peer`` sent us whose ref or root hash is ``name`` (a root
+    may be given by a unique prefix of at least 8 hex digits), with its status."""
+    name = name.strip()
+    r = c.execute("SELECT b.*, f.status, f.name FROM bulk b JOIN blobs f ON f.peer = b.peer"
+                  " AND f.dir = b.dir AND f.ref = b.ref WHERE b.peer = ? AND b.dir = 'in'"
+                  " AND b.ref = ?", (peer, name)).fetchone()
+    if r is None and len(name) >= 8 and all(ch in "0123456789abcdefABCDEF" for ch in name):
+        rows = c.execute("SELECT b.*, f.status, f.name FROM bulk b JOIN blobs f"
+                         " ON f.peer = b.peer AND f.dir = b.dir AND f.ref = b.ref"
+                         " WHERE b.peer = ? AND b.dir = 'in' AND substr(b.root, 1, ?) = ?"
+                         " LIMIT 2", (peer, len(name), name.lower())).fetchall()
+        r = rows[0] if len(rows) == 1 else None
+    return dict(r) if r is not None else None
 
 
 def fetching(c: sqlite3.Connection, peer: str | None = None) -> list[tuple[str, str]]:

@@ -130,3 +130,31 @@ def check_index(v: object, count: int) -> int:
     if type(v) is not int or not 0 <= v < count:
         raise BulkError(f"piece index {v!r} is not in 0..{count - 1}")
     return v
+
+
+def parse_range(text: str | None, size: int) -> tuple[int, int]:
+    """``A-B`` (inclusive, as HTTP ranges are), ``A-`` (to the end) or ``-N`` (the
+    last N bytes) of a file of ``size`` bytes, as ``(start, end)`` with ``end``
+    exclusive; no text means the whole file.  Raises :class:`BulkError`."""
+    if not text:
+        return 0, size
+    first, dash, last = text.strip().partition("-")
+    if not dash or not (first or last) or not all(x.isdigit() for x in (first, last) if x):
+        raise BulkError(f"range {text!r} is not A-B, A- or -N (byte offsets)")
+    if not first:
+        n = int(last)
+        if n == 0:
+            raise BulkError("range -0 selects no bytes")
+        return max(0, size - n), size
+    start = int(first)
+    end = int(last) + 1 if last else size
+    if start >= size:
+        raise BulkError(f"range starts at {start}, past the end of a {size}-byte file")
+    if end <= start:
+        raise BulkError(f"range {text!r} ends before it starts")
+    return start, min(end, size)
+
+
+def pieces_of(start: int, end: int, piece: int) -> range:
+    """The pieces holding bytes ``start`` up to (not including) ``end``."""
+    return range(start // piece, (end - 1) // piece + 1)

@@ -58,7 +58,14 @@ def test_quota_and_cap_refuse_with_the_reason(tmp_path):
     refusal, _ = _offer(c, "b_c", 65 * MiB)
     assert "bulk_bytes" in refusal.detail
     st = c.execute("SELECT status FROM blobs WHERE ref = 'b_b'").fetchone()[0]
-    assert st == "refused" and store.row(c, PEER, "in", "b_b") is None
+    assert st == "refused"
+    # its hashes are kept for ranges (awp fetch), with no piece held, and it takes no quota
+    kept = store.row(c, PEER, "in", "b_b")
+    assert kept is not None and not any(kept["have"]) and store.held_by(c, PEER) == 40 * MiB
+    assert store.offered(c, PEER, "b_b")["status"] == "refused"
+    assert store.offered(c, PEER, kept["root"][:8])["ref"] == "b_b"
+    assert store.offered(c, PEER, "b_nothing") is None
     line = {"t": "msg", "id": "m_bad", "parts": [{**_part("b_d", 5 * MiB), "size": 6 * MiB}]}
     refusal, _ = store.offer_in(c, "/x", PEER, line, line["parts"][0], 64 * MiB, 99 * MiB, 1)
     assert "bad bulk description" in refusal.detail
+    assert store.row(c, PEER, "in", "b_d") is None  # nothing to check ranges against

@@ -85,3 +85,18 @@ def test_check_index():
     for bad in (-1, 3, True, 1.0, "1", None):
         with pytest.raises(w.BulkError):
             w.check_index(bad, 3)
+
+
+def test_ranges_are_http_style_and_checked() -> None:
+    from awp.wire.bulk import BulkError, parse_range, pieces_of
+
+    assert parse_range(None, 100) == (0, 100)
+    assert parse_range("0-9", 100) == (0, 10)  # inclusive, as HTTP
+    assert parse_range("90-", 100) == (90, 100)
+    assert parse_range("-10", 100) == (90, 100) and parse_range("-500", 100) == (0, 100)
+    assert parse_range("50-1000", 100) == (50, 100)  # held to the end of the file
+    for bad in ("100-", "9-3", "a-b", "5", "-", "-0", "1-2-3", " -x"):
+        with pytest.raises(BulkError):
+            parse_range(bad, 100)
+    assert list(pieces_of(0, 10, 4)) == [0, 1, 2]
+    assert list(pieces_of(4, 8, 4)) == [1] and list(pieces_of(3, 5, 4)) == [0, 1]
