@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("awp.bulk")
 
 _ROUNDS = 4  # times one piece may fail its check in one fetch before we stop
+PUSH_WAIT = 60.0  # how long a receiver that asked the sender to dial it waits
+PUSH_MAX = 4  # pushes one peer may have us dialing for at once (more asks are dropped)
 
 
 class Live:
@@ -58,20 +60,24 @@ class Live:
 class Bulk(Extension):
     """The bulk extension: sender's staging, receiver's fetches, the sender's serving."""
 
-    sides = (wire.SIDE,)
+    sides = (wire.SIDE, wire.PUSH_SIDE)
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.live: dict[tuple[str, str, str], Live] = {}
         self._running: set[tuple[str, str]] = set()
+        self._pushing: set[tuple[str, str]] = set()  # sender: pushes we are dialing for
+        self._pushed: dict[tuple[str, str], trio.Event] = {}  # receiver: pushes asked for
 
     # -- sender -----------------------------------------------------------------
 
     def usable(self, key: str) -> bool:
-        """Whether files to ``key`` may go the bulk way: it lists the cap and can dial us."""
+        """Whether files to ``key`` may go the bulk way: it lists the cap, and one of
+        us can dial the other (it dials our advertised address, or we dial the
+        address we reached it at and push)."""
         conn = self.engine.peers.active(key)
         return (conn is not None and wire.CAP in conn.peer_caps
-                and self.engine.advertised() is not None)
+                and (self.engine.advertised() is not None or conn.outbound))
 
     @staticmethod
     def hash_in_place(src: str, limit: int) -> tuple[str, int, dict]:
@@ -92,9 +98,16 @@ class Bulk(Extension):
         return path, size, wire.describe(size, piece, hashes)
 
     async def serve_side(self, conn: Connection, rest: bytes) -> None:
-        """A peer's side connection to us: serve pieces of files we sent it."""
+        """A peer's side connection to us: it wants pieces of files we sent it
+        (``bulk``), or it is a sender we asked to dial us, pushing (``bulk-push``)."""
         side, key = Side(conn.stream, rest), conn.peer_key
         conn.close_reason = "side connection"
+        if conn.hs.peer.get("side") == wire.PUSH_SIDE:
+            return await self._take_push(side, key)
+        await self._serve(side, key)
+
+    async def _serve(self, side: Side, key: str) -> None:
+        """Answer ``want`` lines with pieces of the files we sent ``key``."""
         files: dict[str, tuple[int, wire.Description]] = {}
         counted = 0  # of side.wire_out, already added to a row's wire bytes
         try:
@@ -209,11 +222,99 @@ class Bulk(Extension):
         if not todo:
             await self._finish(key, ref)
             return
-        side = await dial(eng, key)
+        try:
+            side = await dial(eng, key)
+        except SideClosed as e:
+            if not await self._ask_push(key, ref, str(e)):
+                raise
+            r = await eng.read(lambda c: _in_file(c, eng.blobs_dir, key, ref))
+            if r is not None and store.missing(r[2], r[1].count):
+                raise SideClosed(f"{e}; the sender's push ended with pieces missing") from None
+            return
         try:
             await self._pieces(side, key, ref, path, desc, todo)
         finally:
             await side.aclose()
+
+    # -- when the receiver cannot dial the sender ---------------------------------
+
+    async def _ask_push(self, key: str, ref: str, why: str) -> bool:
+        """Ask the sender, over the link, to dial us and push; wait for that to end.
+        False when there is no link to ask on (the caller retries later)."""
+        conn = self.engine.peers.active(key)
+        if conn is None or wire.CAP not in conn.peer_caps:
+            return False
+        done = self._pushed[(key, ref)] = trio.Event()
+        log.info("bulk %s: cannot dial %s (%s); asking it to dial us", ref, key[:18], why)
+        try:
+            await conn.send_raw_line(conn.session.line({"t": wire.DIAL_LINE, "ref": ref}))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return False
+        with trio.move_on_after(PUSH_WAIT):
+            await done.wait()
+        if self._pushed.get((key, ref)) is done:
+            del self._pushed[(key, ref)]
+        if not done.is_set():
+            raise SideClosed(f"{why}; asked to dial us instead, it did not within {PUSH_WAIT:.0f}s")
+        return True
+
+    async def on_line(self, conn: Connection, line: dict, raw: bytes) -> bool:
+        """Sender: ``bulk-dial`` (the receiver cannot reach us: we dial and push).
+        Receiver: ``bulk-dial-failed`` (nor could the sender reach us)."""
+        t, ref, key = line.get("t"), line.get("ref"), conn.peer_key
+        if t not in (wire.DIAL_LINE, wire.DIAL_FAILED_LINE):
+            return False
+        if not isinstance(ref, str) or not ref or len(ref) > 200:
+            return True
+        if t == wire.DIAL_FAILED_LINE:
+            detail = str(line.get("detail") or "")[:200]
+            await self.engine.writer.run(lambda c: store.note_error(
+                c, key, ref, f"neither side could dial the other: {detail}", now_ms()))
+            done = self._pushed.get((key, ref))
+            if done is not None:
+                done.set()
+        elif ((key, ref) not in self._pushing
+              and sum(k == key for k, _r in self._pushing) < PUSH_MAX):
+            self._pushing.add((key, ref))
+            self.engine.spawn(lambda: self._push(conn, key, ref))
+        return True
+
+    async def _push(self, conn: Connection, key: str, ref: str) -> None:
+        """Sender: dial ``key`` and serve ``ref`` on that side connection."""
+        try:
+            if await self.engine.read(lambda c: _out_file(c, key, ref)) is None:
+                return
+            try:
+                side = await dial(self.engine, key, side=wire.PUSH_SIDE)
+            except SideClosed as e:
+                with trio.move_on_after(10):
+                    await conn.send_raw_line(conn.session.line(
+                        {"t": wire.DIAL_FAILED_LINE, "ref": ref, "detail": str(e)[:300]}))
+                return
+            try:
+                await side.send_line({"t": "push", "ref": ref})
+                await self._serve(side, key)
+            finally:
+                await side.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:
+            log.info("bulk push of %s to %s ended: %s", ref, key[:18], e)
+        finally:
+            self._pushing.discard((key, ref))
+
+    async def _take_push(self, side: Side, key: str) -> None:
+        """Receiver: the sender dialed us because we asked; fetch on its connection."""
+        first = await side.line()
+        ref = first.get("ref")
+        done = self._pushed.get((key, ref)) if isinstance(ref, str) else None
+        if first.get("t") != "push" or done is None:
+            return  # not a push we asked for
+        try:
+            r = await self.engine.read(lambda c: _in_file(c, self.engine.blobs_dir, key, ref))
+            if r is not None:
+                path, desc, have = r
+                await self._pieces(side, key, ref, path, desc, store.missing(have, desc.count))
+        finally:
+            done.set()
 
     async def _pieces(self, side: Side, key: str, ref: str, path: str,
                       desc: wire.Description, todo: list[int]) -> None:

@@ -109,6 +109,12 @@ def queue_out(c: sqlite3.Connection, peer: str, th: str, blob: dict, now: int) -
               (peer, blob["ref"], desc.size, desc.piece, desc.root, desc.hashes, b"", now, now))
 
 
+def note_error(c: sqlite3.Connection, peer: str, ref: str, text: str, now: int) -> None:
+    """Why a received file is not moving, shown by ``awp blobs`` while it is fetching."""
+    c.execute("UPDATE blobs SET error = ?, updated = ? WHERE peer = ? AND dir = 'in'"
+              " AND ref = ? AND status = 'fetching'", (text[:300], now, peer, ref))
+
+
 def mark(c: sqlite3.Connection, peer: str, ref: str, i: int, ok: bool, nbytes: int,
          wire_bytes: int, now: int) -> None:
     """Piece ``i`` was checked: set its bit (``ok``) or count a refetch."""
@@ -178,7 +184,8 @@ def finish_in(c: sqlite3.Connection, blobs_dir: str, peer: str, ref: str, now: i
     if src != dest:
         os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
         os.replace(src, dest)
-    c.execute("UPDATE blobs SET status = 'complete', path = ?, received = size, updated = ?"
+    c.execute("UPDATE blobs SET status = 'complete', path = ?, received = size, error = '',"
+              " updated = ?"
               " WHERE peer = ? AND dir = 'in' AND ref = ?", (dest, now, peer, ref))
     c.execute("UPDATE bulk SET state = 'verified', updated = ? WHERE peer = ? AND dir = 'in'"
               " AND ref = ?", (now, peer, ref))

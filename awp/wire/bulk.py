@@ -24,6 +24,9 @@ from .numbers import is_count
 
 CAP = "bulk"
 SIDE = "bulk"  # ``hello.side`` of a side connection
+PUSH_SIDE = "bulk-push"  # ``hello.side`` of one the sender dialed, asked to by the receiver
+DIAL_LINE = "bulk-dial"  # receiver -> sender on the link: I cannot dial you, dial me
+DIAL_FAILED_LINE = "bulk-dial-failed"  # sender -> receiver: nor can I dial you
 PIECE_MIN = 4 * 1024 * 1024
 MAX_PIECES = 4096
 HASH = 32

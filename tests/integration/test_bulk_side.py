@@ -54,6 +54,9 @@ def test_side_connection_cannot_fetch_what_was_not_sent_to_it(make_node):
     with _side(a.address) as p:  # a control line over 4 KiB ends it
         p.send_raw(b'{"t":"want","ref":"' + b"x" * 8000 + b'"}\n')
         assert p.closed()
+    with _side(a.address, "bulk-push") as p:  # a push nobody asked for
+        p.send_raw(b'{"t":"push","ref":"b_nothing"}\n')
+        assert p.closed()
     with _side(a.address, "nonsense") as p:  # a side nobody here serves
         err = p.recv_line()
         assert err["t"] == "err" and err["code"] == "unsupported" and "nonsense" in err["detail"]
