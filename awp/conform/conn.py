@@ -77,6 +77,9 @@ class PeerConn:
         self.sealer: Sealer | None = None  # sealing what we send (SPEC.md "Sealed links")
         self.opener: Opener | None = None  # unsealing what the peer sends
         self.seal_broken = ""  # why the peer's sealed bytes failed, once they did
+        # A side connection past its handshake carries control lines (want, done,
+        # err) with no envelope: they are held only to being objects of <= 4 KiB.
+        self.side_control = False
 
     # -- opening ----------------------------------------------------------------
 
@@ -322,6 +325,9 @@ class PeerConn:
     def _handle(self, raw: bytes) -> dict:
         self._trace("<", raw)
         obj, problems = decode(raw)
+        if self.side_control and obj is not None:
+            problems = ([f"side control line of {len(raw)} bytes is over 4096"]
+                        if len(raw) > 4096 else [])
         if obj is None:
             self._problem(*problems)
             line: dict = {"_invalid": shown(raw, 2000)}

@@ -25,6 +25,7 @@ from ..wire.canonical import canonical_bytes, compact_json
 from ..wire.keys import Identity, auth_transcript
 from ..wire.timefmt import format_ts_seconds, now_ms
 from .board_scenarios import BOARD_SCENARIOS
+from .bulk_scenarios import BULK_SCENARIOS
 from .conn import Fail, Skip, describe, random_thread
 from .identity_scenarios import IDENTITY_SCENARIOS
 from .owner_scenarios import OWNER_SCENARIOS
@@ -387,6 +388,7 @@ SCENARIOS: list[Scenario] = [
     *OWNER_SCENARIOS,
     *WS_SCENARIOS,
     *IDENTITY_SCENARIOS,
+    *BULK_SCENARIOS,
     Scenario("bye", "bye gets a bye back, then the peer closes", s_bye),
 ]
 

@@ -100,7 +100,7 @@ class Side:
         return out
 
     async def send_line(self, obj: dict) -> None:
-        data = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+        data = wire.control_line(obj)
         try:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as e:

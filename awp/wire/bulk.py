@@ -16,6 +16,7 @@ line and never needs a channel of its own.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import struct
 
@@ -32,6 +33,11 @@ MAX_PIECES = 4096
 HASH = 32
 _DOMAIN = b"awp-bulk-v1\x00"
 MAX_CONTROL = 4096  # a control line on a side connection (want, piece, done, err)
+
+
+def control_line(obj: dict) -> bytes:
+    """A side-connection control line as it goes on the wire (compact JSON, newline)."""
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
 
 
 class BulkError(ValueError):

@@ -194,13 +194,13 @@ def test_catalogue_is_the_fifteen_of_section_12_and_ours():
         "grant", "introduce-replay", "seal", "seal-tamper", "board-unknown-topic",
         "board-malformed", "board-unsubscribed", "board-sync", "board-relay", "board-stamp",
         "board-owner-forged-author", "board-owner-equivocates", "board-owner-heads", "ws-healthz", "ws-no-subprotocol", "ws-other-request", "ws-frames", "ws-big-line",
-        "rotate", "rotate-forged", "op-revoke", "bye"]
+        "rotate", "rotate-forged", "op-revoke", "bulk-push", "bye"]
     assert {s.name for s in SCENARIOS if s.own_connection} == {
         "version", "auth-bad-sig", "bad-frame", "too-large", "introduce-replay", "seal",
         "seal-tamper", "board-unsubscribed", "board-relay", "board-stamp",
         "board-owner-forged-author", "board-owner-equivocates", "board-owner-heads", "ws-healthz",
         "ws-no-subprotocol", "ws-other-request", "ws-frames", "ws-big-line", "rotate",
-        "rotate-forged", "op-revoke"}
+        "rotate-forged", "op-revoke", "bulk-push"}
     assert SCENARIOS[-1].name == "bye"  # last on a shared connection
 
 
