@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 
-from ..wire.board import FUTURE_MS, Policy, Record, cap_covers, grant_name
+from ..wire.board import FUTURE_MS, Policy, Record, cap_covers, grant_name, is_owner
 from ..wire.grants import check_grant
 from ..wire.timefmt import parse_ts
 
@@ -39,13 +39,13 @@ def grant_counts(g: object, *, owner: str, sub: str, topic: str, what: str, at_m
     assert isinstance(g, dict)
     if not any(cap_covers(c, what, topic) for c in g["caps"]):
         return False
-    if g["iss"] == owner:
+    if is_owner(owner, g["iss"]):
         return via is None
     # introduced: ``via`` is the owner's grant to the issuer, with introduce and the cap
     if not _usable(via, sub=g["iss"], at_ms=at_ms, policy=policy):
         return False
     assert isinstance(via, dict)
-    return (via["iss"] == owner and "introduce" in via["caps"]
+    return (is_owner(owner, via["iss"]) and "introduce" in via["caps"]
             and any(cap_covers(c, what, topic) for c in via["caps"]))
 
 
@@ -144,7 +144,7 @@ def may_read(key: str, *, topic: str, owner: str, policy: Policy | None, now_ms:
     post grant implies read.  Without a topic document only the owner is
     served.
     """
-    if key == owner:
+    if is_owner(owner, key):
         return True
     if policy is None or key in policy.banned:
         return False

@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ..wire.board import owned_by
 from . import replica_actions as A
 
 HOPS_CAP = 1 << 20  # ``hops`` is a count for people reading the store; it stops growing here
@@ -92,7 +93,7 @@ class Replica:
         self._last_resync = now
 
     def ours(self, topic: str) -> bool:
-        return topic.startswith(self.me + "/")
+        return owned_by(topic, self.me)
 
     # -- links ------------------------------------------------------------------------------
 

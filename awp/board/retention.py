@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..wire.board import Policy
+from ..wire.board import Policy, is_owner
 
 DAY_MS = 86_400_000
 WINDOW_MS = 60_000
@@ -56,7 +56,7 @@ def within_rate(entries: Iterable[Entry], owner: str, rate: int) -> list[Entry]:
     out: list[Entry] = []
     unique = {e.hash: e for e in entries}.values()
     for e in sorted(unique, key=lambda e: (e.ts, e.hash)):
-        if e.author != owner:
+        if not is_owner(owner, e.author):
             q = recent.setdefault(e.author, deque())
             while q and q[0] <= e.ts - WINDOW_MS:
                 q.popleft()
@@ -121,7 +121,7 @@ def kept(entries: Iterable[Entry], owner: str, policy: Policy,
     """The entries a host keeps, oldest first, and the floor time (rules 1-3)."""
     floor = now_ms - policy.keep_days * DAY_MS
     counted = [e for e in within_rate(entries, owner, policy.rate) if e.ts >= floor]
-    own = _newest_within([e for e in counted if e.author == owner], policy.keep,
+    own = _newest_within([e for e in counted if is_owner(owner, e.author)], policy.keep,
                          policy.keep_bytes)
-    rest = fair_shares([e for e in counted if e.author != owner], policy.keep, policy.keep_bytes)
+    rest = fair_shares([e for e in counted if not is_owner(owner, e.author)], policy.keep, policy.keep_bytes)
     return sorted(own + rest, key=lambda e: (e.ts, e.hash)), floor

@@ -36,6 +36,7 @@ from ..store import grants as grantstore
 from ..store import queries
 from ..store.queries import LookupFailed
 from ..wire import board as wb
+from ..wire.board import is_owner, owned_by
 from ..wire.grants import grant_hash
 from ..wire.numbers import INT64_MAX
 from ..wire.timefmt import format_ts, now_ms
@@ -160,13 +161,26 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             who, name = ref.rsplit("/", 1)
             owner = _peer(c, who)
         try:
-            return wb.topic_id(owner, name)
+            return in_lineage(c, wb.topic_id(owner, name))
         except wb.BoardError as e:
             raise _bad(f"topic {echo(ref)}: {e}", "bad_topic") from None
+
+    def in_lineage(c: sqlite3.Connection, topic: str) -> str:
+        """The topic as held here: an owner that rotated its key keeps its topics
+        under the key they were made with, and its current key finds them."""
+        owner, name = topic.split("/", 1)
+        for key in wb.former_keys(owner):
+            old = f"{key}/{name}"
+            if sb.topic_doc(c, old) is not None or sb.is_subscribed(c, old):
+                return old
+        return topic
 
     def topic_here(ref: object) -> str | None:
         """A full topic id, or one of ours: no lookup needed (None: one is)."""
         if isinstance(ref, str) and (ref.startswith(wb.KEY_PREFIX) or "/" not in ref):
+            owner = ref.strip().rsplit("/", 1)[0] if "/" in ref else me
+            if wb.former_keys(owner):
+                return None  # it rotated: its topic may be held under a former key
             try:
                 return wb.topic_id(*ref.strip().rsplit("/", 1)) if "/" in ref else \
                     wb.topic_id(me, ref.strip())
@@ -184,7 +198,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
 
     def label(c: sqlite3.Connection, topic: str) -> str:
         owner, name = topic.split("/", 1)
-        who = engine.config.name or "me" if owner == me else queries.owner_label(c, owner)
+        who = engine.config.name or "me" if is_owner(owner, me) else queries.owner_label(c, owner)
         return f"{who}/{name}"
 
     def owner_name(c: sqlite3.Connection, key: str) -> str:
@@ -210,7 +224,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     labels: dict[str, str] = {}  # our own topics' labels, which never change while we run
 
     async def topic_label(topic: str) -> str:
-        if topic.startswith(me + "/"):
+        if owned_by(topic, me):
             if topic not in labels:
                 labels[topic] = f"{owner_name_me()}/{topic.split('/', 1)[1]}"
             return labels[topic]
@@ -250,12 +264,13 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
                    "members": [{"key": k, "can": can, "until": until}
                                for k, (can, until) in sorted(p.members.items())]}
         subscribed = sb.is_subscribed(c, topic)
-        gap = board.gap(c, topic) if owner != me else None
+        gap = board.gap(c, topic) if not is_owner(owner, me) else None
         head = None if gap is None else {
             "ts": board.heads[topic]["ts"], "doc": board.heads[topic]["doc"],
             "policy_behind": gap.policy_behind, "missing": gap.missing, "differs": gap.differs}
         return {"topic": topic, "label": label(c, topic), "owner": owner,
-                "owner_name": owner_name(c, owner), "name": name, "mine": owner == me,
+                "owner_key": wb.current_owner(owner),
+                "owner_name": owner_name(c, owner), "name": name, "mine": is_owner(owner, me),
                 "subscribed": subscribed, "known": pol is not None, **sb.topic_stats(c, topic),
                 "head": head, "stamps": board.seq.view(c, topic),
                 "equivocated": conflicts.summary(c, topic), "stale": stale_obj(c, topic),
@@ -300,9 +315,10 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             if await engine.read(lambda c: _peer(c, owner)) != me:
                 raise _bad("only the owner changes a topic", "forbidden", 403)
         try:
-            topic = wb.topic_id(me, name)
+            wb.topic_id(me, name)
         except wb.BoardError as e:
             raise _bad(f"topic name {echo(name)}: {e}", "bad_topic") from None
+        topic = await engine.read(lambda c: board.my_topic(c, name))
         changes: dict[str, Any] = {}
         for f, kind in POLICY_FIELDS.items():
             if f in body and body[f] is not None:
@@ -335,7 +351,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         if timeout > 0:
             await await_doc(topic, timeout)
         if body.get("brief") is True:  # what a subscriber prints: which topic, and known
-            lab = (await topic_label(topic) if topic.startswith(me + "/")
+            lab = (await topic_label(topic) if owned_by(topic, me)
                    else small_read(lambda c: label(c, topic)))
             t: dict = {"topic": topic, "label": lab,
                        "known": await board.policy(topic) is not None, "subscribed": True}
@@ -350,7 +366,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     @r.route("POST", "/v1/board/unsubscribe")
     async def unsubscribe(req: Request) -> dict:
         topic = await topic_of(json_body(req).get("topic"))
-        if topic.startswith(me + "/"):
+        if owned_by(topic, me):
             raise _bad("a topic's owner stays subscribed to it")
         await board.unsubscribe(topic)
         return {"topic": topic, "subscribed": False}
@@ -361,7 +377,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         """Fields that let us post to ``topic`` (a grant, when it is not open)."""
         pol = await board.policy(topic)
         owner = topic.split("/", 1)[0]
-        if owner == me or (pol is not None and (pol.post_open or pol.member(me, what, now_ms()))):
+        if is_owner(owner, me) or (pol is not None and (pol.post_open or pol.member(me, what, now_ms()))):
             return {}  # the owner's document already says so: no grant travels in the record
         found = await engine.read(lambda c: sb.find_authority(c, me, topic, what, now_ms(), pol))
         if found is None:
@@ -390,7 +406,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         nothing behind.
         """
         owner, name = topic.split("/", 1)
-        if owner == me:
+        if is_owner(owner, me):
             if await board.policy(topic) is None:
                 others = await engine.read(lambda c: matching(c, name))
                 hint = f" (topics of that name here: {', '.join(others)})" if others else ""
@@ -478,7 +494,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         Kept for ``NAMES_S``, as the feed keeps the names it shows: telling
         look-alike names apart reads and folds every peer's name, which cost a
         poster more than storing its post, on every post."""
-        if topic.startswith(me + "/") and not readers:
+        if owned_by(topic, me) and not readers:
             return await topic_label(topic), {}
         key, now = (topic, tuple(readers)), time.monotonic()
         hit = shown_names.get(key)
@@ -599,7 +615,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             raise _bad(f"{ref} is a {rec.kind} record, not a post")
         if what != "hide" and rec.author != me:
             raise _bad(f"only its author can {what} a post", "forbidden", 403)
-        if what == "hide" and rec.owner != me:
+        if what == "hide" and not is_owner(rec.owner, me):
             raise _bad("only the topic's owner can hide a post", "forbidden", 403)
         return rec
 
@@ -652,7 +668,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             scope = me + "/*"
         else:
             scope = await topic_of(ref)
-        if not scope.startswith(me + "/"):
+        if not owned_by(scope, me):
             raise _bad("grants for a topic come from its owner", "forbidden", 403)
         key = await engine.read(lambda c: _peer(c, _str(body, "peer")))
         if key == me:
@@ -685,7 +701,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
     async def own_topic(body: dict, what: str) -> str:
         """The body's topic, which must be one of ours (403 otherwise)."""
         topic = await topic_of(body.get("topic"))
-        if not topic.startswith(me + "/"):
+        if not owned_by(topic, me):
             raise _bad(f"only the owner {what}", "forbidden", 403)
         return topic
 
@@ -842,7 +858,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
         # (a queue of hundreds of items is otherwise ~0.5 KB of post object each).
         compact = req.query.get("compact") in ("1", "true")
         pol = await board.policy(topic)
-        arbiter = topic.startswith(me + "/")
+        arbiter = owned_by(topic, me)
         snap, strikes = await door.queue_view(topic) if arbiter else (None, {})
 
         def q(c: sqlite3.Connection) -> dict:
@@ -905,7 +921,7 @@ def add_board_routes(r: Router, engine: Engine, state: DaemonState) -> None:
             pol = await board.policy(topic)
             if pol is None or not pol.queue:
                 continue
-            snap = await door.queue_snapshot(topic) if topic.startswith(me + "/") else None
+            snap = await door.queue_snapshot(topic) if owned_by(topic, me) else None
 
             def count(c: sqlite3.Connection, topic: str = topic, snap=snap, pol=pol) -> int:
                 items = {p.shown.hash for p in sb.visible_posts(c, topic, 0)

@@ -71,8 +71,12 @@ from ..wire.board import (
     Record,
     check_head,
     check_policy,
+    former_keys,
+    is_owner,
+    learn_rotation,
     make_head,
     make_topic,
+    owned_by,
     parse_topic,
     sign_record,
 )
@@ -112,6 +116,10 @@ class Board(Extension):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.me = engine.identity.key
+        # Our own past keys name our older topics: known before anything is read.
+        self.my_chain = list(engine.rotation.chain) if engine.rotation is not None else []
+        for r in self.my_chain:
+            learn_rotation(str(r.get("old")), str(r.get("new")))
         # The replication decisions, without I/O (awp.board.replica): this class carries
         # out the actions it answers, with the store and the links.
         self.core = Replica(self.me, now=0.0)
@@ -150,8 +158,9 @@ class Board(Extension):
         self.core.start(trio.current_time())
         kept = await self.engine.read(board_heads.load)
         self.heads.update({t: h for t, h in kept.items() if t in self.subs
-                           and not t.startswith(self.me + "/")})
+                           and not owned_by(t, self.me)})
         await self.seq.start()
+        await self._resign_after_rotation()
         self.held.drop()  # the start may restamp rows in place: read every topic afresh
         async with trio.open_nursery() as n:
             self._nursery = n
@@ -619,7 +628,7 @@ class Board(Extension):
         if not recs:
             return
         await self.take([r for r, _doc in recs], via=link.conn.peer_key,
-                        hops=min(hops, HOPS_CAP), owner=topic.startswith(self.me + "/"),
+                        hops=min(hops, HOPS_CAP), owner=owned_by(topic, self.me),
                         docs=[doc for _r, doc in recs])
 
     async def take(self, raws: list[str] | list[Record], *, via: str = "",
@@ -831,7 +840,7 @@ class Board(Extension):
         # our board-sub to every link; neighbours that carry it already are heard
         await self.act(self.core.subscribe(topic))
         owner = topic.split("/", 1)[0]
-        if owner != self.me:
+        if not is_owner(owner, self.me):
             await self.engine.business.begun(owner)  # a subscription is business with its owner
         return True
 
@@ -870,18 +879,56 @@ class Board(Extension):
         await self.act(self.core.unsubscribe(topic))
         return True
 
+    def my_topic(self, c: sqlite3.Connection, name: str) -> str:
+        """Our topic ``name``: named by our key, or by a key we rotated from that
+        holds it (a topic keeps its first owner key as its name)."""
+        for key in former_keys(self.me):
+            topic = f"{key}/{name}"
+            if sb.topic_doc(c, topic) is not None:
+                return topic
+        return f"{self.me}/{name}"
+
+    def _chain_from(self, owner: str) -> list[dict]:
+        """Our rotation records from ``owner`` (one of our past keys) to our key."""
+        keys = [str(r.get("old")) for r in self.my_chain]
+        return self.my_chain[keys.index(owner):] if owner in keys else []
+
+    async def _resign_after_rotation(self) -> None:
+        """Re-sign, under our key, the document of each topic named by a key we
+        rotated from, so every host learns the succession from the topic itself
+        (one that never met us included) before our first stamp under this key."""
+        def stale(c: sqlite3.Connection) -> list[str]:
+            out = []
+            for topic in sb.known_topics(c):
+                owner = topic.split("/", 1)[0]
+                if owner == self.me or not is_owner(owner, self.me):
+                    continue
+                raw = sb.topic_doc(c, topic)
+                if raw is not None and json.loads(raw).get("author", owner) != self.me:
+                    out.append(topic)
+            return out
+
+        for topic in await self.engine.read(stale):
+            try:
+                await self.publish_topic(topic.split("/", 1)[1], {})
+            except (BoardError, TooMany) as e:
+                log.warning("board: could not re-sign %s under our new key: %s", topic, e)
+
     async def publish_topic(self, name: str, changes: dict) -> Record:
         """Sign a new document for one of our topics (policy fields ``changes``)."""
-        topic = f"{self.me}/{name}"
+        topic = await self.engine.read(lambda c: self.my_topic(c, name))
         prev = await self.engine.read(lambda c: sb.topic_doc(c, topic))
         doc = json.loads(prev) if prev else {}
         seq = int(doc.get("seq", 0)) + 1
-        policy = {k: v for k, v in doc.items() if k not in ("k", "topic", "seq", "ts", "sig")}
+        policy = {k: v for k, v in doc.items()
+                  if k not in ("k", "topic", "seq", "ts", "sig", "author", "rotation")}
         policy.update(changes)
         policy = {k: v for k, v in policy.items() if v is not None}
         if self.engine.config.name:  # signed, so hosts that never met us can call us by it
             policy["owner_name"] = self.engine.config.name[:64]
-        rec = make_topic(self.engine.identity, name, seq, now_ms(), **policy)
+        owner = topic.split("/", 1)[0]
+        rec = make_topic(self.engine.identity, name, seq, now_ms(), topic_owner=owner,
+                         rotation=self._chain_from(owner), **policy)
         if topic not in self.subs:
             if len(self.subs) >= self.engine.config.limits.board_subscriptions:
                 raise TooMany(f"this host holds {len(self.subs)} topics already"

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..store import links
-from ..wire.board import MAX_LEASE_S
+from ..wire.board import MAX_LEASE_S, current_owner, former_keys
 from ..wire.timefmt import now_ms, parse_ts
 
 if TYPE_CHECKING:
@@ -46,11 +46,14 @@ class Subscribed:
         self.me = me
 
     def with_peer(self, c: sqlite3.Connection, peer: str, now: int) -> bool:
-        return c.execute("SELECT 1 FROM board_subs WHERE topic > ? AND topic < ? LIMIT 1",
-                         _owned_by(peer)).fetchone() is not None
+        # its topics may be named by a key it rotated from
+        return any(c.execute("SELECT 1 FROM board_subs WHERE topic > ? AND topic < ? LIMIT 1",
+                             _owned_by(key)).fetchone() is not None
+                   for key in (peer, *former_keys(peer)))
 
     def peers(self, c: sqlite3.Connection, now: int) -> set[str]:
-        owners = {r[0].split("/", 1)[0] for r in c.execute("SELECT topic FROM board_subs")}
+        owners = {current_owner(r[0].split("/", 1)[0])
+                  for r in c.execute("SELECT topic FROM board_subs")}
         owners.discard(self.me)
         return owners
 
@@ -85,7 +88,8 @@ class QueueWork:
     def peers(self, c: sqlite3.Connection, now: int) -> set[str]:
         owners = {r[0].split("/", 1)[0] for r in c.execute(
             "SELECT topic FROM board_pending WHERE until > ?", (now,))}
-        return owners | {t.split("/", 1)[0] for t in self._held(c, now, "", "\U0010ffff")}
+        owners |= {t.split("/", 1)[0] for t in self._held(c, now, "", "\U0010ffff")}
+        return {current_owner(o) for o in owners}
 
     def _held(self, c: sqlite3.Connection, now: int, lo: str, hi: str) -> set[str]:
         """Topics (between ``lo`` and ``hi``) where our lease on some item is current.

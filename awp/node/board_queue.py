@@ -50,8 +50,10 @@ from ..wire.board import (
     check_ask,
     check_record,
     check_tags,
+    is_owner,
     make_ask,
     make_lease,
+    owned_by,
 )
 from ..wire.names import clean_name
 from ..wire.timefmt import RisingClock, now_ms, parse_ts
@@ -186,7 +188,7 @@ class BoardQueue:
         return sb.take(c, recs, now).new if recs else []
 
     def _owned_queue(self, c: sqlite3.Connection, topic: str) -> Policy | None:
-        if not topic.startswith(self.me + "/"):
+        if not owned_by(topic, self.me):
             return None
         pol = sb.policy(c, topic)
         return pol if pol is not None and pol.queue else None
@@ -399,7 +401,7 @@ class BoardQueue:
                 return
             if ask["topic"] != topic or ask["op"] != op:
                 return
-            if not topic.startswith(self.me + "/"):
+            if not owned_by(topic, self.me):
                 if abs(parse_ts(ask["ts"]) - now_ms()) > FUTURE_MS or not self._first_time(ask):
                     return  # stale, or met on another path: passed on once
                 await self._pass_on(link, line, ident, ask)
@@ -559,7 +561,7 @@ class BoardQueue:
                 if key != except_key and topic in lk.subs and not lk.conn.closed.is_set()]
 
     async def _may_claim(self, link: BoardLink, topic: str, who: str, direct: bool) -> str:
-        if not topic.startswith(self.me + "/"):
+        if not owned_by(topic, self.me):
             return "not a queue of this host's"
         pol = await self.board.policy(topic)
         if pol is None or not pol.queue:
@@ -567,7 +569,7 @@ class BoardQueue:
         grant, via = link.subs.get(topic, (None, None)) if direct else (None, None)
         if who in pol.banned:
             return "banned from this topic"
-        if pol.post_open or pol.member(who, "post", now_ms()) or perms.grant_counts(grant, owner=self.me, sub=who, topic=topic,
+        if pol.post_open or pol.member(who, "post", now_ms()) or perms.grant_counts(grant, owner=topic.split("/", 1)[0], sub=who, topic=topic,
                                                what="post", at_ms=now_ms(), policy=pol,
                                                via=via):
             return ""
@@ -584,10 +586,10 @@ class BoardQueue:
         """
         owner = topic.split("/", 1)[0]
         bid = bid or Bid()
-        if owner == self.me and op == "claim":
+        if is_owner(owner, self.me) and op == "claim":
             answer, rec = await self.window.claim(topic, self.me, req or self.engine.ids.next(),
                                                   offers, bid)
-        elif owner == self.me:
+        elif is_owner(owner, self.me):
             ev = Event(op, now_ms(), who=self.me, req=req, lease=lease)
             answer, rec = await self._arbitrate(topic, ev)
         else:

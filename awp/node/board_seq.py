@@ -41,8 +41,10 @@ from ..wire.board import (
     BoardError,
     Record,
     check_refusal,
+    current_owner,
     make_refusal,
     make_stamp,
+    owned_by,
     parse_unverified,
     verify_record,
 )
@@ -148,7 +150,7 @@ class Sequencer:
         """Towards the owner: to it when linked, else to every other linked subscriber
         that may read the topic (a relay that may not read never sees a post, SPEC.md
         section 14, "Replication": not even on its way to the owner)."""
-        owner = topic.split("/", 1)[0]
+        owner = current_owner(topic.split("/", 1)[0])  # its link is under its newest key
         links = self.board.links
         targets = [links[owner]] if owner in links and owner != from_key else [
             link for key, link in list(links.items())
@@ -179,7 +181,7 @@ class Sequencer:
         if not recs or not self._budget(link, len(recs)):
             return
         await self.board.policy(topic)  # loaded for _reader
-        if topic.startswith(self.me + "/"):
+        if owned_by(topic, self.me):
             self._queued.append((link, topic, recs, hops))
             self._stamp_wake.set()
         else:
@@ -353,7 +355,7 @@ class Sequencer:
         mine = [{"hash": h, "why": self.later.get(h, "")} for (h,) in c.execute(
             "SELECT hash FROM board_records WHERE topic = ? AND waiting = 1 ORDER BY seq"
             " LIMIT 100", (topic,))]
-        return {"top": sb.top_seq(c, topic) if topic.startswith(self.me + "/") else holes.top,
+        return {"top": sb.top_seq(c, topic) if owned_by(topic, self.me) else holes.top,
                 "missing": sorted(holes.missing)[:100], "behind": holes.behind(head.get("seq", 0)),
                 "waiting": mine}
 

@@ -24,6 +24,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from ..store import rotations as store
+from ..wire import board as board_wire
 from ..wire import rotation as R
 from ..wire.grants import expires_ms, make_grant
 from ..wire.timefmt import now_ms
@@ -89,6 +90,10 @@ class Rotations:
             return owed, regranted, store.successors(c)
 
         owed, regranted, self.successors = await eng.writer.run(job)
+        for r in self.chain:  # our own past keys: our topics are named by them
+            board_wire.learn_rotation(str(r.get("old")), str(r.get("new")))
+        for old, new in self.successors.items():
+            board_wire.learn_rotation(old, new)
         if owed or regranted:
             log.info("rotation %d: owed to %d peers, %d grants re-issued under %s",
                      seq, owed, regranted, me)
@@ -171,6 +176,7 @@ class Rotations:
             applied, why = store.take_chain(c, chain, now, self._sign, lim.rotation_conflicts)
             for rot in applied:  # known before any reader can see the commit
                 self.successors[rot.old] = rot.new
+                board_wire.learn_rotation(rot.old, rot.new)  # its topics follow it
             if not why and commit:
                 from ..store import ops
 

@@ -31,6 +31,8 @@ from ..wire.board import (
     Policy,
     Record,
     check_policy,
+    is_owner,
+    owned_by,
     parse_unverified,
     verify_record,
 )
@@ -249,7 +251,7 @@ def unstamped_at_start(c: sqlite3.Connection, me: str, signer: Signer) -> int:
         " AND kind != 'topic' AND author != substr(topic, 1, instr(topic, '/') - 1)"
         " ORDER BY received, hash").fetchall()
     for topic, h, author, received in rows:
-        if topic.startswith(me + "/"):
+        if owned_by(topic, me):
             seq, ts = next_stamp(c, topic, received)
             st = signer(topic, h, seq, ts)
             c.execute("UPDATE board_records SET ts = ?, sseq = ?, stamp = ? WHERE topic = ?"
@@ -417,7 +419,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
         return policies[topic]
 
     def ours(topic: str) -> bool:
-        return bool(me) and signer is not None and topic.startswith(me + "/")
+        return bool(me) and signer is not None and owned_by(topic, me)
 
     def before_sig(kind: str, topic: str, author: str, ts: int, h: str) -> None:
         nonlocal named
@@ -435,7 +437,7 @@ def take(c: sqlite3.Connection, raws: list[str] | list[Record], now: int, via: s
                 raise Known("already held")
         owner = topic.split("/", 1)[0]
         pol = pol_of(topic)
-        if author == owner:
+        if is_owner(owner, author):
             return
         if pol is not None and author in pol.banned:
             raise BoardError("author is banned from this topic")
@@ -1069,7 +1071,7 @@ def find_authority(c: sqlite3.Connection, me: str, topic: str, what: str, now: i
         if grant_counts(g, owner=owner, sub=me, topic=topic, what=what, at_ms=now, policy=pol):
             return g, None
     for g in held:
-        if g.get("iss") == owner:
+        if is_owner(owner, str(g.get("iss"))):
             continue
         for (raw,) in c.execute(
                 "SELECT grant FROM grants WHERE kind IN ('presented', 'held') AND iss = ?"

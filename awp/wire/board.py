@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from json.decoder import scanstring as _scanstring
 
+from . import rotation
 from .canonical import canonical_bytes, compact_json
 from .grants import grant_hash
 from .keys import KEY_PREFIX, Identity, KeyError_, decode_key, encode_key, verify
@@ -243,12 +244,98 @@ def sign_record(identity: Identity, doc: dict) -> Record:
     return check_record(compact_json(body), ours, _signed=True)
 
 
-def make_topic(owner: Identity, name: str, seq: int, ts_ms: int, **policy: object) -> Record:
-    """The owner's signed topic document; ``policy`` fields as in SPEC.md."""
-    doc: dict = {"k": "topic", "topic": topic_id(owner.key, name), "seq": seq,
+def make_topic(owner: Identity, name: str, seq: int, ts_ms: int, *, topic_owner: str = "",
+               rotation: list[dict] | None = None, **policy: object) -> Record:
+    """The owner's signed topic document; ``policy`` fields as in SPEC.md.
+
+    ``topic_owner``: the key the topic is named by, when the signer is the key
+    it rotated to; the document then names its signer (``author``) and carries
+    the ``rotation`` records from the one to the other, so a host that never
+    met the owner can check the succession from the document alone.
+    """
+    doc: dict = {"k": "topic", "topic": topic_id(topic_owner or owner.key, name), "seq": seq,
                  "ts": format_ts(ts_ms)}
     doc.update({k: v for k, v in policy.items() if v is not None})
+    if topic_owner and topic_owner != owner.key:
+        doc["author"] = owner.key
+        doc["rotation"] = list(rotation or [])
     return sign_record(owner, doc)
+
+
+# -- owners that rotated their key ----------------------------------------------------
+#
+# A topic is named by its owner's key for good (every record names the topic,
+# and record hashes cover that name), so when the owner rotates its key the
+# topic keeps its name and its owner's records come signed by the new key.
+# A host accepts them once it holds the rotation, as a verified record (from
+# a link's auth, from presence, or from the topic document itself).  These are
+# signed facts, the same for every reader, so they are kept process-wide.
+
+_HEIRS: dict[str, str] = {}  # a key -> the key it rotated to (checked records only)
+_MAX_LINEAGE = 64  # keys followed from one owner (chains are bounded far below this)
+
+
+def learn_rotation(old: str, new: str) -> bool:
+    """Hold the checked rotation ``old`` -> ``new``; False when ``old`` is held as
+    rotated to another key (the first one held stands)."""
+    held = _HEIRS.setdefault(old, new)
+    return held == new
+
+
+def lineage(owner: str) -> list[str]:
+    """``owner`` and every key it rotated to since, oldest first."""
+    out = [owner]
+    while out[-1] in _HEIRS and len(out) < _MAX_LINEAGE:
+        nxt = _HEIRS[out[-1]]
+        if nxt in out:
+            break
+        out.append(nxt)
+    return out
+
+
+def is_owner(owner: str, key: str) -> bool:
+    """Whether ``key`` speaks for the topics of ``owner``: it is that key, or one
+    that key rotated to."""
+    return key == owner or (owner in _HEIRS and key in lineage(owner))
+
+
+def owned_by(topic: str, key: str) -> bool:
+    """Whether ``key`` owns ``topic``: the topic is named by it, or by a key that
+    rotated to it."""
+    if topic.startswith(key + "/"):
+        return True
+    return bool(_HEIRS) and is_owner(topic.split("/", 1)[0], key)
+
+
+def current_owner(owner: str) -> str:
+    """The newest key ``owner`` is known to have rotated to (``owner`` itself if none)."""
+    return lineage(owner)[-1] if owner in _HEIRS else owner
+
+
+def former_keys(key: str) -> list[str]:
+    """The keys known to have rotated, step by step, to ``key``."""
+    back = {new: old for old, new in _HEIRS.items()}
+    out: list[str] = []
+    while key in back and len(out) < _MAX_LINEAGE:
+        key = back[key]
+        if key in out:
+            break
+        out.append(key)
+    return out
+
+
+def _take_chain(chain: object, owner: str, author: str) -> None:
+    """The ``rotation`` of a topic document signed by ``author`` for ``owner``'s topic."""
+    try:
+        rots = rotation.follow(chain, owner)
+    except rotation.RotationError as e:
+        raise BoardError(f"the topic document's rotation: {e}") from None
+    if rots[-1].new != author:
+        raise BoardError("the topic document's rotation does not end at its signer")
+    for r in rots:
+        if not learn_rotation(r.old, r.new):
+            raise BoardError(f"the topic document's rotation conflicts with one held here"
+                             f" ({r.old} rotated to {_HEIRS[r.old]})")
 
 
 def make_post(author: Identity, topic: str, parts: list[dict], ts_ms: int, *,
@@ -346,9 +433,14 @@ def check_record(raw: object,
     if kind not in KINDS:
         raise BoardError("unknown record kind")
     owner, _name = parse_topic(doc.get("topic"))
-    author = owner if kind == "topic" else _canonical_key(doc.get("author"), "author")
+    author = (_canonical_key(doc["author"], "author") if kind != "topic" or "author" in doc
+              else owner)
     if kind in OWNER_KINDS and author != owner:
-        raise BoardError(f"a {kind} record is signed by the topic's owner")
+        if kind == "topic" and "rotation" in doc:
+            _take_chain(doc["rotation"], owner, author)
+        if not is_owner(owner, author):
+            raise BoardError(f"a {kind} record is signed by the topic's owner (or by a key"
+                             " it rotated to, with the rotation known here)")
     try:
         ts = parse_ts(doc.get("ts"))  # type: ignore[arg-type]
     except ValueError:
@@ -672,9 +764,10 @@ def _owner_doc(obj: object, kind: str) -> str:
     if not isinstance(obj, dict) or obj.get("k") != kind:
         raise BoardError(f"{kind} must be an object with k = {kind}")
     owner, _name = parse_topic(obj.get("topic"))
-    if obj.get("author") != owner:
+    author = obj.get("author")
+    if author != owner and not (isinstance(author, str) and is_owner(owner, author)):
         raise BoardError(f"a {kind} is signed by the topic's owner")
-    return owner
+    return author  # the key that signs it (the owner's current key, once it rotated)
 
 
 def check_refusal(obj: object) -> dict:

@@ -131,6 +131,26 @@ def check(rec: object) -> Rotation:
     return Rotation(old, new, seq, nxt, ts_ms, rec)
 
 
+def follow(chain: object, start: str) -> list[Rotation]:
+    """Check a chain carried by someone else (a topic document): records that move
+    ``start`` on, one key after another, each signed by both its keys, each
+    following the one before (seq + 1, its key the one committed to).
+    Raises :class:`RotationError`; returns the records, oldest first."""
+    if not isinstance(chain, list) or not 1 <= len(chain) <= MAX_CHAIN:
+        raise RotationError("bad", f"a rotation chain is a list of 1 to {MAX_CHAIN} records")
+    out: list[Rotation] = []
+    at = start
+    for rec in chain:
+        rot = check(rec)
+        if rot.old != at:
+            raise RotationError("bad", f"the chain does not continue from {at}")
+        if out and (rot.seq != out[-1].seq + 1 or commitment(rot.new) != out[-1].next):
+            raise RotationError("uncommitted", f"{rot.new} does not follow {rot.old}'s record")
+        out.append(rot)
+        at = rot.new
+    return out
+
+
 @dataclass
 class Known:
     """What a host knows when a record arrives (looked up by the store).
