@@ -238,7 +238,8 @@ class RawPeer:
             transcript = auth_transcript(self.peer_hello_raw, self.my_hello)
         else:
             transcript = auth_transcript(self.my_hello, self.peer_hello_raw)
-        return self.send_line({"t": "auth", "sig": self.identity.sign(transcript)})
+        return self.send_line({"t": "auth", "sig": self.identity.sign(transcript),
+                               **getattr(self, "auth_extra", {})})
 
     def verify_peer_auth(self, line: dict) -> bool:
         assert self.peer_hello is not None

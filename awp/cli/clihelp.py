@@ -598,7 +598,31 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
         '\n'
         'Commands:\n'
         "  show    Show this home's key, the keys it rotated from, and which peers...\n"
-        '  rotate  Move this home to a new key, keeping every peer, thread and grant.\n',
+        '  rotate  Move this home to a new key, keeping every peer, thread and grant.\n'
+        "  link    Link this home's key with other keys of yours: peers show them...\n",
+ 'key link': 'Usage: awp key link [OPTIONS] [[KEY]...]...\n'
+             '\n'
+             "  Link this home's key with other keys of yours: peers show them as one\n"
+             '  identity.\n'
+             '\n'
+             '  Every key signs the statement. Start it here with the other keys, carry the\n'
+             '  printed line to each of their homes, and run awp key link --statement LINE\n'
+             '  there; the last signature makes it whole, and from then on every one of\n'
+             '  those daemons shows it to peers in its handshake.\n'
+             '\n'
+             '  Examples:\n'
+             '    awp key link ed25519:Kay64UG8yv...            # prints a line to carry\n'
+             '    awp key link --statement \'{"keys":...}\'       # on the other key\'s home\n'
+             '    awp key link --statement - < line.json\n'
+             '\n'
+             'Arguments:\n'
+             "  [KEY]... <list[str]>  keys to link with this home's key (you start)\n"
+             '\n'
+             'Options:\n'
+             '  --statement JSON|-  a statement another key started: co-sign and keep it\n'
+             '  --home DIR          awp home (default $AWP_HOME, else ~/.awp)\n'
+             '  --json              print machine-readable JSON\n'
+             '  -h, --help          Show this message and exit.\n',
  'key rotate': 'Usage: awp key rotate [OPTIONS]\n'
                '\n'
                '  Move this home to a new key, keeping every peer, thread and grant.\n'

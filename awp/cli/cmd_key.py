@@ -153,3 +153,54 @@ def verify_cmd(
             out("verified earlier")
         else:
             out(f"verified earlier as {res['verified']} (the peer has rotated since)")
+
+
+@command("link", on=key_app, label="key link")
+def key_link(
+    keys: list[str] = typer.Argument(None, metavar="[KEY]...",
+                                     help="keys to link with this home's key (you start)"),
+    statement: str = typer.Option(None, "--statement", metavar="JSON|-",
+                                  help="a statement another key started: co-sign and keep it"),
+    home: str = home_opt(),
+    as_json: bool = json_opt(),
+) -> None:
+    """Link this home's key with other keys of yours: peers show them as one identity.
+
+    Every key signs the statement. Start it here with the other keys, carry
+    the printed line to each of their homes, and run awp key link
+    --statement LINE there; the last signature makes it whole, and from then
+    on every one of those daemons shows it to peers in its handshake.
+
+    \b
+    Examples:
+      awp key link ed25519:Kay64UG8yv...            # prints a line to carry
+      awp key link --statement '{"keys":...}'       # on the other key's home
+      awp key link --statement - < line.json
+    """
+    import json
+    import sys
+
+    if bool(keys) == bool(statement):
+        raise CliError("give the keys to link, or --statement (not both)")
+    body: dict
+    if statement:
+        text = sys.stdin.read() if statement == "-" else statement
+        try:
+            st = json.loads(text)
+        except ValueError as e:
+            raise CliError(f"--statement is not JSON: {e}") from None
+        body = {"statement": st}
+    else:
+        body = {"with": keys}
+    res = daemon(home_of(home)).post("/v1/key/link", body)
+    if as_json:
+        out_json(res)
+        return
+    line = json.dumps(res["statement"], separators=(",", ":"), sort_keys=True)
+    if res["missing"]:
+        out(line)
+        note("still to sign it: " + ", ".join(res["missing"])
+             + " (run awp key link --statement LINE in each of their homes)")
+    else:
+        note("linked: " + ", ".join(res["statement"]["keys"]) + "; peers will see one identity")
+        out(line)

@@ -579,5 +579,7 @@ def _identity_lines(rows: list) -> None:
         if op:
             out(f"{who}: device of operator {op['op']}" + (f" ({op['name']})" if op["name"] else "")
                 + f", {op['status']} until {op['exp']}")
+        if p.get("linked"):
+            out(f"{who}: one identity with " + ", ".join(p["linked"]) + " (linked keys)")
         if p.get("warning"):
             note(f"WARNING: {who}: {p['warning']}")

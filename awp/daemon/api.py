@@ -32,6 +32,7 @@ from ..node.reach import endpoints
 from ..store import blobs as blobstore
 from ..store import bulk as bulkstore
 from ..store import grants as grantstore
+from ..store import keylinks as keylinkstore
 from ..store import ops, queries
 from ..store.blobs import BlobTooLarge
 from ..store.queries import LookupFailed
@@ -251,6 +252,10 @@ def build_router(engine: Engine, state: DaemonState) -> Router:
             c, p["key"], engine.identity.key, engine.config.trust, now, also)) for p in rows})
         for p in rows:
             p["granted"] = granted.get(p["key"], [])
+        linked = await engine.read(lambda c: {p["key"]: keylinkstore.identity_of(c, p["key"])
+                                              for p in rows})
+        for p in rows:  # the other keys of its identity (key links it showed us)
+            p["linked"] = linked.get(p["key"], [])
         return rows
 
     @r.route("POST", "/v1/alias")

@@ -18,6 +18,7 @@ from ..store import queries
 from ..store import rotations as rotstore
 from ..store.queries import LookupFailed
 from ..wire import rotation as R
+from ..wire.keys import KeyError_
 from ..wire.timefmt import now_ms
 from .app import DaemonState
 from .autorotate import MIN_EVERY_S, Rotator
@@ -89,3 +90,34 @@ def add_key_routes(r: Router, engine: Engine, state: DaemonState, rotator: Rotat
                 "short": R.safety_short(number), "verified": row["verified"],
                 "verified_at": row["verified_at"], "marked": mark,
                 "verified_key_current": row["verified"] == key, "rotated_from": history}
+
+
+def add_keylink_routes(r: Router, engine: Engine) -> None:
+    """Key links: ``awp key link`` (docs/identity.md, "Several keys, one identity")."""
+    from ..store import keylinks as linkstore
+    from ..wire import keylink as K
+
+    links = engine.keylinks
+
+    @r.route("GET", "/v1/key/links")
+    async def key_links(req: Request) -> dict:
+        return {"key": engine.identity.key, "links": await engine.read(linkstore.listing)}
+
+    @r.route("POST", "/v1/key/link")
+    async def key_link(req: Request) -> dict:
+        """``with``: start a statement linking our key to those keys (signed by us);
+        ``statement``: co-sign one and keep it once every key has signed."""
+        body = req.json() if req.body else {}
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object", "bad_request")
+        try:
+            if isinstance(body.get("statement"), dict):
+                res = await links.install(body["statement"])
+            elif isinstance(body.get("with"), list) and body["with"]:
+                st = await links.start_link([str(k) for k in body["with"]])
+                res = {"statement": st, "missing": K.missing(st)}
+            else:
+                raise ApiError(400, "key link needs with (keys) or statement", "bad_request")
+        except (K.KeyLinkError, KeyError_) as e:
+            raise ApiError(400, f"key link: {getattr(e, 'detail', e)}", "bad_keylink") from None
+        return res

@@ -26,6 +26,7 @@ from ..node.board_queue import BoardQueue
 from ..node.bulk import Bulk
 from ..node.config import NodeConfig
 from ..node.engine import Engine
+from ..node.keylinks import KeyLinks
 from ..node.mirror import Mirror
 from ..node.operators import Operators
 from ..node.presence import Presence
@@ -179,6 +180,8 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
     engine.rotation = Rotations(engine, ident.rotations, ident.next_key)
     engine.operators = Operators(engine, configured=settings.operators)
     engine.extensions.append(engine.operators)
+    engine.keylinks = KeyLinks(engine)  # several keys, one identity (cap keys)
+    engine.extensions.append(engine.keylinks)
     engine.expand = expand_wildcard  # hello.addrs, invites
     engine.extensions.append(Serving(engine, set(settings.serve), settings.root))
     engine.mirror = Mirror(engine)
@@ -235,12 +238,13 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
         from .api_agent import add_agent_routes
 
         add_agent_routes(router, engine, state)
-        from .api_key import add_key_routes
+        from .api_key import add_key_routes, add_keylink_routes
         from .autorotate import Rotator
 
         rotator = Rotator(engine, state)
         await rotator.configure()
         add_key_routes(router, engine, state, rotator)
+        add_keylink_routes(router, engine)
         from .api_operator import add_operator_routes
 
         add_operator_routes(router, engine)

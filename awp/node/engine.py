@@ -78,6 +78,7 @@ class Engine(InboundStore, AgentVerbs):
         self.invites = Invites(self)
         self.rotation: Rotations | None = None  # key rotation (the daemon hands in our chain)
         self.operators: Operators | None = None  # operator keys (also in ``extensions``)
+        self.keylinks: Any = None  # key links, node/keylinks.py (also in ``extensions``)
         self.shares: list[str] | None = None
         self.started_at = now_ms()
         self._listeners: list[Any] = []
@@ -390,6 +391,8 @@ class Engine(InboundStore, AgentVerbs):
             self.rotation.bind(hs)  # retired keys, our records
         if self.operators is not None:
             self.operators.bind(hs)  # our certificate, the revocations we hold
+        if self.keylinks is not None:
+            self.keylinks.bind(hs)  # the key links we carry
 
     async def on_connection_established(self, conn: Connection) -> None:
         now = now_ms()

@@ -62,6 +62,9 @@ class Handshake:
     # Dialing: fields to add to our auth, given our hello and the peer's (the
     # proof of an invite, awp.wire.invite).
     auth_extra: Callable[[bytes, bytes], dict] | None = None
+    # Our auth's ``keys`` field (key links, awp/node/keylinks.py) for this peer's
+    # hello, or None.
+    keylinks: Callable[[dict], list[dict] | None] | None = None
     # Grants to show the peer in our auth, looked up once its key is known.
     present: Callable[[str], list[dict]] | None = None
     # Why a hello's key is refused although it verifies (a key rotated away:
@@ -212,6 +215,9 @@ class Handshake:
         operator = self.operator(obj) if self.operator is not None else None
         if operator:
             auth["operator"] = operator
+        linked = self.keylinks(obj) if self.keylinks is not None else None
+        if linked:
+            auth["keys"] = linked
         grants = self.present(key) if self.present is not None else []
         if grants:
             auth["grants"] = grants

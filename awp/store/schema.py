@@ -456,6 +456,17 @@ CREATE TABLE bulk (
     PRIMARY KEY (peer, dir, ref)
 );
 """,
+    # 15: key links, statements that several keys are one identity (awp/store/keylinks.py)
+    """
+CREATE TABLE IF NOT EXISTS keylinks (
+    id TEXT PRIMARY KEY,
+    keys TEXT NOT NULL,
+    ts INTEGER NOT NULL,
+    raw TEXT NOT NULL,
+    mine INTEGER NOT NULL DEFAULT 0,
+    created INTEGER NOT NULL
+);
+""",
 ]
 
 BOARD_MIGRATION = 5  # index in MIGRATIONS of the board's tables
@@ -464,3 +475,4 @@ LEAN_MIGRATION = 9  # the board's leaner indexes
 CONFLICT_MIGRATION = 11  # the owner's conflicting statements, and its newest head
 OPERATOR_MIGRATION = 13  # trusted operators, revocations, the certificate a peer showed
 BULK_MIGRATION = 14  # bulk transfer: pieces, hashes and progress (awp/store/bulk.py)
+KEYLINK_MIGRATION = 15  # key links: keys that are one identity (awp/store/keylinks.py)
