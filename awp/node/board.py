@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..base.cpu import ON as CPU_ON
+from ..base.cpu import STEPS, clock
 from ..board import heads as bheads
 from ..board import perms
 from ..board import replica_actions as A
@@ -650,8 +652,10 @@ class Board(Extension):
                 self.queue.stored(c, taken)
             return taken
 
+        t, inside = clock(), STEPS["parse"] + STEPS["verify"]
         try:
             taken = await self._store(job, len(raws) if via and not owner else 0, len(raws))
+            STEPS["store"] += clock() - t - (STEPS["parse"] + STEPS["verify"] - inside)
         except Exception:
             if self.queue is not None:
                 self.queue.forget()
@@ -677,8 +681,10 @@ class Board(Extension):
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me,
                 "record": rec, "taken": taken, **({"plain": plain} if plain is not None else {})})
+        t = clock()
         for topic, raws_out in by_topic.items():
             await self.act(self.core.stored(topic, raws_out, hops, via))
+        STEPS["forward"] += clock() - t
         self.seq.stored(taken)
         if self.queue is not None and taken.new:
             self.queue.after_stored(taken)
@@ -941,7 +947,8 @@ class Board(Extension):
 
     def status(self) -> dict:
         return {**self.stats, "subscribed": len(self.subs), "links": len(self.links),
-                "queued_bytes": sum(link.size for link in list(self.links.values()))}
+                "queued_bytes": sum(link.size for link in list(self.links.values())),
+                **({"cpu_ns": dict(STEPS)} if CPU_ON else {})}
 
 
 def _head_ms(head: dict) -> int:
