@@ -48,8 +48,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 from nodes import Node, wait_for  # noqa: E402
-from relay_floor import _relay_trio, measure  # noqa: E402
-from topo import Waiter, build, cpu_all, open_topic, spent, start_all, subscribe_all  # noqa: E402
+from relay_floor import _cpu_s, _relay_trio, measure  # noqa: E402
+from topo import Waiter, build, open_topic, spent, start_all, subscribe_all  # noqa: E402
 
 ROLES = ("owner", "relay", "leaf")
 REST_S = 3.0
@@ -69,6 +69,11 @@ def prefill(owner: Node, nodes: list[Node], topic: str, n: int) -> None:
             {"parts": [{"k": "text", "text": f"prefill {k}"}]} for k in range(i, min(n, i + 1000))]})
     for x in nodes:
         wait_for(lambda x=x: held(x, topic) >= n, 300, f"the prefill on {x.name}", 0.2)
+
+
+def cpu_all(nodes: list[Node]) -> list[float]:
+    """Each daemon's CPU seconds so far, to the nanosecond (:func:`relay_floor._cpu_s`)."""
+    return [_cpu_s(n.proc.pid) for n in nodes]  # type: ignore[union-attr]
 
 
 def steps_of(node: Node) -> dict[str, int]:

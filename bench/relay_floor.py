@@ -40,9 +40,18 @@ SCHEMA = (
 
 
 def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds ``pid``'s threads have run so far, to the nanosecond (the scheduler's
+    count: ``/proc/<pid>/stat`` counts in 10 ms ticks, a tenth of what 200 records
+    cost).  A thread that ended meanwhile is no longer counted: the relays here keep
+    theirs, and a daemon's are long-lived."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
 
 
 def _open_db() -> sqlite3.Connection:

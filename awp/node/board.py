@@ -232,7 +232,11 @@ class Board(Extension):
         hops = line.get("hops")
         if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops < HEAD_HOPS:
             return
-        head = check_head(line.get("doc"))
+        doc = line.get("doc")
+        topic = doc.get("topic") if isinstance(doc, dict) else None
+        if isinstance(topic, str) and self.heads.get(topic) == doc:
+            return  # the head we hold, again from another path: checked once, not news
+        head = check_head(doc)
         acts = self.core.on_head(link.conn.peer_key, head, hops, newer=_newer)
         if acts and acts[0][0] == A.STAT:
             held = self.heads[head["topic"]]
@@ -412,7 +416,9 @@ class Board(Extension):
             return
         if name == A.KEEP_HEAD:
             head = a[1]
-            await self.engine.writer.run(lambda c: board_heads.keep(c, head))
+            # Kept for a restart only (a newer one comes every few seconds): the commit
+            # is relaxed, inline and with no fsync, as a relayed record's.
+            await self.engine.writer.run_relaxed(lambda c: board_heads.keep(c, head))
             self.seq.head(head["topic"], head)
             return
         if name == A.WAIT_GAP:

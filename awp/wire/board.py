@@ -324,7 +324,19 @@ def check_record(raw: object,
     ``doc``: ``raw`` already decoded by the caller with
     :data:`~awp.wire.strictjson.DECODER` (:func:`posts_recs` does), so it is
     not decoded twice.
+
+    The same text checked again (a record relayed to us on a second path) is
+    a look-up: its :class:`Record` is remembered (:data:`_CHECKED`), and only
+    ``before_sig`` runs again, which turns it away as already held.
     """
+    if type(raw) is str:
+        seen = _CHECKED.get(raw)
+        if seen is not None:
+            if before_sig is not None:
+                before_sig(seen.kind, seen.topic, seen.author, seen.ts, seen.hash)
+            if not _signed and not verify_record(seen):  # it was parsed unverified
+                raise BoardError("signature does not verify")
+            return seen
     if not isinstance(raw, str):
         raise BoardError("record is not text")
     if len(raw) > MAX_RECORD:
@@ -369,9 +381,31 @@ def check_record(raw: object,
         before_sig(kind, doc["topic"], author, ts, name)
     if not _signed and not verify(author, _joined(halves, None), sig):
         raise BoardError("signature does not verify")
-    return Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
-                  author=author, ts=ts, of=of, parent=parent if kind == "post" else "",
-                  halves=halves)
+    if not _signed:
+        _verified(name)
+    rec = Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
+                 author=author, ts=ts, of=of, parent=parent if kind == "post" else "",
+                 halves=halves)
+    if len(_CHECKED) >= MAX_CHECKED:
+        del _CHECKED[next(iter(_CHECKED))]  # the oldest: a record's copies come close together
+    _CHECKED[raw] = rec
+    return rec
+
+
+# Records checked lately, by their exact text (well-formed and named; whether the
+# signature verified is :data:`_VERIFIED`'s to say), and the hashes of records whose
+# signature verified.  A record reaches a host once a path: the first copy is parsed
+# and verified, the others cost a look-up each.  Bounded, the oldest going first.
+MAX_CHECKED = 1024
+_CHECKED: dict[str, Record] = {}
+MAX_VERIFIED = 8192
+_VERIFIED: dict[str, None] = {}
+
+
+def _verified(name: str) -> None:
+    if len(_VERIFIED) >= MAX_VERIFIED:
+        del _VERIFIED[next(iter(_VERIFIED))]
+    _VERIFIED[name] = None
 
 
 def parse_unverified(raw: object,
@@ -488,12 +522,21 @@ _WS = " \t\r\n"
 
 
 def verify_record(rec: Record) -> bool:
-    """Whether ``rec``'s signature verifies (for records parsed unverified)."""
+    """Whether ``rec``'s signature verifies (for records parsed unverified).
+
+    Checked once a record: its hash names its content and signature, so a
+    record whose signature verified before (:data:`_VERIFIED`) is not checked
+    again."""
+    if rec.hash in _VERIFIED:
+        return True
     if rec.halves is not None:
         signed = _joined(rec.halves, None)
     else:
         signed = canonical_bytes({k: v for k, v in rec.doc.items() if k != "sig"})
-    return verify(rec.author, signed, rec.doc["sig"])
+    if not verify(rec.author, signed, rec.doc["sig"]):
+        return False
+    _verified(rec.hash)
+    return True
 
 
 def check_tags(value: object, what: str) -> tuple[str, ...]:
