@@ -95,6 +95,7 @@ log = logging.getLogger("awp.board")
 
 RELAXED_RECORDS = 32  # relayed records stored inline without an fsync, at most, per line
 MAX_RECS = 4096  # records read from one board-posts line
+MAX_MERGED_LINES = 64  # board-posts lines of one read taken with the first (_on_posts)
 SWEEP_S = 60.0
 # HOPS_CAP, MAX_SUBS, MAX_WANT, RESYNC_S, HEAD_S, GAP_WAIT_S, HEAD_HOPS: the rules'
 # bounds, in awp.board.replica
@@ -618,17 +619,45 @@ class Board(Extension):
         return pol is None or link.conn.peer_key not in pol.banned
 
     async def _on_posts(self, link: BoardLink, line: dict, raw: bytes) -> None:
-        topic, hops = line.get("topic"), line.get("hops")
-        if not isinstance(topic, str) or topic not in self.subs:
-            return
-        if not is_count(hops):
-            return
-        recs = recs_of(line, raw, MAX_RECS)
-        if not recs:
-            return
-        await self.take([r for r, _doc in recs], via=link.conn.peer_key,
-                        hops=min(hops, HOPS_CAP), owner=topic.startswith(self.me + "/"),
-                        docs=[doc for _r, doc in recs])
+        """A ``board-posts`` line, and those right behind it in the same read.
+
+        Records that arrive together are stored together: the lines of one
+        read for one topic (and one ``hops``) make one take, so one
+        transaction, and what was new leaves as one line per link.  A group
+        stays within :data:`RELAXED_RECORDS` (unless one line is larger), so
+        merging never moves relayed records off the inline relaxed commit.
+        """
+        more = link.conn.session.more_of("board-posts", MAX_MERGED_LINES)
+        for _line, extra_raw in more:
+            self.stats["lines_in"] += 1
+            self.stats["bytes_in"] += len(extra_raw)
+        group: list[tuple[str, object]] = []
+        key: tuple[str, int] | None = None
+        for ln, rw in [(line, raw), *more]:
+            topic, hops = ln.get("topic"), ln.get("hops")
+            if not isinstance(topic, str) or topic not in self.subs or not is_count(hops):
+                continue
+            recs = recs_of(ln, rw, MAX_RECS)
+            if not recs:
+                continue
+            here = (topic, min(hops, HOPS_CAP))
+            if group and (here != key or len(group) + len(recs) > RELAXED_RECORDS):
+                await self._take_group(link, key, group)  # type: ignore[arg-type]
+                group = []
+            key = here
+            group.extend(recs)
+        if group:
+            await self._take_group(link, key, group)  # type: ignore[arg-type]
+
+    async def _take_group(self, link: BoardLink, key: tuple[str, int],
+                          recs: list[tuple[str, object]]) -> None:
+        topic, hops = key
+        try:
+            await self.take([r for r, _doc in recs], via=link.conn.peer_key, hops=hops,
+                            owner=topic.startswith(self.me + "/"),
+                            docs=[doc for _r, doc in recs])
+        except (BoardError, ValueError, TypeError, KeyError) as e:  # as on_line: the group goes
+            log.info("board records from %s dropped: %s", link.conn.peer_key[:18], e)
 
     async def take(self, raws: list[str] | list[Record], *, via: str = "",
                    hops: int = 0, owner: bool = False,
