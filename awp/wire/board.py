@@ -191,9 +191,12 @@ class Record:
         return len(self.raw) if self.raw.isascii() else len(self.raw.encode("utf-8"))
 
     def at(self, ts: int) -> Record:
-        """The same record at time ``ts`` (another author's takes its stamp's time)."""
+        """The same record at time ``ts`` (another author's takes its stamp's time).
+
+        Without :attr:`halves`: it no longer stands for its text alone, so it is
+        never remembered as that text's record (:func:`_verified`)."""
         return Record(self.doc, self.raw, self.hash, self.kind, self.topic, self.owner,
-                      self.author, ts, self.of, self.parent, self.halves)
+                      self.author, ts, self.of, self.parent, None)
 
 
 def record_hash(doc: dict) -> str:
@@ -326,16 +329,15 @@ def check_record(raw: object,
     not decoded twice.
 
     The same text checked again (a record relayed to us on a second path) is
-    a look-up: its :class:`Record` is remembered (:data:`_CHECKED`), and only
-    ``before_sig`` runs again, which turns it away as already held.
+    a look-up: a record whose signature verified is remembered by its text
+    (:data:`_CHECKED`), and only ``before_sig`` runs again, which turns it
+    away as already held.
     """
     if type(raw) is str:
         seen = _CHECKED.get(raw)
         if seen is not None:
             if before_sig is not None:
                 before_sig(seen.kind, seen.topic, seen.author, seen.ts, seen.hash)
-            if not _signed and not verify_record(seen):  # it was parsed unverified
-                raise BoardError("signature does not verify")
             return seen
     if not isinstance(raw, str):
         raise BoardError("record is not text")
@@ -381,31 +383,44 @@ def check_record(raw: object,
         before_sig(kind, doc["topic"], author, ts, name)
     if not _signed and not verify(author, _joined(halves, None), sig):
         raise BoardError("signature does not verify")
-    if not _signed:
-        _verified(name)
     rec = Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
                  author=author, ts=ts, of=of, parent=parent if kind == "post" else "",
                  halves=halves)
-    if len(_CHECKED) >= MAX_CHECKED:
-        del _CHECKED[next(iter(_CHECKED))]  # the oldest: a record's copies come close together
-    _CHECKED[raw] = rec
+    if not _signed:
+        _verified(rec)
     return rec
 
 
-# Records checked lately, by their exact text (well-formed and named; whether the
-# signature verified is :data:`_VERIFIED`'s to say), and the hashes of records whose
-# signature verified.  A record reaches a host once a path: the first copy is parsed
-# and verified, the others cost a look-up each.  Bounded, the oldest going first.
+# Records whose signature verified lately: their hashes (:data:`_VERIFIED`), and the
+# records by their exact text (:data:`_CHECKED`).  A record reaches a host once a
+# path: the first copy is parsed and verified, the others cost a look-up each.  Only
+# verified records are kept, so a forgery fills nothing; a peer can still sign
+# records of its own, so both are bounded, the oldest going first, the texts also by
+# their bytes (a record may be 64 KiB).
 MAX_CHECKED = 1024
-_CHECKED: dict[str, Record] = {}
+MAX_CHECKED_CHARS = 4 * 1024 * 1024
 MAX_VERIFIED = 8192
+_CHECKED: dict[str, Record] = {}
 _VERIFIED: dict[str, None] = {}
+_checked_chars = 0
 
 
-def _verified(name: str) -> None:
+def _verified(rec: Record) -> None:
+    """Remember that ``rec``'s signature verified (its hash, and its text)."""
+    global _checked_chars
     if len(_VERIFIED) >= MAX_VERIFIED:
         del _VERIFIED[next(iter(_VERIFIED))]
-    _VERIFIED[name] = None
+    _VERIFIED[rec.hash] = None
+    raw = rec.raw
+    # Only a record as its text was parsed (with its halves): not one read from the
+    # store, nor one moved to its stamp's time (Record.at).
+    if rec.halves is None or raw in _CHECKED or len(raw) > MAX_CHECKED_CHARS // 16:
+        return
+    while _CHECKED and (len(_CHECKED) >= MAX_CHECKED
+                        or _checked_chars + len(raw) > MAX_CHECKED_CHARS):
+        _checked_chars -= len(_CHECKED.pop(next(iter(_CHECKED))).raw)
+    _CHECKED[raw] = rec
+    _checked_chars += len(raw)
 
 
 def parse_unverified(raw: object,
@@ -535,7 +550,7 @@ def verify_record(rec: Record) -> bool:
         signed = canonical_bytes({k: v for k, v in rec.doc.items() if k != "sig"})
     if not verify(rec.author, signed, rec.doc["sig"]):
         return False
-    _verified(rec.hash)
+    _verified(rec)
     return True
 
 
