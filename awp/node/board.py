@@ -101,6 +101,9 @@ SWEEP_S = 60.0
 # bounds, in awp.board.replica
 
 
+_QUOTED: dict[str, str] = {}  # topic -> its JSON string, for the lines that carry records
+
+
 class TooMany(BoardError):
     """Subscribing would pass ``limits.board_subscriptions``."""
 
@@ -776,7 +779,12 @@ class Board(Extension):
                 self.stats["records_out"] += len(group)
 
     def _posts_line(self, topic: str, raws: list[str], hops: int) -> bytes:
-        return self.line("board-posts", f'"topic":{json.dumps(topic)},"hops":{hops},'
+        quoted = _QUOTED.get(topic)
+        if quoted is None:
+            if len(_QUOTED) >= 4096:
+                _QUOTED.clear()
+            quoted = _QUOTED[topic] = json.dumps(topic)
+        return self.line("board-posts", f'"topic":{quoted},"hops":{hops},'
                           f'"recs":[{",".join(raws)}]')
 
     # -- anti-entropy ----------------------------------------------------------------
