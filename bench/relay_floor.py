@@ -40,9 +40,18 @@ SCHEMA = (
 
 
 def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds ``pid``'s threads have run so far, to the nanosecond (the scheduler's
+    count: ``/proc/<pid>/stat`` counts in 10 ms ticks, a tenth of what 200 records
+    cost).  A thread that ended meanwhile is no longer counted: the relays here keep
+    theirs, and a daemon's are long-lived."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
 
 
 def _open_db() -> sqlite3.Connection:
@@ -56,15 +65,24 @@ def _open_db() -> sqlite3.Connection:
 
 
 SKIP: set[str] = set()  # parts left out to split the figure (--skip)
+# CPU ns of this thread in each step (read, parse, verify, store, forward), for
+# bench/board_cost.py to set beside the daemon's; the clock is read only when asked.
+STEPS = dict.fromkeys(("read", "parse", "verify", "store", "forward"), 0)
+_clock = int
 
 
 def _take(db: sqlite3.Connection, raw: bytes, verify) -> None:
     """What every relay must do with a record: parse, verify, store."""
+    t0 = _clock()
     rec = json.loads(raw)
     sig = bytes.fromhex(rec.pop("sig"))
     body = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+    t1 = _clock()
     if "verify" not in SKIP:
         verify(body, sig)
+    t2 = _clock()
+    STEPS["parse"] += t1 - t0
+    STEPS["verify"] += t2 - t1
     if "store" in SKIP:
         return
     db.execute("BEGIN IMMEDIATE")
@@ -72,6 +90,14 @@ def _take(db: sqlite3.Connection, raw: bytes, verify) -> None:
                (hashlib.sha256(body).hexdigest(), rec["topic"], rec["author"], rec["ts"],
                 raw.decode()))
     db.execute("COMMIT")
+    STEPS["store"] += _clock() - t2
+
+
+def _set_up(skip: set[str], steps: bool) -> None:
+    global _clock
+    SKIP.update(skip)
+    if steps:
+        _clock = time.thread_time_ns
 
 
 def _verifier(key_hex: str):
@@ -82,8 +108,8 @@ def _verifier(key_hex: str):
 
 
 def _relay_blocking(port_q: mp.Queue, up_port: int, down_port: int, key_hex: str,
-                    skip: set[str]) -> None:
-    SKIP.update(skip)
+                    skip: set[str], steps: bool = False) -> None:
+    _set_up(skip, steps)
     db, verify = _open_db(), _verifier(key_hex)
     up = socket.create_connection(("127.0.0.1", up_port))
     down = socket.create_connection(("127.0.0.1", down_port))
@@ -94,19 +120,22 @@ def _relay_blocking(port_q: mp.Queue, up_port: int, down_port: int, key_hex: str
     while True:
         data = up.recv(65536)
         if not data:
+            port_q.put(STEPS)
             return
         buf += data
         *lines, buf = buf.split(b"\n")
         for raw in lines:
             _take(db, raw, verify)
+            t = _clock()
             down.sendall(raw + b"\n")
+            STEPS["forward"] += _clock() - t
 
 
 def _relay_trio(port_q: mp.Queue, up_port: int, down_port: int, key_hex: str,
-                skip: set[str]) -> None:
+                skip: set[str], steps: bool = False) -> None:
     import trio
 
-    SKIP.update(skip)
+    _set_up(skip, steps)
     db, verify = _open_db(), _verifier(key_hex)
 
     async def main() -> None:
@@ -120,15 +149,22 @@ def _relay_trio(port_q: mp.Queue, up_port: int, down_port: int, key_hex: str,
         buf = b""
         while True:
             await trio.lowlevel.wait_readable(up.socket)
+            t = _clock()
             data = os.read(up_fd, 65536)
+            STEPS["read"] += _clock() - t
             if not data:
+                port_q.put(STEPS)
                 return
+            t = _clock()
             buf += data
             *lines, buf = buf.split(b"\n")
+            STEPS["parse"] += _clock() - t
             for raw in lines:
                 _take(db, raw, verify)
+                t = _clock()
                 out = raw + b"\n"
                 sent = os.write(down_fd, out)
+                STEPS["forward"] += _clock() - t
                 if sent < len(out):
                     await down.send_all(out[sent:])
 
@@ -148,8 +184,10 @@ def _sink(port_q: mp.Queue, done: mp.Queue, n: int) -> None:
     done.put(got)
 
 
-def measure(relay, n: int, rate: float, skip: set[str]) -> float:
-    """CPU ms a record on ``relay``, less its rate at rest."""
+def measure(relay, n: int, rate: float, skip: set[str],
+            steps: dict[str, float] | None = None) -> float:
+    """CPU ms a record on ``relay``, less its rate at rest; with ``steps``, the CPU ms
+    a record of each step is put there (its clock read costs a little)."""
     from nacl.signing import SigningKey
 
     sk = SigningKey.generate()
@@ -168,7 +206,8 @@ def measure(relay, n: int, rate: float, skip: set[str]) -> float:
     sink.start()
     down_port = q.get(timeout=30)
     proc = ctx.Process(target=relay, args=(q, src.getsockname()[1], down_port,
-                                           sk.verify_key.encode().hex(), skip))
+                                           sk.verify_key.encode().hex(), skip,
+                                           steps is not None))
     proc.start()
     up, _ = src.accept()
     up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -188,6 +227,9 @@ def measure(relay, n: int, rate: float, skip: set[str]) -> float:
         flow_s, cpu = time.monotonic() - t1, _cpu_s(proc.pid) - c1
         if got != n:
             raise SystemExit(f"the sink got {got} of {n} records")
+        up.close()
+        if steps is not None:  # the relay sends them when its upstream closes
+            steps.update({k: v / 1e6 / n for k, v in q.get(timeout=30).items()})
         return max(0.0, cpu - rest * flow_s) * 1000 / n
     finally:
         up.close()

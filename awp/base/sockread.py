@@ -25,6 +25,8 @@ import os
 
 import trio
 
+from .cpu import STEPS, clock
+
 
 async def receive_some(stream: trio.abc.ReceiveStream, max_bytes: int) -> bytes:
     """Up to ``max_bytes`` from ``stream`` once any are there; ``b""`` at end of stream.
@@ -40,10 +42,13 @@ async def receive_some(stream: trio.abc.ReceiveStream, max_bytes: int) -> bytes:
         if fd < 0:
             raise trio.ClosedResourceError("the socket was closed")
         await trio.lowlevel.wait_readable(sock)  # readable, or closed by another task
+        t = clock()
         try:
-            return os.read(fd, max_bytes)
+            data = os.read(fd, max_bytes)
         except BlockingIOError:  # woken without data (rare): wait again
             continue
+        STEPS["read"] += clock() - t
+        return data
 
 
 __all__ = ["receive_some"]

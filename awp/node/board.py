@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..base.cpu import ON as CPU_ON
+from ..base.cpu import STEPS, clock
 from ..board import heads as bheads
 from ..board import perms
 from ..board import replica_actions as A
@@ -97,9 +99,13 @@ log = logging.getLogger("awp.board")
 
 RELAXED_RECORDS = 32  # relayed records stored inline without an fsync, at most, per line
 MAX_RECS = 4096  # records read from one board-posts line
+MAX_MERGED_LINES = 64  # board-posts lines of one read taken with the first (_on_posts)
 SWEEP_S = 60.0
 # HOPS_CAP, MAX_SUBS, MAX_WANT, RESYNC_S, HEAD_S, GAP_WAIT_S, HEAD_HOPS: the rules'
 # bounds, in awp.board.replica
+
+
+_QUOTED: dict[str, str] = {}  # topic -> its JSON string, for the lines that carry records
 
 
 class TooMany(BoardError):
@@ -239,7 +245,11 @@ class Board(Extension):
         hops = line.get("hops")
         if not isinstance(hops, int) or isinstance(hops, bool) or not 0 <= hops < HEAD_HOPS:
             return
-        head = check_head(line.get("doc"))
+        doc = line.get("doc")
+        topic = doc.get("topic") if isinstance(doc, dict) else None
+        if isinstance(topic, str) and self.heads.get(topic) == doc:
+            return  # the head we hold, again from another path: checked once, not news
+        head = check_head(doc)
         acts = self.core.on_head(link.conn.peer_key, head, hops, newer=_newer)
         if acts and acts[0][0] == A.STAT:
             held = self.heads[head["topic"]]
@@ -419,7 +429,9 @@ class Board(Extension):
             return
         if name == A.KEEP_HEAD:
             head = a[1]
-            await self.engine.writer.run(lambda c: board_heads.keep(c, head))
+            # Kept for a restart only (a newer one comes every few seconds): the commit
+            # is relaxed, inline and with no fsync, as a relayed record's.
+            await self.engine.writer.run_relaxed(lambda c: board_heads.keep(c, head))
             self.seq.head(head["topic"], head)
             return
         if name == A.WAIT_GAP:
@@ -619,17 +631,45 @@ class Board(Extension):
         return pol is None or link.conn.peer_key not in pol.banned
 
     async def _on_posts(self, link: BoardLink, line: dict, raw: bytes) -> None:
-        topic, hops = line.get("topic"), line.get("hops")
-        if not isinstance(topic, str) or topic not in self.subs:
-            return
-        if not is_count(hops):
-            return
-        recs = recs_of(line, raw, MAX_RECS)
-        if not recs:
-            return
-        await self.take([r for r, _doc in recs], via=link.conn.peer_key,
-                        hops=min(hops, HOPS_CAP), owner=owned_by(topic, self.me),
-                        docs=[doc for _r, doc in recs])
+        """A ``board-posts`` line, and those right behind it in the same read.
+
+        Records that arrive together are stored together: the lines of one
+        read for one topic (and one ``hops``) make one take, so one
+        transaction, and what was new leaves as one line per link.  A group
+        stays within :data:`RELAXED_RECORDS` (unless one line is larger), so
+        merging never moves relayed records off the inline relaxed commit.
+        """
+        more = link.conn.session.more_of("board-posts", MAX_MERGED_LINES)
+        for _line, extra_raw in more:
+            self.stats["lines_in"] += 1
+            self.stats["bytes_in"] += len(extra_raw)
+        group: list[tuple[str, object]] = []
+        key: tuple[str, int] | None = None
+        for ln, rw in [(line, raw), *more]:
+            topic, hops = ln.get("topic"), ln.get("hops")
+            if not isinstance(topic, str) or topic not in self.subs or not is_count(hops):
+                continue
+            recs = recs_of(ln, rw, MAX_RECS)
+            if not recs:
+                continue
+            here = (topic, min(hops, HOPS_CAP))
+            if group and (here != key or len(group) + len(recs) > RELAXED_RECORDS):
+                await self._take_group(link, key, group)  # type: ignore[arg-type]
+                group = []
+            key = here
+            group.extend(recs)
+        if group:
+            await self._take_group(link, key, group)  # type: ignore[arg-type]
+
+    async def _take_group(self, link: BoardLink, key: tuple[str, int],
+                          recs: list[tuple[str, object]]) -> None:
+        topic, hops = key
+        try:
+            await self.take([r for r, _doc in recs], via=link.conn.peer_key, hops=hops,
+                            owner=owned_by(topic, self.me),
+                            docs=[doc for _r, doc in recs])
+        except (BoardError, ValueError, TypeError, KeyError) as e:  # as on_line: the group goes
+            log.info("board records from %s dropped: %s", link.conn.peer_key[:18], e)
 
     async def take(self, raws: list[str] | list[Record], *, via: str = "",
                    hops: int = 0, owner: bool = False,
@@ -659,8 +699,10 @@ class Board(Extension):
                 self.queue.stored(c, taken)
             return taken
 
+        t, inside = clock(), STEPS["parse"] + STEPS["verify"]
         try:
             taken = await self._store(job, len(raws) if via and not owner else 0, len(raws))
+            STEPS["store"] += clock() - t - (STEPS["parse"] + STEPS["verify"] - inside)
         except Exception:
             if self.queue is not None:
                 self.queue.forget()
@@ -686,8 +728,10 @@ class Board(Extension):
                 "kind": "board", "topic": rec.topic, "hash": rec.hash, "rec": rec.kind,
                 "seq": taken.seqs.get(rec.hash, 0), "mine": rec.author == self.me,
                 "record": rec, "taken": taken, **({"plain": plain} if plain is not None else {})})
+        t = clock()
         for topic, raws_out in by_topic.items():
             await self.act(self.core.stored(topic, raws_out, hops, via))
+        STEPS["forward"] += clock() - t
         self.seq.stored(taken)
         if self.queue is not None and taken.new:
             self.queue.after_stored(taken)
@@ -744,7 +788,12 @@ class Board(Extension):
                 self.stats["records_out"] += len(group)
 
     def _posts_line(self, topic: str, raws: list[str], hops: int) -> bytes:
-        return self.line("board-posts", f'"topic":{json.dumps(topic)},"hops":{hops},'
+        quoted = _QUOTED.get(topic)
+        if quoted is None:
+            if len(_QUOTED) >= 4096:
+                _QUOTED.clear()
+            quoted = _QUOTED[topic] = json.dumps(topic)
+        return self.line("board-posts", f'"topic":{quoted},"hops":{hops},'
                           f'"recs":[{",".join(raws)}]')
 
     # -- anti-entropy ----------------------------------------------------------------
@@ -988,7 +1037,8 @@ class Board(Extension):
 
     def status(self) -> dict:
         return {**self.stats, "subscribed": len(self.subs), "links": len(self.links),
-                "queued_bytes": sum(link.size for link in list(self.links.values()))}
+                "queued_bytes": sum(link.size for link in list(self.links.values())),
+                **({"cpu_ns": dict(STEPS)} if CPU_ON else {})}
 
 
 def _head_ms(head: dict) -> int:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from ..base.cpu import STEPS, clock
 from ..base.sockread import receive_some
 from ..store import ops
 from ..wire import errors
@@ -237,11 +238,13 @@ class Connection:
                     data = await receive_some(self.stream, 65536)
                     if not data:
                         break
+                    t = clock()
                     try:
                         lines = reader.feed(data)
                     except LineTooLarge:
                         await self.refuse(errors.TOO_LARGE, "line over 1 MiB")
                         break
+                    STEPS["parse"] += clock() - t
                     self._rate_wait = self.engine.budgets.spend(self.peer_key, len(lines),
                                                                 len(data))
                     if self.engine.budgets.large(lines):
@@ -340,7 +343,9 @@ class Connection:
         if self.engine.config.trace:
             for raw in raws:
                 self._trace("<", raw)
+        t = clock()
         s.receive(raws, now)
+        STEPS["parse"] += clock() - t
         if s.peer_spoke and not self.peer_resumed.is_set():
             self.peer_resumed.set()
         while True:

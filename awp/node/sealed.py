@@ -14,6 +14,7 @@ import socket
 
 import trio
 
+from ..base.cpu import STEPS, clock
 from ..base.sockio import Encoded, write_some
 from ..base.sockread import receive_some
 from ..wire.seal import Opener, Sealer, SealError
@@ -92,7 +93,9 @@ class SealedStream(trio.abc.HalfCloseableStream):
                 except SealError as e:
                     raise trio.BrokenResourceError(f"sealed link broken: {e}") from None
                 return b""
+            t = clock()
             self._ready += self._open(data)
+            STEPS["read"] += clock() - t
         out = bytes(self._ready[:limit])
         del self._ready[:limit]
         return out

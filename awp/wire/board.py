@@ -192,9 +192,12 @@ class Record:
         return len(self.raw) if self.raw.isascii() else len(self.raw.encode("utf-8"))
 
     def at(self, ts: int) -> Record:
-        """The same record at time ``ts`` (another author's takes its stamp's time)."""
+        """The same record at time ``ts`` (another author's takes its stamp's time).
+
+        Without :attr:`halves`: it no longer stands for its text alone, so it is
+        never remembered as that text's record (:func:`_verified`)."""
         return Record(self.doc, self.raw, self.hash, self.kind, self.topic, self.owner,
-                      self.author, ts, self.of, self.parent, self.halves)
+                      self.author, ts, self.of, self.parent, None)
 
 
 def record_hash(doc: dict) -> str:
@@ -411,7 +414,18 @@ def check_record(raw: object,
     ``doc``: ``raw`` already decoded by the caller with
     :data:`~awp.wire.strictjson.DECODER` (:func:`posts_recs` does), so it is
     not decoded twice.
+
+    The same text checked again (a record relayed to us on a second path) is
+    a look-up: a record whose signature verified is remembered by its text
+    (:data:`_CHECKED`), and only ``before_sig`` runs again, which turns it
+    away as already held.
     """
+    if type(raw) is str:
+        seen = _CHECKED.get(raw)
+        if seen is not None:
+            if before_sig is not None:
+                before_sig(seen.kind, seen.topic, seen.author, seen.ts, seen.hash)
+            return seen
     if not isinstance(raw, str):
         raise BoardError("record is not text")
     if len(raw) > MAX_RECORD:
@@ -461,9 +475,44 @@ def check_record(raw: object,
         before_sig(kind, doc["topic"], author, ts, name)
     if not _signed and not verify(author, _joined(halves, None), sig):
         raise BoardError("signature does not verify")
-    return Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
-                  author=author, ts=ts, of=of, parent=parent if kind == "post" else "",
-                  halves=halves)
+    rec = Record(doc=doc, raw=raw, hash=name, kind=kind, topic=doc["topic"], owner=owner,
+                 author=author, ts=ts, of=of, parent=parent if kind == "post" else "",
+                 halves=halves)
+    if not _signed:
+        _verified(rec)
+    return rec
+
+
+# Records whose signature verified lately: their hashes (:data:`_VERIFIED`), and the
+# records by their exact text (:data:`_CHECKED`).  A record reaches a host once a
+# path: the first copy is parsed and verified, the others cost a look-up each.  Only
+# verified records are kept, so a forgery fills nothing; a peer can still sign
+# records of its own, so both are bounded, the oldest going first, the texts also by
+# their bytes (a record may be 64 KiB).
+MAX_CHECKED = 1024
+MAX_CHECKED_CHARS = 4 * 1024 * 1024
+MAX_VERIFIED = 8192
+_CHECKED: dict[str, Record] = {}
+_VERIFIED: dict[str, None] = {}
+_checked_chars = 0
+
+
+def _verified(rec: Record) -> None:
+    """Remember that ``rec``'s signature verified (its hash, and its text)."""
+    global _checked_chars
+    if len(_VERIFIED) >= MAX_VERIFIED:
+        del _VERIFIED[next(iter(_VERIFIED))]
+    _VERIFIED[rec.hash] = None
+    raw = rec.raw
+    # Only a record as its text was parsed (with its halves): not one read from the
+    # store, nor one moved to its stamp's time (Record.at).
+    if rec.halves is None or raw in _CHECKED or len(raw) > MAX_CHECKED_CHARS // 16:
+        return
+    while _CHECKED and (len(_CHECKED) >= MAX_CHECKED
+                        or _checked_chars + len(raw) > MAX_CHECKED_CHARS):
+        _checked_chars -= len(_CHECKED.pop(next(iter(_CHECKED))).raw)
+    _CHECKED[raw] = rec
+    _checked_chars += len(raw)
 
 
 def parse_unverified(raw: object,
@@ -580,12 +629,21 @@ _WS = " \t\r\n"
 
 
 def verify_record(rec: Record) -> bool:
-    """Whether ``rec``'s signature verifies (for records parsed unverified)."""
+    """Whether ``rec``'s signature verifies (for records parsed unverified).
+
+    Checked once a record: its hash names its content and signature, so a
+    record whose signature verified before (:data:`_VERIFIED`) is not checked
+    again."""
+    if rec.hash in _VERIFIED:
+        return True
     if rec.halves is not None:
         signed = _joined(rec.halves, None)
     else:
         signed = canonical_bytes({k: v for k, v in rec.doc.items() if k != "sig"})
-    return verify(rec.author, signed, rec.doc["sig"])
+    if not verify(rec.author, signed, rec.doc["sig"]):
+        return False
+    _verified(rec)
+    return True
 
 
 def check_tags(value: object, what: str) -> tuple[str, ...]:

@@ -144,8 +144,11 @@ class Sealer:
         """Records for ``data`` (the stream's header goes before the first)."""
         if self.finished:
             raise SealError("sealed stream already finished")
-        out = [self._take_header()]
         push = _nb.crypto_secretstream_xchacha20poly1305_push
+        if 0 < len(data) <= MAX_RECORD and type(data) is bytes:  # a line: one record
+            c = push(self._state, data, None, _TAG_MESSAGE)
+            return self._take_header() + _LEN.pack(len(c)) + c
+        out = [self._take_header()]
         view = memoryview(data)
         for start in range(0, len(data), MAX_RECORD):
             c = push(self._state, bytes(view[start:start + MAX_RECORD]), None, _TAG_MESSAGE)

@@ -224,6 +224,20 @@ class Session:
             return (A.CLOSE, t)
         return self._other(t, line, raw, now)  # type: ignore[arg-type]
 
+    def more_of(self, t: str, limit: int) -> list[tuple[dict, bytes]]:
+        """The lines of type ``t`` queued next (another type stops it), at most
+        ``limit``, taken out as ``(line, raw)``: the caller handles them now,
+        in their turn, with the one :meth:`next_action` gave it.  Only for types
+        that reach the caller as :data:`~awp.node.session.actions.OTHER` (the
+        board's ``board-posts``: the records of several lines of one read go in
+        one transaction and leave as one line per link)."""
+        q = self._queue
+        out: list[tuple[dict, bytes]] = []
+        while q and len(out) < limit and q[0][0] == _OTHER and q[0][1] == t:
+            _k, _t, line, raw = q.popleft()
+            out.append((line, raw))  # type: ignore[arg-type]
+        return out
+
     def _other(self, t: str, line: dict, raw: bytes, now: float) -> tuple | None:
         if t == "chunk":
             return (A.STORE_CHUNK, self._job("chunk", None), line, len(raw))
