@@ -115,6 +115,13 @@ def add_pair_routes(router: Router, engine: Engine, pair: Pair) -> None:
 
         return Upgrade(PROTOCOL, ready)
 
+    @router.route("GET", "/v1/pair")
+    async def listing(req: Request) -> dict:
+        return {"waiting": [{"from": w.from_key or ""} for w in pair.waiters],
+                "held": [{"peer": h.key, "name": h.name, "id": h.ident, "th": h.th}
+                         for h in pair.held],
+                "streams": pair.running}
+
     @router.route("GET", "/v1/pair/{session}")
     async def outcome(req: Request) -> dict:
         number = req.params["session"]

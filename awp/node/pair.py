@@ -50,11 +50,12 @@ class PairRefused(Exception):
 class Incoming:
     """A peer's request, waiting for (or taken by) a local acceptor."""
 
-    __slots__ = ("key", "name", "ident", "th", "side", "taken", "done")
+    __slots__ = ("key", "name", "ident", "th", "side", "taken", "released", "done")
 
     def __init__(self, key: str, name: str, ident: str, th: str, side: Side) -> None:
         self.key, self.name, self.ident, self.th, self.side = key, name, ident, th, side
         self.taken = trio.Event()  # an acceptor has it (or it was given up)
+        self.released = trio.Event()  # nothing but the acceptor reads the side any more
         self.done = trio.Event()  # the acceptor is finished with the connection
 
 
@@ -212,10 +213,16 @@ class Pair(Extension):
                 assert w.got is not None
                 inc = w.got
             try:
+                await inc.released.wait()
+                if inc.done.is_set():  # it gave up in that instant
+                    continue
                 await inc.side.send_line(wire.ok(inc.ident))
             except SideClosed:
                 inc.done.set()  # the requester went away while it was held: next one
                 continue
+            except BaseException:
+                inc.done.set()
+                raise
             return inc
 
     async def serve(self, inc: Incoming, local: trio.abc.HalfCloseableStream,
@@ -274,6 +281,7 @@ class Pair(Extension):
         if w is not None:
             w.got = inc
             inc.taken.set()
+            inc.released.set()
             w.event.set()
             await inc.done.wait()
             return
@@ -298,8 +306,12 @@ class Pair(Extension):
         self.held.append(inc)
         try:
             with trio.move_on_after(wait):
-                await inc.taken.wait()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_watch_gone, side, nursery.cancel_scope)
+                    await inc.taken.wait()
+                    nursery.cancel_scope.cancel()
         finally:
+            inc.released.set()
             if not inc.taken.is_set():
                 inc.taken.set()
                 if inc in self.held:
@@ -310,6 +322,16 @@ class Pair(Extension):
                           f"no one accepted the pair stream within {wait:g} s")
             return
         await inc.done.wait()
+
+
+async def _watch_gone(side: Side, cancel: trio.CancelScope) -> None:
+    """While a request is held its requester sends nothing: bytes or an end mean it
+    gave up (or breaks the rules), and the request is dropped."""
+    try:
+        await side.stream.receive_some(1)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    cancel.cancel()
 
 
 async def _refuse(side: Side, ident: str, code: str, detail: str) -> None:
