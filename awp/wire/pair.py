@@ -19,7 +19,7 @@ SIDE = "pair"  # ``hello.side`` of a pair side connection
 RECORD_MIME = "application/vnd.awp.pair+json"
 MAX_ID = 64  # characters of a request's ``id`` and ``th``
 
-_WORD = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_WORD = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
 class PairError(ValueError):
@@ -39,9 +39,9 @@ def check_request(line: object) -> tuple[str, str]:
     if not isinstance(line, dict) or line.get("t") != "pair":
         raise PairError("the first line of a pair stream must be {\"t\":\"pair\",...}")
     ident, th = line.get("id"), line.get("th", "")
-    if not isinstance(ident, str) or not _WORD.match(ident):
+    if not isinstance(ident, str) or not _WORD.fullmatch(ident):
         raise PairError(f"pair id must be 1 to {MAX_ID} letters, digits or _.:-")
-    if not isinstance(th, str) or (th and not _WORD.match(th)):
+    if not isinstance(th, str) or (th and not _WORD.fullmatch(th)):
         raise PairError(f"pair th must be 1 to {MAX_ID} letters, digits or _.:-")
     return ident, th
 
