@@ -10,6 +10,7 @@ an error).
 
 from __future__ import annotations
 
+import codecs
 import itertools
 
 import trio
@@ -18,6 +19,7 @@ from ..localapi.server import ApiError, Request, Router
 from ..localapi.upgrade import Upgrade
 from ..node.engine import Engine
 from ..node.pair import KEPT_OUTCOMES, Pair, PairRefused
+from ..node.pair_held import HeldEnd
 from ..node.pair_splice import Outcome
 from ..store import queries
 from ..wire import pair as wire
@@ -114,6 +116,89 @@ def add_pair_routes(router: Router, engine: Engine, pair: Pair) -> None:
                     "awp-pair-peer": inc.key, "awp-pair-thread": inc.th}, run
 
         return Upgrade(PROTOCOL, ready)
+
+    held: dict[str, tuple[HeldEnd, codecs.IncrementalDecoder]] = {}
+
+    @router.route("POST", "/v1/pair/held")
+    async def open_held(req: Request) -> dict:
+        """A stream whose local end the daemon holds (the MCP tools)."""
+        body = json_body(req)
+        ref, th = text(body, "peer"), text(body, "th")
+        try:
+            wire.check_request(wire.request("x", th))
+        except wire.PairError as e:
+            raise ApiError(400, str(e), "bad_request") from None
+        key = await peer_key(ref)
+        ident = engine.ids.next()
+        try:
+            side = await pair.open(key, ident, th)
+        except PairRefused as e:
+            raise ApiError(_STATUS.get(e.code, 403), str(e), e.code) from None
+        number, event = begin()
+        end = HeldEnd()
+        held[number] = (end, codecs.getincrementaldecoder("utf-8")("replace"))
+        while len(held) > KEPT_OUTCOMES:
+            held.pop(next(iter(held)))[0].gone = True
+
+        async def run() -> None:
+            out = None
+            try:
+                out = await pair.run(key, ident, th, side, end, b"",
+                                     on_end=lambda o: finish(number, event, o))
+            finally:
+                finish(number, event, out)
+
+        engine.spawn(run)
+        return {"session": number, "id": ident, "peer": key}
+
+    def held_end(req: Request) -> tuple[HeldEnd, codecs.IncrementalDecoder]:
+        found = held.get(req.params["session"])
+        if found is None:
+            raise ApiError(404, f"no held pair session {req.params['session'][:20]} here",
+                           "not_found")
+        return found
+
+    @router.route("POST", "/v1/pair/held/{session}/send")
+    async def held_send(req: Request) -> dict:
+        end, _ = held_end(req)
+        data = json_body(req).get("text")
+        if not isinstance(data, str):
+            raise ApiError(400, "text must be a string", "bad_request")
+        raw = data.encode("utf-8", "surrogatepass")
+        with trio.move_on_after(30) as scope:
+            try:
+                await end.put(raw)
+            except (trio.ClosedResourceError, trio.BrokenResourceError) as e:
+                raise ApiError(409, f"cannot send: {e}", "closed") from None
+        if scope.cancelled_caught:
+            raise ApiError(408, "the peer has not taken what was sent before (30 s):"
+                           " its reader is stalled", "stalled")
+        return {"queued": len(raw)}
+
+    @router.route("POST", "/v1/pair/held/{session}/recv")
+    async def held_recv(req: Request) -> dict:
+        end, decoder = held_end(req)
+        body = json_body(req)
+        most, wait = body.get("max_bytes", 65536), body.get("wait", 0)
+        if not isinstance(most, int) or isinstance(most, bool) or not 1 <= most <= 1 << 20:
+            raise ApiError(400, "max_bytes must be 1 to 1048576", "bad_request")
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 60:
+            raise ApiError(400, "wait must be 0 to 60 seconds", "bad_request")
+        data, ended = await end.take(most, float(wait))
+        return {"text": decoder.decode(data, final=ended), "bytes": len(data), "ended": ended}
+
+    @router.route("POST", "/v1/pair/held/{session}/close")
+    async def held_close(req: Request) -> dict:
+        end, _ = held_end(req)
+        how = json_body(req).get("how", "all")
+        if how == "mine":
+            end.end_mine()
+        elif how == "all":
+            await end.aclose()
+            held.pop(req.params["session"], None)
+        else:
+            raise ApiError(400, "how is mine (half-close) or all", "bad_request")
+        return {"closed": how}
 
     @router.route("GET", "/v1/pair")
     async def listing(req: Request) -> dict:

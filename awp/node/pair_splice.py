@@ -70,7 +70,10 @@ def cap_buffers(stream: object, size: int = SOCK_BUF) -> None:
 
 
 def hung_up(stream: object) -> bool:
-    """Whether the other end of a (Unix) socket closed entirely, not only its writing."""
+    """Whether the other end of a (Unix) socket closed entirely, not only its writing
+    (or a held end's caller closed it: ``gone``)."""
+    if getattr(stream, "gone", False):
+        return True
     sock = socket_of(stream)
     if sock is None:
         return False
