@@ -143,8 +143,11 @@ def add_pair_routes(router: Router, engine: Engine, pair: Pair) -> None:
         async def run() -> None:
             out = None
             try:
-                out = await pair.run(key, ident, th, side, end, b"",
-                                     on_end=lambda o: finish(number, event, o))
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(end.close_when_idle)
+                    out = await pair.run(key, ident, th, side, end, b"",
+                                         on_end=lambda o: finish(number, event, o))
+                    nursery.cancel_scope.cancel()
             finally:
                 finish(number, event, out)
 

@@ -14,6 +14,8 @@ import trio
 
 #: Bytes held each way for the caller (peer -> caller, caller -> peer).
 HELD_BYTES = 1024 * 1024
+#: A held stream its caller has not touched for this long is closed.
+HELD_IDLE = 600.0
 
 
 class HeldEnd(trio.abc.HalfCloseableStream):
@@ -26,6 +28,7 @@ class HeldEnd(trio.abc.HalfCloseableStream):
         self.outbound = bytearray()  # from the caller, for the peer
         self.outbound_end = False  # the caller's direction ended
         self.gone = False  # the caller closed it: the stream is over
+        self.touched = trio.current_time()
         self._changed = trio.Event()
 
     def _poke(self) -> None:
@@ -73,6 +76,7 @@ class HeldEnd(trio.abc.HalfCloseableStream):
 
     async def put(self, data: bytes) -> None:
         """Queue ``data`` for the peer, waiting while the queue is full."""
+        self.touched = trio.current_time()
         if self.outbound_end or self.gone:
             raise trio.ClosedResourceError("this side of the stream is closed")
         view = memoryview(data)
@@ -89,6 +93,7 @@ class HeldEnd(trio.abc.HalfCloseableStream):
     async def take(self, max_bytes: int, wait: float) -> tuple[bytes, bool]:
         """Up to ``max_bytes`` from the peer, waiting up to ``wait`` s for the first;
         and whether the peer's direction has ended (everything taken)."""
+        self.touched = trio.current_time()
         with trio.move_on_after(wait):
             while not self.inbound and not self.inbound_end and not self.gone:
                 await self._wait()
@@ -100,5 +105,15 @@ class HeldEnd(trio.abc.HalfCloseableStream):
 
     def end_mine(self) -> None:
         """The caller has nothing more to send: a half-close toward the peer."""
+        self.touched = trio.current_time()
         self.outbound_end = True
         self._poke()
+
+    async def close_when_idle(self, idle: float = HELD_IDLE) -> None:
+        """Close the stream once its caller left it alone for ``idle`` s (run beside it)."""
+        while not self.gone:
+            left = self.touched + idle - trio.current_time()
+            if left <= 0:
+                await self.aclose()
+                return
+            await trio.sleep(left)

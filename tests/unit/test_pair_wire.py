@@ -6,7 +6,8 @@ import pytest
 import trio
 import trio.testing
 
-from awp.node.pair_splice import CHUNK, splice
+from awp.node.pair_held import HeldEnd
+from awp.node.pair_splice import CHUNK, hung_up, splice
 from awp.wire import pair as wire
 
 
@@ -122,3 +123,40 @@ async def test_a_stalled_reader_holds_the_writer_until_the_peer_leaves():
         await peer.aclose()  # then the peer leaves: its command exited
     assert not wrote
     assert result[0].error == "" and result[0].sent == 0 and result[0].received == 0
+
+
+@run
+async def test_a_held_end_bounds_both_ways_and_passes_the_ends():
+    end = HeldEnd(bound=10)
+    await end.put(b"0123456789")  # fills the caller's side
+    with trio.move_on_after(0.05) as scope:
+        await end.put(b"x")
+    assert scope.cancelled_caught  # the eleventh byte waits for the peer to take some
+    assert await end.receive_some(4) == b"0123"
+    await end.put(b"x")
+    await end.send_all(b"a" * 10)  # the peer's side: full too
+    with trio.move_on_after(0.05) as scope:
+        await end.send_all(b"b")
+    assert scope.cancelled_caught
+    assert await end.take(100, 0) == (b"a" * 10, False)
+    await end.send_eof()
+    assert await end.take(100, 0) == (b"", True)
+    end.end_mine()
+    assert await end.receive_some(100) == b"456789x"
+    assert await end.receive_some(100) == b""
+
+
+def test_a_held_end_left_alone_is_closed():
+    async def main():
+        end = HeldEnd()
+        async with trio.open_nursery() as n:
+            n.start_soon(end.close_when_idle, 600.0)
+            await trio.sleep(599)
+            await end.take(1, 0)  # a touch: another 600 s from here
+            await trio.sleep(599)
+            assert not end.gone
+            await trio.sleep(2)
+            assert end.gone
+            assert hung_up(end)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
