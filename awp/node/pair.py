@@ -87,6 +87,7 @@ class Pair(Extension):
     # -- counting ---------------------------------------------------------------------
 
     def _count(self, key: str, inbound: bool) -> None:
+        """Count a stream held or running; a peer's own are bounded per key too."""
         lim = self.limits
         n = self.per_key.get(key, 0)
         if inbound and n >= lim.pair_per_peer:
@@ -95,11 +96,14 @@ class Pair(Extension):
         if self.running >= lim.pair_streams:
             raise PairRefused(errors.QUOTA, f"too many pair streams here ({self.running} open;"
                               f" limits.pair_streams is {lim.pair_streams})")
-        self.per_key[key] = n + 1
+        if inbound:
+            self.per_key[key] = n + 1
         self.running += 1
 
-    def _uncount(self, key: str) -> None:
+    def _uncount(self, key: str, inbound: bool) -> None:
         self.running -= 1
+        if not inbound:
+            return
         n = self.per_key.get(key, 0) - 1
         if n > 0:
             self.per_key[key] = n
@@ -144,14 +148,14 @@ class Pair(Extension):
                                       f" {e or 'timed out'}") from None
                 raise
         except BaseException:
-            self._uncount(key)
+            self._uncount(key, inbound=False)
             raise
         cap_buffers(side.stream)
         return side
 
     def abandon(self, key: str) -> None:
         """A stream :meth:`open` started whose caller went away before it ran."""
-        self._uncount(key)
+        self._uncount(key, inbound=False)
 
     async def run(self, key: str, ident: str, th: str, side: Side,
                   local: trio.abc.HalfCloseableStream, rest: bytes,
@@ -163,7 +167,7 @@ class Pair(Extension):
             cap_buffers(local)
             out = await splice(local, rest, side.stream, side.take_buffered(1 << 30), name)
         finally:
-            self._uncount(key)
+            self._uncount(key, inbound=False)
             with trio.CancelScope(shield=True):
                 await side.aclose()
                 await local.aclose()
@@ -171,7 +175,7 @@ class Pair(Extension):
             on_end(out)
         log.info("pair stream %s with %s: %d bytes out, %d in, %d ms%s", ident, key,
                  out.sent, out.received, out.ms, f" ({out.error})" if out.error else "")
-        with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + 10):
             await self._record(key, name, ident, th, out)
         return out
 
@@ -270,7 +274,7 @@ class Pair(Extension):
         try:
             await self._hand_over(conn, side, key, ident, th)
         finally:
-            self._uncount(key)
+            self._uncount(key, inbound=True)
 
     async def _hand_over(self, conn: Connection, side: Side, key: str, ident: str,
                          th: str) -> None:

@@ -290,3 +290,19 @@ def test_a_peer_opening_too_many_streams_is_refused(make_node):
     wait_for(lambda: b.api("GET", "/v1/pair") == {"waiting": [], "held": [], "streams": 0},
              30, "held requests dropped when their connections closed")
 
+
+
+def test_keep_serves_one_command_per_stream_until_interrupted(make_node):
+    import signal
+
+    a, b = pair_of(make_node)
+    acceptor = cli(b, "pair", "--accept", "--keep", "--", "cat")
+    for text in (b"first stream", b"second stream"):
+        waiting(b)
+        rc, out, err = finish(cli(a, "pair", b.key, stdin=subprocess.PIPE), text)
+        assert rc == 0 and out == text, err
+    waiting(b)
+    acceptor.send_signal(signal.SIGINT)
+    assert finish(acceptor)[0] == 130
+    wait_for(lambda: not b.api("GET", "/v1/pair")["waiting"], 20, "the acceptor withdrew")
+    assert len(wait_for(lambda: len(records(a)) == 2 and records(a), 20, "two records")) == 2
