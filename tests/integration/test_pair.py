@@ -306,3 +306,30 @@ def test_keep_serves_one_command_per_stream_until_interrupted(make_node):
     assert finish(acceptor)[0] == 130
     wait_for(lambda: not b.api("GET", "/v1/pair")["waiting"], 20, "the acceptor withdrew")
     assert len(wait_for(lambda: len(records(a)) == 2 and records(a), 20, "two records")) == 2
+
+
+def test_streams_in_all_are_bounded_across_keys(make_node):
+    b = make_node("b").with_limits(pair_streams=1, pair_wait="20s").start()
+    links, sides = [], []
+    try:
+        for name in ("one", "two"):
+            link = RawPeer(b.address, name=name)
+            links.append(link)
+            assert link.handshake()["t"] == "resume"
+            link.resume()
+            wait_for(lambda k=link.key: k in {x["key"] for x in b.api("GET", "/v1/peers")},
+                     10, "up")
+            b.api("POST", "/v1/grant", {"peer": link.key, "caps": ["pair"]})
+        first = raw_side(b.address, links[0].identity)
+        sides.append(first)
+        first.send_raw(b'{"t":"pair","id":"held"}\n')
+        wait_for(lambda: b.api("GET", "/v1/pair")["held"], 10, "one held")
+        other = raw_side(b.address, links[1].identity)
+        sides.append(other)
+        other.send_raw(b'{"t":"pair","id":"more"}\n')
+        err = other.recv_line()
+        assert err["code"] == "quota"
+        assert "too many pair streams here (1 open; limits.pair_streams is 1)" in err["detail"]
+    finally:
+        for p in sides + links:
+            p.close()
