@@ -59,6 +59,10 @@ class Limits:
     bulk_bytes: int = 16 * GiB              # one bulk file, sent or accepted
     peer_bulk_bytes: int = 32 * GiB         # a key's bulk files on our disk, partial or whole
     bulk_min: int = 64 * MiB                # files this large (or over blob_limit) go the bulk way
+    # Pair streams (cap ``pair``, SPEC.md "Pair streams"): live bytes on a side connection.
+    pair_wait: float = 30.0                 # a granted request waits this long for an acceptor
+    pair_per_peer: int = 2                  # pair streams (held or running) from one key
+    pair_streams: int = 16                  # pair streams (held or running) in all
 
     # The board (SPEC.md section 14); the protocol's own bounds (64 KiB a record,
     # 512 KiB a line, 4,096 hashes a want) are fixed, and topics bound themselves.
@@ -133,6 +137,7 @@ for _f, _k in (
     ("peer_connections", "count"), ("connections", "count"), ("handshakes", "count"),
     ("peer_unclaimed_blob_bytes", "bytes"), ("unclaimed_blob_ttl", "seconds"),
     ("bulk_bytes", "bytes"), ("peer_bulk_bytes", "bytes"), ("bulk_min", "bytes"),
+    ("pair_wait", "seconds"), ("pair_per_peer", "count"), ("pair_streams", "count"),
     ("write_timeout", "seconds"), ("gap_timeout", "seconds"), ("json_depth", "count"),
     ("api_body_bytes", "bytes"), ("mcp_line_bytes", "bytes"), ("board_subscriptions", "count"),
     ("board_link_bytes", "bytes"), ("board_serve_bytes", "bytes"),

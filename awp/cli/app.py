@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (registers the commands)
     cmd_key,
     cmd_msg,
     cmd_operator,
+    cmd_pair,
     cmd_release,
     cmd_repair,
     cmd_service,

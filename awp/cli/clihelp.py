@@ -50,6 +50,7 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
      '  read            Show a conversation, both directions, and mark it read\n'
      "  threads         List threads with both sides' states\n"
      '  trust           Trust an operator key: admit the devices it certifies\n'
+     "  pair            Stream bytes live to and from a peer's command\n"
      "  verify-release  Check a release's signed checksums before installing it\n"
      '  repair          Check the store; move a damaged one aside, keeping what\n'
      '                  reads\n'
@@ -468,7 +469,7 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
           '\n'
           'Arguments:\n'
           '  PEER CAP... <list[str]>  the peer, then capabilities: exec, fs:read,\n'
-          '                           fs:write, introduce, admin  [required]\n'
+          '                           fs:write, introduce, admin, pair  [required]\n'
           '\n'
           'Options:\n'
           '  --ttl DURATION  how long it is valid  [default: 1h]\n'
@@ -805,6 +806,41 @@ HELP = {'': 'Usage: awp [OPTIONS] COMMAND [ARGS]...\n'
                          '~/.awp-\n'
                          '                  operator/operator.json)\n'
                          '  -h, --help      Show this message and exit.\n',
+ 'pair': 'Usage: awp pair [OPTIONS] [[PEER] [-- CMD...]]...\n'
+         '\n'
+         '  Stream bytes live between a command here and one at a peer.\n'
+         '\n'
+         "  The daemons open a side connection for the stream; CMD's stdout goes to the\n"
+         "  peer and the peer's bytes come to CMD's stdin.  Without CMD this command's\n"
+         "  own stdin and stdout are the stream.  CMD's stdout closing half-closes the\n"
+         "  stream (the peer's command sees its stdin end); the stream is over when both\n"
+         "  sides closed or either command exited.  The exit status is CMD's; a stream\n"
+         '  refused, unreachable or broken exits non-zero.\n'
+         '\n'
+         '  The peer takes the stream with awp pair --accept.  Without a waiting\n'
+         '  acceptor a request is refused, unless the peer granted you the pair\n'
+         '  capability (awp grant YOU pair): then it is held for limits.pair_wait and\n'
+         '  its agent is told.  Every stream is recorded in its thread.\n'
+         '\n'
+         '  Examples:\n'
+         '    awp pair --accept --from alice -- cat\n'
+         '    awp pair bob -- ./build-log-tail\n'
+         '    echo hi | awp pair bob\n'
+         '    awp pair bob --thread thr_ABCD1234 -- python3 repl.py\n'
+         "    awp pair --accept --keep -- sh -c 'wc -c'\n"
+         '\n'
+         'Arguments:\n'
+         '  [PEER] [-- CMD...] <list[str]>  the peer to pair with (not with --accept),\n'
+         '                                  then the command to wire to the stream\n'
+         '\n'
+         'Options:\n'
+         '  -t, --thread T  the thread that records the stream (default: a new one)\n'
+         "  --accept        wait for a peer's pair request\n"
+         "  --from PEER     with --accept: only this peer's requests\n"
+         '  --keep          with --accept: one CMD per incoming stream, until\n'
+         '                  interrupted\n'
+         '  --home DIR      awp home (default $AWP_HOME, else ~/.awp)\n'
+         '  -h, --help      Show this message and exit.\n',
  'peers': 'Usage: awp peers [OPTIONS]\n'
           '\n'
           '  List known peers: connection state, queued messages, open threads, unread.\n'

@@ -18,7 +18,7 @@ from .common import (
     parse_seconds,
 )
 
-CAPS_HELP = "capabilities: exec, fs:read, fs:write, introduce, admin"
+CAPS_HELP = "capabilities: exec, fs:read, fs:write, introduce, admin, pair"
 
 
 @command("blobs", short_help="List files sent and received, with local paths")

@@ -29,6 +29,7 @@ from ..node.engine import Engine
 from ..node.keylinks import KeyLinks
 from ..node.mirror import Mirror
 from ..node.operators import Operators
+from ..node.pair import Pair
 from ..node.presence import Presence
 from ..node.rotate import Rotations
 from ..node.serving import Serving
@@ -194,6 +195,8 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
     engine.extensions.append(engine.board)
     engine.bulk = Bulk(engine)  # big files on side connections (cap bulk)
     engine.extensions.append(engine.bulk)
+    engine.pair = Pair(engine)  # live byte streams on side connections (cap pair)
+    engine.extensions.append(engine.pair)
     state = DaemonState(home=home, settings=settings, started_ms=engine.started_at,
                         parts=Parts(presence=engine.presence, board=engine.board,
                                     queue=engine.board.queue, mirror=engine.mirror))
@@ -251,6 +254,9 @@ async def _main(home: str, ident: IdentityFile, db_path: str, settings: Settings
         from .api_fetch import add_fetch_routes
 
         add_fetch_routes(router, engine)
+        from .api_pair import add_pair_routes
+
+        add_pair_routes(router, engine, engine.pair)
         nursery.start_soon(rotator.run)  # a key with a lifetime: rotated on time, unattended
         from .damage import guard
 

@@ -34,6 +34,7 @@ from ..wire.canonical import compact_json
 from ..wire.strictjson import loads as strict_loads
 from ..wire.strictjson import without_lone_surrogates
 from .h11serve import HttpConnection, Incoming, Outlet, serve_connection
+from .upgrade import Upgrade
 
 log = logging.getLogger("awp.localapi")
 
@@ -383,6 +384,8 @@ class _Connection:
 
         if isinstance(result, Stream):
             return await self._send_stream(req, result)
+        if isinstance(result, Upgrade):  # 101, then raw bytes (awp/localapi/upgrade.py)
+            return await result.answer(self.conn)
         try:
             status, body = _encode_result(result)
         except Exception as exc:

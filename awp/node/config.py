@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ..base.limits import Limits
 
 DEFAULT_CAPS = ["chat", "blob", "grant", "introduce", "presence", "mirror", "presence-batch",
-                "board", "rotate", "operator", "bulk", "keys"]
+                "board", "rotate", "operator", "bulk", "keys", "pair"]
 MiB = 1024 * 1024
 
 

@@ -15,7 +15,7 @@ from .canonical import canonical_bytes
 from .keys import Identity, KeyError_, decode_key, verify
 from .timefmt import format_ts_seconds, parse_ts
 
-CAPABILITIES = ("exec", "fs:read", "fs:write", "introduce", "admin")
+CAPABILITIES = ("exec", "fs:read", "fs:write", "introduce", "admin", "pair")
 
 
 def make_grant(identity: Identity, sub: str, caps: list[str], exp_ms: int,

@@ -25,7 +25,8 @@ HARNESS_VARS = ("AI_AGENT", "CLAUDECODE", "CODEX_THREAD_ID", "CODEX_SANDBOX", "C
                 "AWP_CHANNEL")
 TOOLS = ["awp_listen", "awp_connect", "awp_send", "awp_read", "awp_state", "awp_grant",
          "awp_status", "awp_post", "awp_get", "awp_topics", "awp_claim", "awp_renew",
-         "awp_complete", "awp_fail"]
+         "awp_complete", "awp_fail", "awp_pair_open", "awp_pair_send", "awp_pair_recv",
+         "awp_pair_close"]
 
 
 #: What a client that handles channel notifications declares in ``initialize``.
@@ -596,3 +597,38 @@ def test_mcp_starts_the_daemon_with_its_harness(tmp_home_root) -> None:
         from awp.localapi.daemonctl import client_if_running, stop_daemon
 
         stop_daemon(home, client_if_running(home))
+
+
+def test_pair_tools_stream_to_an_acceptor_with_half_close(pair, mcp) -> None:
+    import subprocess
+    import sys
+
+    from nodes import ROOT
+
+    a, b = pair
+    a.connect(b)
+    env = {k: v for k, v in os.environ.items() if k != "AWP_HOME"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    counter = "import sys; d = sys.stdin.read(); print(d.upper(), end=''); print(len(d))"
+    acceptor = subprocess.Popen([sys.executable, "-m", "awp", "--home", b.home, "pair",
+                                 "--accept", "--", sys.executable, "-c", counter],
+                                env=env, cwd=ROOT, stderr=subprocess.PIPE)
+    wait_for(lambda: b.api("GET", "/v1/pair")["waiting"], 20, "bob accepts")
+    c = mcp()
+    c.initialize()
+    out = c.text("awp_pair_open", {"peer": "bob", "thread": "thr_mcppair"})
+    assert out.startswith("pair stream ") and "untrusted" in out
+    s = out.split()[2]
+    assert "queued 6 bytes" in c.text("awp_pair_send", {"session": s, "text": "héllo"})
+    assert "nothing yet" in c.text("awp_pair_recv", {"session": s, "wait_seconds": 0})
+    assert "your side is closed" in c.text("awp_pair_close", {"session": s, "half": True})
+    got = ""
+    while "has ended" not in got:
+        got += c.text("awp_pair_recv", {"session": s, "wait_seconds": 10})
+    assert "HÉLLO5" in got
+    assert acceptor.wait(20) == 0
+    out = c.text("awp_pair_close", {"session": s})
+    assert "6 bytes sent, 8 received" in out
+    rec = wait_for(lambda: [r for r in b.inbound(th="thr_mcppair") if r["t"] == "msg"], 20,
+                   "the stream recorded at bob")
+    assert "pair stream with bob" in rec[-1]["line"]["parts"][0]["text"]
