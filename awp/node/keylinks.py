@@ -65,9 +65,9 @@ class KeyLinks(Extension):
         now = now_ms()
 
         def job(c) -> bool:
-            new = [store.keep(c, lk, me in lk.keys, now) for lk in links]
-            self.taken += sum(new)
-            return any(new and me in lk.keys for new, lk in zip(new, links, strict=True))
+            kept = [store.keep(c, lk, me in lk.keys, now) for lk in links]
+            self.taken += sum(kept)
+            return any(k and me in lk.keys for k, lk in zip(kept, links, strict=True))
 
         if await self.engine.writer.run(job):
             self.carried = await self.engine.read(store.carried)

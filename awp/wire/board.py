@@ -447,7 +447,7 @@ def check_record(raw: object,
     if kind not in KINDS:
         raise BoardError("unknown record kind")
     owner, _name = parse_topic(doc.get("topic"))
-    author = (_canonical_key(doc["author"], "author") if kind != "topic" or "author" in doc
+    author = (_canonical_key(doc.get("author"), "author") if kind != "topic" or "author" in doc
               else owner)
     if kind in OWNER_KINDS and author != owner:
         if kind == "topic" and "rotation" in doc:

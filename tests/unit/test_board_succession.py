@@ -92,3 +92,12 @@ def test_heads_and_refusals_by_the_successor_count():
     assert wb.check_refusal(ref)["author"] == b.key
     with pytest.raises(wb.BoardError):
         wb.check_refusal(wb.make_refusal(c, f"{a.key}/plan", "0" * 32, "full", True, TS))
+
+
+def test_a_record_without_an_author_is_a_board_error():
+    a, = _keys(1)
+    body = {"k": "post", "topic": f"{a.key}/plan", "ts": "2026-12-07T00:00:00Z",
+            "parts": [{"k": "text", "text": "x"}]}
+    body["sig"] = a.sign(wb.canonical_bytes(body))
+    with pytest.raises(wb.BoardError):
+        wb.check_record(wb.compact_json(body))
