@@ -428,7 +428,9 @@ class Outcome:
         if not (self.seqs or self.board) or not self.sock:
             return
         try:
-            with _Budgeted(self.sock, CONFIRM_BUDGET) as client:
+            # scaled with AWP_HOOK_BUDGET, so a slow machine's confirm gets its share too
+            scale = daemon_budget(os.environ.get("AWP_HOOK_BUDGET")) / DAEMON_BUDGET
+            with _Budgeted(self.sock, CONFIRM_BUDGET * scale) as client:
                 client.post("/v1/seen", {"seqs": self.seqs, "board": self.board})
         except _FAILURES:
             pass

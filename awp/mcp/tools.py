@@ -383,9 +383,9 @@ TOOLS: list[Tool] = [
         {"type": "object", "properties": {}, "additionalProperties": False},
         status, read_only=True,
     ),
+    *pair.TOOLS,
     *board.TOOLS,
     *work.TOOLS,
-    *pair.TOOLS,
 ]
 
 BY_NAME = {t.name: t for t in TOOLS}

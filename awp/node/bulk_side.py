@@ -16,7 +16,6 @@ import os
 
 import trio
 
-from ..transport.streams import TransportError
 from ..wire import bulk as wire
 from ..wire.address import AddressError, parse_address
 from ..wire.errors import ProtocolError
@@ -174,16 +173,20 @@ async def dial(engine, key: str, timeout: float = 15.0, side: str = wire.SIDE) -
         try:
             with trio.fail_after(timeout):
                 return await _dial_one(engine, key, addr, side)
-        except (SideClosed, OSError, AddressError, trio.TooSlowError, ProtocolError,
-                TransportError) as e:
+        except (SideClosed, OSError, AddressError, trio.TooSlowError, ProtocolError) as e:
             errors.append(f"{addr}: {e}")
     raise SideClosed("; ".join(errors) or "no address known for the sender")
 
 
 async def _dial_one(engine, key: str, addr: str, side: str) -> Side:
     cfg = engine.config
-    stream = await engine.net.dial(parse_address(addr), timeout=cfg.dial_timeout,
-                                   allow_plaintext=cfg.allow_plaintext)
+    try:
+        stream = await engine.net.dial(parse_address(addr), timeout=cfg.dial_timeout,
+                                       allow_plaintext=cfg.allow_plaintext)
+    except AddressError:
+        raise
+    except Exception as e:  # the transport's own errors (node does not import transport)
+        raise SideClosed(str(e)) from None
     try:
         return await _handshake(engine, key, stream, side)
     except BaseException:

@@ -32,8 +32,8 @@ from awp.wire.keys import Identity, auth_transcript
 from awp.wire.timefmt import format_ts, now_ms
 
 ALL = [s.name for s in SCENARIOS]
-# The minipeer lists neither cap board nor cap seal, and it speaks no WebSocket.
-CORE = [n for n in ALL if not n.startswith(("board-", "seal", "ws-", "rotate", "op-"))]
+# The minipeer lists neither cap board, seal nor bulk, and it speaks no WebSocket.
+CORE = [n for n in ALL if not n.startswith(("board-", "seal", "ws-", "rotate", "op-", "bulk-"))]
 WS = [n for n in ALL if n.startswith("ws-")]  # skipped: these targets are no ws URL
 MINIPEER = os.path.join(ROOT, "interop", "minipeer.py")
 

@@ -24,9 +24,9 @@ HARNESS_VARS = ("AI_AGENT", "CLAUDECODE", "CODEX_THREAD_ID", "CODEX_SANDBOX", "C
                 "GEMINI_CLI", "COPILOT_CLI", "OPENCODE", "PI_CODING_AGENT", "AWP_HARNESS",
                 "AWP_CHANNEL")
 TOOLS = ["awp_listen", "awp_connect", "awp_send", "awp_read", "awp_state", "awp_grant",
-         "awp_status", "awp_post", "awp_get", "awp_topics", "awp_claim", "awp_renew",
-         "awp_complete", "awp_fail", "awp_pair_open", "awp_pair_send", "awp_pair_recv",
-         "awp_pair_close"]
+         "awp_status", "awp_pair_open", "awp_pair_send", "awp_pair_recv", "awp_pair_close",
+         "awp_post", "awp_get", "awp_topics", "awp_claim", "awp_renew", "awp_complete",
+         "awp_fail"]
 
 
 #: What a client that handles channel notifications declares in ``initialize``.

@@ -24,8 +24,8 @@ def _offer(c, ref: str, size: int, quota: int = 100 * MiB, max_bytes: int = 64 *
     return store.offer_in(c, "/nonexistent", PEER, line, line["parts"][0], max_bytes, quota, 1)
 
 
-def test_bulk_is_the_last_migration():
-    assert BULK_MIGRATION == len(MIGRATIONS) - 1 == 14
+def test_bulk_is_migration_14():
+    assert BULK_MIGRATION == 14 and len(MIGRATIONS) > 15
     assert "CREATE TABLE bulk" in MIGRATIONS[BULK_MIGRATION]
 
 
