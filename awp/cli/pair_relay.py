@@ -108,10 +108,7 @@ def _sock_to_fd(sock: socket.socket, rest: bytes, fd: int, close_fd: bool) -> No
         pass
     finally:
         if close_fd:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            _close_quietly(fd)
 
 
 def _fd_to_sock(fd: int, sock: socket.socket, close_fd: bool) -> None:
@@ -127,10 +124,7 @@ def _fd_to_sock(fd: int, sock: socket.socket, close_fd: bool) -> None:
         pass
     finally:
         if close_fd:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            _close_quietly(fd)
 
 
 def _end(sock: socket.socket) -> None:
@@ -177,3 +171,10 @@ def run_stdio(sock: socket.socket, rest: bytes) -> int:
         pass
     _end(sock)
     return 0
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

@@ -58,14 +58,19 @@ def add_pair_routes(router: Router, engine: Engine, pair: Pair) -> None:
             raise ApiError(400, "name a peer", "bad_request")
         return await engine.read(lambda c: _lookup(lambda: queries.resolve_peer(c, ref)))
 
-    @router.route("POST", "/v1/pair")
-    async def open_pair(req: Request) -> Upgrade:
-        body = json_body(req)
+    def target_of(body: dict) -> tuple[str, str]:
+        """The peer reference and thread a stream is asked for (the thread checked)."""
         ref, th = text(body, "peer"), text(body, "th")
         try:
             wire.check_request(wire.request("x", th))
         except wire.PairError as e:
             raise ApiError(400, str(e), "bad_request") from None
+        return ref, th
+
+    @router.route("POST", "/v1/pair")
+    async def open_pair(req: Request) -> Upgrade:
+        body = json_body(req)
+        ref, th = target_of(body)
 
         async def ready():
             key = await peer_key(ref)
@@ -123,11 +128,7 @@ def add_pair_routes(router: Router, engine: Engine, pair: Pair) -> None:
     async def open_held(req: Request) -> dict:
         """A stream whose local end the daemon holds (the MCP tools)."""
         body = json_body(req)
-        ref, th = text(body, "peer"), text(body, "th")
-        try:
-            wire.check_request(wire.request("x", th))
-        except wire.PairError as e:
-            raise ApiError(400, str(e), "bad_request") from None
+        ref, th = target_of(body)
         key = await peer_key(ref)
         ident = engine.ids.next()
         try:

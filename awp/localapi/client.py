@@ -463,21 +463,7 @@ class LocalClient:
         wants). A stream gets its own connection, closed with the iterator.
         """
         method = method.upper()
-        deadline = self._deadline(timeout)
-        data = self._build(method, path, body, query)
-        conn = self._connect(deadline)
-        try:
-            status, headers, chunks, _ = self._exchange(conn, method, data, deadline)
-            if not 200 <= status < 300:
-                raise _failure(status, b"".join(chunks))
-        except TimeoutError:
-            conn.close()
-            raise TimeoutError(
-                f"the awp daemon did not answer {method} {path} within {self._timeout_of(timeout)}s"
-            ) from None
-        except BaseException:
-            conn.close()
-            raise
+        conn, status, headers = self._open_body(method, path, body, query, timeout)
         return NdjsonStream(conn, method, status, headers, read_timeout)
 
     def download(
@@ -494,21 +480,7 @@ class LocalClient:
         iterator raises ``ConnectionError`` when the body is cut short, so a
         caller can tell a whole answer from a partial one.
         """
-        deadline = self._deadline(timeout)
-        data = self._build("POST", path, body, None)
-        conn = self._connect(deadline)
-        try:
-            status, headers, chunks, _ = self._exchange(conn, "POST", data, deadline)
-            if not 200 <= status < 300:
-                raise _failure(status, b"".join(chunks))
-        except TimeoutError:
-            conn.close()
-            raise TimeoutError(
-                f"the awp daemon did not answer POST {path} within {self._timeout_of(timeout)}s"
-            ) from None
-        except BaseException:
-            conn.close()
-            raise
+        conn, status, headers = self._open_body("POST", path, body, None, timeout)
 
         def pieces() -> Iterator[bytes]:
             conn.silence_limit = read_timeout
@@ -520,6 +492,28 @@ class LocalClient:
         return headers, pieces()
 
     # -- internals
+
+    def _open_body(self, method: str, path: str, body: object | None,
+                   query: dict[str, object] | None,
+                   timeout: object) -> tuple[_Conn, int, dict[str, str]]:
+        """Send a request on a connection of its own and read the head of a 2xx
+        answer (its body left to read); an error answer or a timeout is raised."""
+        deadline = self._deadline(timeout)
+        data = self._build(method, path, body, query)
+        conn = self._connect(deadline)
+        try:
+            status, headers, chunks, _ = self._exchange(conn, method, data, deadline)
+            if not 200 <= status < 300:
+                raise _failure(status, b"".join(chunks))
+        except TimeoutError:
+            conn.close()
+            raise TimeoutError(
+                f"the awp daemon did not answer {method} {path} within {self._timeout_of(timeout)}s"
+            ) from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn, status, headers
 
     def _timeout_of(self, timeout: object) -> float | None:
         return self.timeout if timeout is _DEFAULT else timeout  # type: ignore[return-value]
